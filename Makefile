@@ -1,0 +1,47 @@
+# inferstream: the README's two commands are `make demo` and `make test`.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+PYTEST_ARGS ?=
+
+.PHONY: help venv lint typecheck test test-unit test-integration chaos demo bench kafka-jars clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@rm -f $(VENV)/.installed-*; touch $@
+
+venv: $(STAMP) ## create .venv and install inferstream with its test tools
+
+kafka-jars: ## resolve the Apache Kafka jars from Maven Central (cached)
+	ops/kafka/cluster classpath >/dev/null
+
+lint: $(STAMP) ## ruff on everything
+	$(VENV)/bin/ruff check src tests ops
+
+typecheck: $(STAMP) ## mypy --strict on src/
+	$(VENV)/bin/mypy
+
+test: lint typecheck kafka-jars ## lint, type check, then every test (unit, integration, chaos)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: $(STAMP) ## the unit tests only (no broker)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-integration: $(STAMP) kafka-jars ## the tests against a real local broker
+	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+demo: $(STAMP) kafka-jars ## classify scikit-image's photos end to end on a local Kafka
+	$(PY) ops/demo.py
+
+bench: $(STAMP) kafka-jars ## benchmark P1: bare PyTorch loop against the pipeline
+	$(PY) ops/bench/p1_pipeline.py
+
+clean: ## stop local clusters started here and delete build and state files
+	-ops/kafka/cluster stop --dir var/kafka
+	rm -rf var .pytest_cache .mypy_cache .ruff_cache

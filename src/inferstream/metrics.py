@@ -1,0 +1,69 @@
+"""Prometheus metrics of a worker, built as one bundle from an injected registry."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from inferstream.streams.hooks import WorkerHooks
+
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class WorkerMetrics(WorkerHooks):
+    """The worker's metrics, fed through its hooks."""
+
+    def __init__(self, registry: CollectorRegistry, model: str) -> None:
+        self.registry = registry
+        self.items = Counter(
+            "inferstream_items_processed_total", "Items processed, by outcome",
+            ["model", "status"], registry=registry,
+        )
+        self.tasks = Counter(
+            "inferstream_tasks_committed_total", "Tasks whose result and offset were committed",
+            ["model"], registry=registry,
+        )
+        self.dead_letters = Counter(
+            "inferstream_dead_letters_total", "Task records sent to the dead-letter topic",
+            ["reason"], registry=registry,
+        )
+        self.batch_size = Histogram(
+            "inferstream_batch_size_items", "Items per model batch",
+            ["model"], buckets=_BATCH_BUCKETS, registry=registry,
+        )
+        self.inference = Histogram(
+            "inferstream_inference_duration_seconds", "Model forward time per batch",
+            ["model"], buckets=_SECONDS_BUCKETS, registry=registry,
+        )
+        self.decode = Histogram(
+            "inferstream_decode_duration_seconds", "Fetch and preprocess time per item",
+            ["model"], buckets=_SECONDS_BUCKETS, registry=registry,
+        )
+        self.partitions = Gauge(
+            "inferstream_assigned_partitions", "Task partitions owned by this worker",
+            registry=registry,
+        )
+        self.model = model
+
+    def after_decode(self, seconds: float, ok: bool) -> None:
+        self.decode.labels(self.model).observe(seconds)
+
+    def after_batch(self, size: int, seconds: float) -> None:
+        self.batch_size.labels(self.model).observe(size)
+        self.inference.labels(self.model).observe(seconds)
+
+    def after_task(self, ok_items: int, error_items: int) -> None:
+        self.tasks.labels(self.model).inc()
+        self.items.labels(self.model, "ok").inc(ok_items)
+        self.items.labels(self.model, "error").inc(error_items)
+
+    def after_dead_letter(self, reason: str) -> None:
+        self.dead_letters.labels(reason.split(":")[0]).inc()
+
+    def on_assignment(self, partitions: int) -> None:
+        self.partitions.set(partitions)
+
+
+def serve_metrics(registry: CollectorRegistry, port: int, addr: str = "0.0.0.0") -> None:  # noqa: S104
+    """Serve `/metrics` on `port` from a daemon thread."""
+    start_http_server(port, addr=addr, registry=registry)

@@ -1,0 +1,90 @@
+"""A minimal client of the Confluent Schema Registry REST API (standard library only)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from inferstream.schemas.errors import SchemaError, SchemaRegistryError
+
+_CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+
+
+class SchemaRegistryClient:
+    """Registers schemas and fetches them by id; callers cache the answers."""
+
+    def __init__(self, url: str, *, timeout_s: float = 10.0) -> None:
+        scheme = urllib.parse.urlsplit(url).scheme
+        if scheme not in ("http", "https"):
+            raise SchemaError(f"schema registry url must be http(s), got {url!r}")
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+
+    def register(self, subject: str, schema: dict[str, Any]) -> int:
+        """Register `schema` under `subject` (idempotent) and return its global id."""
+        path = f"/subjects/{urllib.parse.quote(subject, safe='')}/versions"
+        body = json.dumps({"schema": json.dumps(schema)}).encode()
+        answer = self._request("POST", path, body)
+        return _int_field(answer, "id", self.url + path)
+
+    def schema_by_id(self, schema_id: int) -> dict[str, Any]:
+        """Fetch the schema registered with `schema_id`; SchemaError when there is none."""
+        path = f"/schemas/ids/{schema_id}"
+        try:
+            answer = self._request("GET", path, None)
+        except SchemaRegistryError as exc:
+            if exc.status == 404:
+                raise SchemaRegistryError(
+                    f"unknown schema id {schema_id}: {exc}", url=exc.url, status=404
+                ) from exc
+            raise
+        text = answer.get("schema")
+        if not isinstance(text, str):
+            raise SchemaError(f"schema registry {self.url}{path} answered without a schema")
+        try:
+            schema = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SchemaError(f"schema id {schema_id} is not JSON: {exc}") from exc
+        if not isinstance(schema, dict):
+            raise SchemaError(f"schema id {schema_id} is not a record schema")
+        return schema
+
+    def _request(self, method: str, path: str, body: bytes | None) -> dict[str, Any]:
+        url = self.url + path
+        headers = {"Accept": _CONTENT_TYPE}
+        if body is not None:
+            headers["Content-Type"] = _CONTENT_TYPE
+        request = urllib.request.Request(url, data=body, method=method, headers=headers)  # noqa: S310 - scheme checked in __init__
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310 - scheme checked in __init__
+                answer = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            exc.close()  # the error carries the open response
+            raise SchemaRegistryError(
+                f"schema registry {method} {url} returned HTTP {exc.code}", url=url, status=exc.code
+            ) from exc
+        except (urllib.error.URLError, OSError) as exc:
+            raise SchemaRegistryError(
+                f"schema registry {method} {url} failed: {exc}", url=url, status=None
+            ) from exc
+        except json.JSONDecodeError as exc:
+            raise SchemaRegistryError(
+                f"schema registry {method} {url} answered non-JSON: {exc}", url=url, status=200
+            ) from exc
+        if not isinstance(answer, dict):
+            raise SchemaRegistryError(
+                f"schema registry {method} {url} answered {answer!r}", url=url, status=200
+            )
+        return answer
+
+
+def _int_field(answer: dict[str, Any], key: str, url: str) -> int:
+    value = answer.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise SchemaRegistryError(
+            f"schema registry {url} answered without an {key}", url=url, status=200
+        )
+    return value

@@ -1,0 +1,1 @@
+"""Kafka-facing processes: worker, controller, client SDK, topics."""

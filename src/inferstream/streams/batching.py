@@ -1,0 +1,204 @@
+"""The worker's data path: decode items on a thread pool, batch them across tasks, infer.
+
+One task's items are fetched and preprocessed in parallel as soon as the task arrives, so
+decoding overlaps with the model working on earlier batches. The batch loop takes decoded
+items in arrival order, up to `max_batch` items or `max_wait_s` after the first one, and
+runs the model on a single inference thread so that the event loop (and with it the Kafka
+heartbeats) never waits for a forward pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from inferstream.models import ItemError, fetch_item
+from inferstream.streams.hooks import WorkerHooks
+
+log = logging.getLogger(__name__)
+
+Prediction = tuple[int, str, float]
+
+
+class Model(Protocol):
+    """What the data path needs of a loaded model (see `inferstream.models`)."""
+
+    def preprocess(self, data: bytes) -> torch.Tensor: ...
+
+    def predict(self, batch: torch.Tensor, top_k: int) -> list[list[Prediction]]: ...
+
+
+@dataclass
+class TaskRun:
+    """One task going through the data path, with the outcome of each item so far."""
+
+    task: dict[str, Any]
+    on_done: Callable[[TaskRun], None]
+    started_at: float = field(default_factory=time.time)
+    finished_at: float = 0.0
+    decode_seconds: float = 0.0
+    inference_seconds: float = 0.0
+    outcomes: list[dict[str, Any] | None] = field(default_factory=list)
+    remaining: int = 0
+    cancelled: bool = False
+
+    def __post_init__(self) -> None:
+        self.outcomes = [None] * len(self.task["items"])
+        self.remaining = len(self.outcomes)
+
+    def record(self, position: int, outcome: dict[str, Any]) -> None:
+        self.outcomes[position] = outcome
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.finished_at = time.time()
+            self.on_done(self)
+
+    @property
+    def done(self) -> bool:
+        return self.remaining == 0
+
+
+@dataclass
+class _Slot:
+    """One item waiting for its batch: the decode future and where its outcome goes."""
+
+    run: TaskRun
+    position: int
+    decoded: asyncio.Future[tuple[torch.Tensor | str, float]]
+
+
+@dataclass(frozen=True)
+class BatchingOptions:
+    max_batch: int = 32
+    max_wait_s: float = 0.01
+    decode_threads: int = 4
+    http_timeout_s: float = 10.0
+    max_item_bytes: int = 64 * 1024 * 1024
+
+
+class BatchingPipeline:
+    """Decode -> batch -> infer for the items of many tasks; calls `TaskRun.on_done`."""
+
+    def __init__(self, model: Model, options: BatchingOptions, hooks: WorkerHooks) -> None:
+        self.model = model
+        self.options = options
+        self.hooks = hooks
+        self._decoders = ThreadPoolExecutor(options.decode_threads, "inferstream-decode")
+        self._inference = ThreadPoolExecutor(1, "inferstream-infer")
+        self._queue: asyncio.Queue[_Slot] = asyncio.Queue()
+        self.items_in_flight = 0
+
+    def submit(self, run: TaskRun) -> None:
+        """Start decoding every item of `run`; outcomes arrive through the batch loop."""
+        loop = asyncio.get_running_loop()
+        if not run.outcomes:
+            run.finished_at = time.time()
+            run.on_done(run)
+            return
+        for position, item in enumerate(run.task["items"]):
+            future = loop.run_in_executor(self._decoders, self._decode, item)
+            self._queue.put_nowait(_Slot(run, position, future))
+            self.items_in_flight += 1
+
+    def _decode(self, item: dict[str, Any]) -> tuple[torch.Tensor | str, float]:
+        """Fetch and preprocess one item; a bad item becomes its error reason (a str)."""
+        started = time.perf_counter()
+        try:
+            data = fetch_item(
+                item["name"], item.get("data"),
+                http_timeout_s=self.options.http_timeout_s, max_bytes=self.options.max_item_bytes,
+            )
+            tensor: torch.Tensor | str = self.model.preprocess(data)
+        except ItemError as exc:
+            tensor = exc.reason
+        except Exception as exc:  # the worker never crashes on input
+            log.exception("unexpected error decoding item %r", item["name"])
+            tensor = f"internal error: {type(exc).__name__}: {exc}"
+        seconds = time.perf_counter() - started
+        self.hooks.after_decode(seconds, not isinstance(tensor, str))
+        return tensor, seconds
+
+    async def run_forever(self) -> None:
+        """The batch loop: runs until cancelled."""
+        while True:
+            batch = await self._next_batch()
+            await self._infer(batch)
+
+    async def _next_batch(self) -> list[_Slot]:
+        first = await self._queue.get()
+        batch = [first]
+        deadline = time.monotonic() + self.options.max_wait_s
+        while len(batch) < self.options.max_batch:
+            if self._queue.empty():
+                timeout = deadline - time.monotonic()
+                if timeout <= 0:
+                    break
+                try:
+                    batch.append(await asyncio.wait_for(self._queue.get(), timeout))
+                except TimeoutError:
+                    break
+            else:
+                batch.append(self._queue.get_nowait())
+        return batch
+
+    async def _infer(self, batch: list[_Slot]) -> None:
+        decoded = []
+        for slot in batch:
+            tensor, seconds = await slot.decoded
+            slot.run.decode_seconds += seconds
+            decoded.append(tensor)
+        good = [(s, t) for s, t in zip(batch, decoded, strict=True) if isinstance(t, torch.Tensor)]
+        for slot, reason in zip(batch, decoded, strict=True):
+            if isinstance(reason, str):
+                self._finish(slot, _error(slot, reason))
+        good = [(s, t) for s, t in good if not s.run.cancelled]
+        if not good:
+            return
+        top_k = max(s.run.task["top_k"] for s, _ in good)
+        started = time.perf_counter()
+        try:
+            predictions = await asyncio.get_running_loop().run_in_executor(
+                self._inference, self._forward, [t for _, t in good], top_k
+            )
+        except Exception as exc:  # a failed forward pass fails its items, not the worker
+            log.exception("inference failed for a batch of %d items", len(good))
+            for slot, _ in good:
+                self._finish(slot, _error(slot, f"inference failed: {type(exc).__name__}: {exc}"))
+            return
+        seconds = time.perf_counter() - started
+        self.hooks.after_batch(len(good), seconds)
+        for (slot, _), preds in zip(good, predictions, strict=True):
+            slot.run.inference_seconds += seconds / len(good)
+            self._finish(slot, _ok(slot, preds[: slot.run.task["top_k"]]))
+
+    def _forward(self, tensors: list[torch.Tensor], top_k: int) -> list[list[Prediction]]:
+        return self.model.predict(torch.stack(tensors), top_k)
+
+    def _finish(self, slot: _Slot, outcome: dict[str, Any]) -> None:
+        self.items_in_flight -= 1
+        slot.run.record(slot.position, outcome)
+
+    def close(self) -> None:
+        self._decoders.shutdown(wait=False, cancel_futures=True)
+        self._inference.shutdown(wait=False, cancel_futures=True)
+
+
+def _item_fields(slot: _Slot) -> dict[str, Any]:
+    item = slot.run.task["items"][slot.position]
+    return {"index": item["index"], "name": item["name"]}
+
+
+def _ok(slot: _Slot, predictions: list[Prediction]) -> dict[str, Any]:
+    top_k = [{"class_id": c, "label": label, "score": float(s)} for c, label, s in predictions]
+    return {**_item_fields(slot), "status": "OK", "top_k": top_k, "error": None}
+
+
+def _error(slot: _Slot, reason: str) -> dict[str, Any]:
+    return {**_item_fields(slot), "status": "ERROR", "top_k": [], "error": reason}

@@ -1,0 +1,207 @@
+"""The Python SDK: submit jobs, follow them, read their results.
+
+    client = Client(load_config())
+    job = client.submit("efficientnet_lite0", ["photos/"])
+    job.wait(on_progress=print)
+    for line in job.results(): ...
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Producer
+
+from inferstream.config import Config
+from inferstream.schemas import Codec, SchemaError
+from inferstream.streams.errors import (
+    InlineTooLargeError,
+    JobFailedError,
+    JobRejectedError,
+    JobTimeoutError,
+)
+from inferstream.streams.kafka import partition_for, producer_config
+from inferstream.streams.output import (
+    iter_partition,
+    job_results,
+    new_job_id,
+    open_job_partition,
+    output_lines,
+)
+from inferstream.streams.topics import LARGE_MESSAGE_BYTES
+
+FINAL = ("COMPLETED", "REJECTED", "FAILED")
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What the latest JobEvent of a job says."""
+
+    job_id: str
+    state: str  # SUBMITTED, ACCEPTED, PROGRESS, COMPLETED, REJECTED, FAILED
+    model: str | None = None
+    total_items: int | None = None
+    total_tasks: int | None = None
+    done_items: int = 0
+    ok_items: int = 0
+    error_items: int = 0
+    rate_items_per_s: float | None = None
+    reason: str | None = None
+    updated_at_ms: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINAL
+
+    @classmethod
+    def from_event(cls, event: dict[str, Any]) -> JobStatus:
+        return cls(
+            job_id=event["job_id"], state=event["type"], model=event["model"],
+            total_items=event["total_items"], total_tasks=event["total_tasks"],
+            done_items=event["done_items"], ok_items=event["ok_items"],
+            error_items=event["error_items"], rate_items_per_s=event["rate_items_per_s"],
+            reason=event["reason"], updated_at_ms=event["timestamp"],
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+class Job:
+    """A submitted job: follow its events, wait for it, read its output."""
+
+    def __init__(self, client: Client, job_id: str) -> None:
+        self.client = client
+        self.job_id = job_id
+        self._status = JobStatus(job_id, "SUBMITTED")
+
+    def events(self, follow: bool = True, timeout_s: float | None = None
+               ) -> Iterator[JobStatus]:
+        """This job's events in order; with `follow`, waits for new ones until final."""
+        config = self.client.config
+        consumer = open_job_partition(config, config.topic("job-events"), self.job_id)
+        try:
+            for value in iter_partition(consumer, follow=follow, timeout_s=timeout_s):
+                try:
+                    event = self.client.codec.decode(value, expected="JobEvent")
+                except SchemaError:
+                    continue
+                if event["job_id"] != self.job_id:
+                    continue
+                self._status = JobStatus.from_event(event)
+                yield self._status
+                if self._status.finished:
+                    return
+        finally:
+            consumer.close()
+
+    def progress(self) -> JobStatus:
+        """The latest known status (reads the events written so far)."""
+        for _ in self.events(follow=False):
+            pass
+        return self._status
+
+    def wait(self, timeout_s: float | None = None,
+             on_progress: Callable[[JobStatus], None] | None = None) -> JobStatus:
+        """Block until the job completes; raise if it is rejected, fails or times out."""
+        for status in self.events(follow=True, timeout_s=timeout_s):
+            if on_progress is not None:
+                on_progress(status)
+        status = self._status
+        if status.state == "REJECTED":
+            raise JobRejectedError(self.job_id, status.reason or "no reason given")
+        if status.state == "FAILED":
+            raise JobFailedError(self.job_id, status.reason or "no reason given")
+        if status.state != "COMPLETED":
+            raise JobTimeoutError(f"job {self.job_id} not finished after {timeout_s}s")
+        return status
+
+    def results(self) -> Iterator[dict[str, Any]]:
+        """One output line per input item (see `streams.output`), in item order."""
+        status = self._status if self._status.finished else self.progress()
+        total = status.total_tasks if status.state == "COMPLETED" else None
+        return output_lines(job_results(self.client.config, self.job_id, total, self.client.codec))
+
+
+class Client:
+    """Produces jobs and reads their events and results."""
+
+    def __init__(self, config: Config, codec: Codec | None = None) -> None:
+        self.config = config
+        self.codec = codec or Codec(config.schema_registry_url)
+        self._producer: Producer | None = None
+
+    def submit(self, model: str, inputs: list[str], *, chunk_size: int = 32, top_k: int = 5,
+               inline: bool = False, pool: str | None = None, output_path: str | None = None,
+               job_id: str | None = None) -> Job:
+        """Produce a job; `inline` sends the files' bytes instead of their paths."""
+        job_id = job_id or new_job_id()
+        record = {
+            "job_id": job_id, "model": model, "pool": pool or self.config.pool,
+            "top_k": top_k, "chunk_size": chunk_size,
+            "inputs": [] if inline else [_absolute(i) for i in inputs],
+            "inline_items": _read_inline(inputs) if inline else [],
+            "submitted_at": int(time.time() * 1000), "submitter": _whoami(),
+            "output_path": os.path.abspath(output_path) if output_path else None,
+        }
+        value = self.codec.encode("Job", record)
+        if len(value) > LARGE_MESSAGE_BYTES - 64 * 1024:
+            raise InlineTooLargeError(
+                f"inline job is {len(value)} bytes; the limit is {LARGE_MESSAGE_BYTES}: "
+                "submit paths on a shared filesystem or split the job")
+        self._produce(self.config.topic("jobs"), job_id, value)
+        return Job(self, job_id)
+
+    def job(self, job_id: str) -> Job:
+        return Job(self, job_id)
+
+    def _produce(self, topic: str, key: str, value: bytes) -> None:
+        if self._producer is None:
+            self._producer = Producer(producer_config(self.config))
+        partitions = self._producer.list_topics(topic, timeout=30).topics[topic].partitions
+        errors: list[Any] = []
+        self._producer.produce(topic, value, key.encode(),
+                               partition=partition_for(key, len(partitions)),
+                               on_delivery=lambda err, _msg: errors.append(err) if err else None)
+        remaining = self._producer.flush(60)
+        if remaining or errors:
+            reason = f"could not deliver the job to {topic}: {errors or 'timeout'}"
+            raise JobFailedError(key, reason)
+
+
+def _absolute(entry: str) -> str:
+    """Paths become absolute (the controller and workers run elsewhere); URIs stay as named."""
+    if "://" in entry:
+        return entry
+    if entry.startswith("@"):
+        return "@" + os.path.abspath(entry[1:])
+    return os.path.abspath(entry)
+
+
+def _read_inline(inputs: list[str]) -> list[dict[str, Any]]:
+    items = []
+    for path in inputs:
+        for name in _inline_files(path):
+            with open(name, "rb") as handle:
+                items.append({"name": name, "data": handle.read()})
+    return items
+
+
+def _inline_files(path: str) -> Iterator[str]:
+    if os.path.isdir(path):
+        for root, dirs, files in os.walk(path):
+            dirs.sort()
+            yield from (os.path.join(root, f) for f in sorted(files) if not f.startswith("."))
+    else:
+        yield path
+
+
+def _whoami() -> str:
+    try:
+        return os.getlogin()
+    except OSError:
+        return str(os.getuid())

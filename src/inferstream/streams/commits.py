@@ -1,0 +1,157 @@
+"""Exactly-once commits of task results: one transactional producer per owned task partition.
+
+aiokafka's `send_offsets_to_transaction` carries no consumer-group generation, so a zombie
+worker cannot be fenced by generation (KIP-447). Instead each task partition has its own
+transactional id, `<prefix><pool>.<topic>.<partition>`: the new owner's `init_transactions`
+bumps the epoch, which aborts the old owner's open transaction and makes its next commit
+fail with ProducerFenced (Kafka Streams' "EOS alpha" scheme).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError, ProducerFenced
+
+from inferstream.config import Config
+from inferstream.streams.batching import TaskRun
+from inferstream.streams.kafka import aiokafka_kwargs
+
+log = logging.getLogger(__name__)
+
+#: Records to write in a commit: (topic, partition, key, value).
+Outgoing = tuple[str, int, bytes, bytes]
+
+
+@dataclass
+class PendingTask:
+    """A task record consumed from the partition, in offset order, with what it will write."""
+
+    offset: int
+    run: TaskRun | None  # None for a record that goes straight to the dead-letter topic
+    outgoing: list[Outgoing]
+
+    @property
+    def ready(self) -> bool:
+        return self.run is None or self.run.done
+
+
+class PartitionLostError(Exception):
+    """The partition's producer was fenced: another worker owns it now."""
+
+
+class PartitionCommitter:
+    """Commits the finished tasks of one partition, in offset order, results with offsets."""
+
+    def __init__(
+        self,
+        config: Config,
+        tp: TopicPartition,
+        group_id: str,
+        render: Callable[[PendingTask], list[Outgoing]],
+        max_attempts: int = 5,
+    ) -> None:
+        self.tp = tp
+        self.group_id = group_id
+        self.render = render
+        self.max_attempts = max_attempts
+        self.transactional_id = f"{config.topic_prefix}{config.pool}.{tp.topic}.{tp.partition}"
+        self._config = config
+        self._producer: AIOKafkaProducer | None = None
+        self._pending: deque[PendingTask] = deque()
+        self._lock = asyncio.Lock()
+        self.lost = False
+
+    def _new_producer(self) -> AIOKafkaProducer:
+        return AIOKafkaProducer(**aiokafka_kwargs(
+            self._config, AIOKafkaProducer,
+            transactional_id=self.transactional_id,
+            enable_idempotence=True,
+            max_request_size=16 * 1024 * 1024,
+        ))
+
+    async def start(self) -> None:
+        """Initialise transactions: fences the previous owner and aborts its open transaction."""
+        self._producer = self._new_producer()
+        await self._producer.start()
+
+    def append(self, pending: PendingTask) -> None:
+        self._pending.append(pending)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    async def commit_ready(self) -> list[PendingTask]:
+        """Commit every finished task at the head of the queue in one transaction."""
+        async with self._lock:
+            ready: list[PendingTask] = []
+            while self._pending and self._pending[0].ready and not self.lost:
+                ready.append(self._pending.popleft())
+            if ready:
+                await self._commit(ready)
+            return ready
+
+    async def _commit(self, tasks: list[PendingTask]) -> None:
+        records = [record for task in tasks for record in self.render(task)]
+        offsets = {self.tp: tasks[-1].offset + 1}
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                await self._transaction(records, offsets)
+                return
+            except ProducerFenced as exc:
+                self._mark_lost()
+                raise PartitionLostError(str(self.tp)) from exc
+            except KafkaError as exc:
+                log.warning("commit failed tp=%s attempt=%d error=%r", self.tp, attempt, exc)
+                await self._recreate()
+                await asyncio.sleep(min(0.2 * 2**attempt, 5))
+        self._mark_lost()
+        raise PartitionLostError(f"{self.tp}: commit failed {self.max_attempts} times")
+
+    async def _transaction(self, records: list[Outgoing], offsets: dict[Any, int]) -> None:
+        assert self._producer is not None  # noqa: S101 - start() runs before any commit
+        async with self._producer.transaction():
+            sends = [
+                await self._producer.send(topic, value, key=key, partition=partition)
+                for topic, partition, key, value in records
+            ]
+            await asyncio.gather(*sends)
+            await self._producer.send_offsets_to_transaction(offsets, self.group_id)
+
+    async def _recreate(self) -> None:
+        """A failed transaction may leave the producer unusable: start a fresh one.
+
+        Re-initialising with the same transactional id aborts what the old one left open.
+        """
+        await self._stop_producer()
+        try:
+            await self.start()
+        except KafkaError as exc:
+            log.warning("cannot restart producer tp=%s error=%r", self.tp, exc)
+
+    def _mark_lost(self) -> None:
+        self.lost = True
+        for task in self._pending:
+            if task.run is not None:
+                task.run.cancelled = True
+        self._pending.clear()
+
+    async def _stop_producer(self) -> None:
+        if self._producer is not None:
+            producer, self._producer = self._producer, None
+            try:
+                await producer.stop()
+            except KafkaError as exc:
+                log.debug("producer stop failed tp=%s error=%r", self.tp, exc)
+
+    async def close(self) -> None:
+        """Drop what is not committed (the next owner redoes it) and stop the producer."""
+        self._mark_lost()
+        await self._stop_producer()

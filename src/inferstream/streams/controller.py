@@ -1,0 +1,293 @@
+"""The controller: accepts jobs, issues their tasks, collects one result per task.
+
+Jobs, results and the ledger are co-partitioned by job id (the same partition index in each
+topic), and the controller group uses the range assignor, so the replica that owns a job's
+partition also owns its results and its ledger. Every round's output (tasks, events, ledger
+entries) is committed in one transaction with the consumed offsets.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+
+from inferstream.config import Config
+from inferstream.models import UnknownModelError, get_model_spec
+from inferstream.schemas import Codec, SchemaError
+from inferstream.streams.errors import KafkaSetupError
+from inferstream.streams.expansion import InputError, check_inputs
+from inferstream.streams.kafka import consumer_config, partition_for, producer_config
+from inferstream.streams.ledger import ACTIVE, COMPLETED, REJECTED, JobState, LedgerCodec, now_ms
+from inferstream.streams.outbox import Outbox
+from inferstream.streams.output import write_job_output
+from inferstream.streams.rebuild import read_ledger
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ControllerOptions:
+    transactional_id: str | None = None
+    #: tasks issued per job per round, so one huge job cannot starve result collection
+    tasks_per_round: int = 256
+    progress_interval_s: float = 1.0
+    #: exit after this many seconds with nothing to do (bounded mode for tests); None: never
+    idle_exit_s: float | None = None
+    #: completed and rejected jobs are forgotten (the ledger keeps them) after this long
+    retain_finished_s: float = 600.0
+
+
+def controller_group(config: Config) -> str:
+    return f"{config.topic_prefix}controllers"
+
+
+class Controller:
+    """One controller replica; `run()` blocks until stopped."""
+
+    def __init__(self, config: Config, options: ControllerOptions | None = None,
+                 codec: Codec | None = None) -> None:
+        self.config = config
+        self.options = options or ControllerOptions()
+        self.codec = codec or Codec(config.schema_registry_url)
+        self.ledger = LedgerCodec(self.codec)
+        self.jobs: dict[str, JobState] = {}
+        self.topics = {name: config.topic(name) for name in
+                       ("jobs", "results", "job-events", "controller-ledger", "dlq")}
+        self._partitions: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._consumer = Consumer(consumer_config(
+            config, controller_group(config), **{"partition.assignment.strategy": "range"}))
+        self._producer = Producer(producer_config(config, **{
+            "transactional.id": self.options.transactional_id or f"{config.topic_prefix}controller",
+        }))
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        signal.signal(signal.SIGTERM, lambda *_: self.request_stop())
+        self._load_partition_counts()
+        self._producer.init_transactions(30)
+        self._consumer.subscribe([self.topics["jobs"], self.topics["results"]],
+                                 on_assign=self._on_assign, on_revoke=self._on_revoke)
+        idle_since = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                busy = self._round()
+                if busy or any(j.status == ACTIVE for j in self.jobs.values()):
+                    idle_since = time.monotonic()
+                elif self._idle(idle_since):
+                    break
+        finally:
+            self._consumer.close()
+            self._producer.flush(10)
+
+    def _idle(self, since: float) -> bool:
+        limit = self.options.idle_exit_s
+        return limit is not None and time.monotonic() - since >= limit
+
+    def _load_partition_counts(self) -> None:
+        metadata = self._consumer.list_topics(timeout=30).topics
+        for name in set(self.topics.values()):
+            if name not in metadata or metadata[name].error is not None:
+                raise KafkaSetupError(f"topic {name} is missing; run `inferstream topics create`")
+            self._partitions[name] = len(metadata[name].partitions)
+        co = {self._partitions[self.topics[t]] for t in ("jobs", "results", "controller-ledger")}
+        if len(co) != 1:
+            raise KafkaSetupError("jobs, results and controller-ledger need equal partition counts")
+
+    def partitions(self, topic: str) -> int:
+        if topic not in self._partitions:
+            meta = self._consumer.list_topics(topic, timeout=10).topics.get(topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                raise KafkaSetupError(f"topic {topic} does not exist")
+            self._partitions[topic] = len(meta.partitions)
+        return self._partitions[topic]
+
+    # -- one round: consume, decide, commit ------------------------------------------------
+    def _round(self) -> bool:
+        messages = self._consumer.consume(num_messages=500, timeout=0.2)
+        out = Outbox()
+        for message in messages:
+            self._dispatch(message, out)
+        self._issue_tasks(out)
+        finished = self._emit_events(out)
+        if not messages and not out.records:
+            return False
+        if self._commit(out):
+            for state in finished:
+                self._write_output(state)
+        self._forget_finished()
+        return True
+
+    def _dispatch(self, message: Message, out: Outbox) -> None:
+        if message.error() is not None:
+            log.warning("consume error: %s", message.error())
+            return
+        try:
+            if message.topic() == self.topics["jobs"]:
+                self._on_job(self.codec.decode(message.value() or b"", expected="Job"),
+                             message.partition() or 0, out)
+            else:
+                self._on_result(self.codec.decode(message.value() or b"", expected="TaskResult"),
+                                out)
+        except SchemaError as exc:
+            out.dead_letter(self, message, f"undecodable record: {exc}")
+
+    def _on_job(self, job: dict[str, Any], partition: int, out: Outbox) -> None:
+        if job["job_id"] in self.jobs:
+            log.info("job %s seen again: ignored", job["job_id"])
+            return
+        state = JobState(job, partition)
+        self.jobs[state.job_id] = state
+        reason = self._validate(job)
+        if reason is None:
+            first = state.cursor().next_tasks(self.options.tasks_per_round)
+            if not first and state.cursor().finished:
+                reason = "empty input: the job names no items"
+        if reason is not None:
+            state.status = REJECTED
+            out.event(self, state, "REJECTED", reason=reason)
+            out.ledger(self, *self.ledger.job_entry(state), partition)
+            log.info("job %s rejected: %s", state.job_id, reason)
+            return
+        out.event(self, state, "ACCEPTED")
+        self._produce_tasks(state, first, out)
+        log.info("job %s accepted model=%s", state.job_id, job["model"])
+
+    def _validate(self, job: dict[str, Any]) -> str | None:
+        try:
+            get_model_spec(job["model"])
+            check_inputs(job)
+            self.partitions(self.config.task_topic(job["pool"]))
+        except (UnknownModelError, InputError) as exc:
+            return str(exc)
+        except KafkaSetupError as exc:
+            return f"unknown pool {job['pool']!r}: {exc}"
+        if not job["inputs"] and not job["inline_items"]:
+            return "empty input: the job names no items"
+        return None
+
+    def _issue_tasks(self, out: Outbox) -> None:
+        for state in self.jobs.values():
+            if state.status == ACTIVE and not state.expanded:
+                tasks = state.cursor().next_tasks(self.options.tasks_per_round)
+                self._produce_tasks(state, tasks, out)
+
+    def _produce_tasks(self, state: JobState, tasks: list[tuple[int, list[Any]]],
+                       out: Outbox) -> None:
+        topic = self.config.task_topic(state.job["pool"])
+        n = self.partitions(topic)
+        base = partition_for(state.job_id, n)
+        for task_id, items in tasks:
+            task = {
+                "job_id": state.job_id, "task_id": task_id, "attempt": 1,
+                "pool": state.job["pool"], "model": state.job["model"],
+                "top_k": state.job["top_k"], "items": [i.as_record() for i in items],
+                "issued_at": now_ms(), "deadline_ms": None,
+            }
+            out.add(topic, (base + task_id) % n, state.job_id.encode(),
+                    self.codec.encode("Task", task))
+            state.issued_tasks += 1
+            state.issued_items += len(items)
+        state.expanded = state.cursor().finished
+        state.changed = True
+        out.ledger(self, *self.ledger.job_entry(state), state.partition)
+
+    def _on_result(self, result: dict[str, Any], out: Outbox) -> None:
+        state = self.jobs.get(result["job_id"])
+        if state is None:
+            return  # a job of another replica's partition, or long finished
+        ok = sum(1 for item in result["items"] if item["status"] == "OK")
+        errors = len(result["items"]) - ok
+        if not state.record_result(result["task_id"], ok, errors):
+            log.info("duplicate result dropped job=%s task=%d attempt=%d worker=%s",
+                     state.job_id, result["task_id"], result["attempt"], result["worker"])
+            return
+        key, value = self.ledger.task_entry(state.job_id, result["task_id"], "DONE",
+                                            len(result["items"]), result["worker"],
+                                            result["attempt"])
+        out.ledger(self, key, value, state.partition)
+
+    def _emit_events(self, out: Outbox) -> list[JobState]:
+        finished = []
+        now = now_ms()
+        interval_ms = self.options.progress_interval_s * 1000
+        for state in self.jobs.values():
+            if state.complete:
+                state.status = COMPLETED
+                out.event(self, state, "COMPLETED")
+                out.ledger(self, *self.ledger.job_entry(state), state.partition)
+                finished.append(state)
+                log.info("job %s completed ok=%d error=%d", state.job_id, state.ok_items,
+                         state.error_items)
+            elif state.status == ACTIVE and state.changed and (
+                    now - state.last_event_ms >= interval_ms):
+                out.event(self, state, "PROGRESS")
+                out.ledger(self, *self.ledger.job_entry(state), state.partition)
+        return finished
+
+    def _commit(self, out: Outbox) -> bool:
+        """Write the round's records with the consumed offsets; on failure, rebuild state."""
+        try:
+            self._producer.begin_transaction()
+            for topic, partition, key, value in out.records:
+                self._producer.produce(topic, value, key, partition=partition)
+            positions = [tp for tp in self._consumer.position(self._consumer.assignment())
+                         if tp.offset >= 0]
+            self._producer.send_offsets_to_transaction(
+                positions, self._consumer.consumer_group_metadata(), 30)
+            self._producer.commit_transaction(60)
+            return True
+        except KafkaException as exc:
+            self._recover(exc)
+            return False
+
+    def _recover(self, exc: KafkaException) -> None:
+        error = exc.args[0]
+        log.warning("transaction failed (%s): rolling back to the last commit", error)
+        if error.fatal():
+            raise KafkaSetupError(f"controller producer failed fatally: {error}") from exc
+        if error.txn_requires_abort():
+            self._producer.abort_transaction(30)
+        self._reset(self._consumer.assignment())
+
+    def _reset(self, assignment: list[TopicPartition]) -> None:
+        """Forget in-memory state, rebuild it from the ledger, rewind to committed offsets."""
+        self.jobs.clear()
+        self._on_assign(self._consumer, assignment)
+        for tp in self._consumer.committed(assignment, timeout=30):
+            self._consumer.seek(TopicPartition(tp.topic, tp.partition,
+                                               tp.offset if tp.offset >= 0 else 0))
+
+    # -- rebalance --------------------------------------------------------------------------
+    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        owned = sorted({tp.partition for tp in partitions if tp.topic == self.topics["jobs"]})
+        records = read_ledger(self.config, self.topics["controller-ledger"], owned)
+        for job_id, state in self.ledger.rebuild(records).items():
+            if state.status in (ACTIVE,):
+                self.jobs[job_id] = state
+        log.info("owning job partitions=%s active jobs rebuilt=%d", owned, len(self.jobs))
+
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        lost = {tp.partition for tp in partitions if tp.topic == self.topics["jobs"]}
+        for job_id in [j for j, s in self.jobs.items() if s.partition in lost]:
+            del self.jobs[job_id]
+
+    def _forget_finished(self) -> None:
+        horizon = now_ms() - self.options.retain_finished_s * 1000
+        for job_id in [j for j, s in self.jobs.items()
+                       if s.status != ACTIVE and s.last_event_ms < horizon]:
+            del self.jobs[job_id]
+
+    def _write_output(self, state: JobState) -> None:
+        path = state.job.get("output_path")
+        if path:
+            threading.Thread(target=write_job_output, name=f"output-{state.job_id}",
+                             args=(self.config, state.job_id, path), daemon=True).start()

@@ -1,0 +1,33 @@
+"""Errors of the Kafka-facing processes."""
+
+from inferstream.errors import InferstreamError
+
+
+class KafkaSetupError(InferstreamError):
+    """The cluster cannot be reached or a topic cannot be created or described."""
+
+
+class JobRejectedError(InferstreamError):
+    """The controller rejected a job; `reason` says why."""
+
+    def __init__(self, job_id: str, reason: str) -> None:
+        super().__init__(f"job {job_id} rejected: {reason}")
+        self.job_id = job_id
+        self.reason = reason
+
+
+class JobFailedError(InferstreamError):
+    """A job failed after it was accepted; `reason` says why."""
+
+    def __init__(self, job_id: str, reason: str) -> None:
+        super().__init__(f"job {job_id} failed: {reason}")
+        self.job_id = job_id
+        self.reason = reason
+
+
+class JobTimeoutError(InferstreamError):
+    """Waiting for a job ran past its deadline."""
+
+
+class InlineTooLargeError(InferstreamError):
+    """An inline job does not fit in one Kafka message."""

@@ -1,0 +1,143 @@
+"""The controller's ledger: what each job has issued and which tasks are done.
+
+The ledger lives in memory as `JobState`s and in Kafka as `LedgerEntry` records on the
+compacted `controller-ledger` topic, in the same partition as the job. Entries are written
+in the controller's transactions together with the tasks, events and consumer offsets they
+describe, so replaying the partition rebuilds exactly the state those offsets belong to.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from inferstream.schemas import Codec
+from inferstream.streams.expansion import JobExpansion
+
+ACTIVE, COMPLETED, REJECTED = "ACTIVE", "COMPLETED", "REJECTED"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class JobState:
+    """One job owned by this controller."""
+
+    job: dict[str, Any]
+    partition: int
+    status: str = ACTIVE
+    accepted_at_ms: int = field(default_factory=now_ms)
+    issued_tasks: int = 0
+    issued_items: int = 0
+    expanded: bool = False
+    done: set[int] = field(default_factory=set)
+    ok_items: int = 0
+    error_items: int = 0
+    expansion: JobExpansion | None = None
+    last_event_ms: int = 0
+    changed: bool = True
+
+    @property
+    def job_id(self) -> str:
+        return str(self.job["job_id"])
+
+    @property
+    def done_items(self) -> int:
+        return self.ok_items + self.error_items
+
+    @property
+    def total_items(self) -> int | None:
+        return self.issued_items if self.expanded else None
+
+    @property
+    def complete(self) -> bool:
+        return self.status == ACTIVE and self.expanded and len(self.done) == self.issued_tasks
+
+    def rate_items_per_s(self) -> float:
+        elapsed = max(1e-3, (now_ms() - self.accepted_at_ms) / 1000)
+        return self.done_items / elapsed
+
+    def cursor(self) -> JobExpansion:
+        """The expansion cursor, resumed after the tasks already issued."""
+        if self.expansion is None:
+            self.expansion = JobExpansion(self.job, skip_tasks=self.issued_tasks)
+        return self.expansion
+
+    def record_result(self, task_id: int, ok: int, errors: int) -> bool:
+        """Count a task's first result; False for a task already done (a duplicate)."""
+        if task_id in self.done or task_id >= self.issued_tasks or self.status != ACTIVE:
+            return False
+        self.done.add(task_id)
+        self.ok_items += ok
+        self.error_items += errors
+        self.changed = True
+        return True
+
+
+class LedgerCodec:
+    """LedgerEntry records to and from JobState changes."""
+
+    def __init__(self, codec: Codec) -> None:
+        self.codec = codec
+
+    def job_entry(self, state: JobState) -> tuple[bytes, bytes]:
+        entry = _entry(state.job_id, -1, "JOB", state.status)
+        entry.update(
+            job=self.codec.encode("Job", state.job),
+            issued_tasks=state.issued_tasks, issued_items=state.issued_items,
+            expanded=state.expanded, done_tasks=len(state.done),
+            ok_items=state.ok_items, error_items=state.error_items,
+            accepted_at=state.accepted_at_ms,
+        )
+        return state.job_id.encode(), self.codec.encode("LedgerEntry", entry)
+
+    def task_entry(self, job_id: str, task_id: int, status: str, items: int,
+                   worker: str | None = None, attempt: int = 1) -> tuple[bytes, bytes]:
+        entry = _entry(job_id, task_id, "TASK", status)
+        entry.update(item_count=items, worker=worker, attempts=attempt)
+        return f"{job_id}/{task_id}".encode(), self.codec.encode("LedgerEntry", entry)
+
+    def rebuild(self, records: list[tuple[bytes, int]]) -> dict[str, JobState]:
+        """JobStates from replayed (value, partition) ledger records, in offset order.
+
+        Compaction keeps only a job's latest JOB entry, which may come after the DONE
+        entries of its early tasks, so done tasks are collected first and merged last.
+        """
+        states: dict[str, JobState] = {}
+        done: dict[str, set[int]] = {}
+        for value, partition in records:
+            entry = self.codec.decode(value, expected="LedgerEntry")
+            if entry["kind"] == "JOB":
+                self._apply_job(states, entry, partition)
+            elif entry["status"] == "DONE":
+                done.setdefault(entry["job_id"], set()).add(entry["task_id"])
+        for job_id, state in states.items():
+            state.done = done.get(job_id, set())
+        return states
+
+    def _apply_job(self, states: dict[str, JobState], entry: dict[str, Any],
+                   partition: int) -> None:
+        state = states.get(entry["job_id"])
+        if state is None:
+            job = self.codec.decode(entry["job"], expected="Job")
+            state = states[entry["job_id"]] = JobState(job, partition)
+        state.status = entry["status"]
+        state.accepted_at_ms = entry["accepted_at"]
+        state.issued_tasks = entry["issued_tasks"]
+        state.issued_items = entry["issued_items"]
+        state.expanded = entry["expanded"]
+        state.ok_items = entry["ok_items"]
+        state.error_items = entry["error_items"]
+        state.changed = False
+
+
+def _entry(job_id: str, task_id: int, kind: str, status: str) -> dict[str, Any]:
+    return {
+        "job_id": job_id, "task_id": task_id, "kind": kind, "status": status, "job": None,
+        "issued_tasks": 0, "issued_items": 0, "expanded": False, "done_tasks": 0,
+        "ok_items": 0, "error_items": 0, "attempts": 1, "worker": None, "item_count": 0,
+        "accepted_at": 0, "updated_at": now_ms(),
+    }

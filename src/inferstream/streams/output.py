@@ -1,0 +1,148 @@
+"""A job's output: one line per input item, read back from the results topic.
+
+The rule that makes the output exact: results are keyed by job id, so all of a job's results
+sit in one partition in a total order, and the first committed result of each task in that
+order is the task's outcome. The controller's ledger applies the same rule as it counts.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import secrets
+import time
+from collections.abc import Iterator
+from typing import IO, Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from inferstream.config import Config
+from inferstream.schemas import Codec, SchemaError
+from inferstream.streams.kafka import PARTITION_EOF, consumer_config, partition_for
+
+#: How far before the time in a job id its records may lie (clock skew between hosts).
+SKEW_MS = 5 * 60 * 1000
+CSV_FIELDS = ("job_id", "item", "status", "class_id", "label", "score", "error", "worker",
+              "attempt")
+
+
+def new_job_id() -> str:
+    """A job id that sorts by submission time and tells readers where to start looking."""
+    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(4)}"
+
+
+def job_time_ms(job_id: str) -> int | None:
+    """The submission time encoded in a job id from `new_job_id`, else None."""
+    try:
+        return int(time.mktime(time.strptime(job_id[:15], "%Y%m%d-%H%M%S")) * 1000) - (
+            time.timezone * 1000)
+    except ValueError:
+        return None
+
+
+def open_job_partition(config: Config, topic: str, job_id: str) -> Consumer:
+    """A consumer assigned to the partition of `job_id` in `topic`, from about its submission."""
+    consumer = Consumer(consumer_config(config, None, **{"enable.partition.eof": True}))
+    partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+    tp = TopicPartition(topic, partition_for(job_id, len(partitions)), OFFSET_BEGINNING)
+    since = job_time_ms(job_id)
+    if since is not None:
+        found = consumer.offsets_for_times(
+            [TopicPartition(tp.topic, tp.partition, since - SKEW_MS)], timeout=30)[0]
+        if found.offset >= 0:
+            tp = found
+        elif found.offset == -1:  # nothing that new: start at the end
+            _, high = consumer.get_watermark_offsets(tp, timeout=30)
+            tp = TopicPartition(tp.topic, tp.partition, high)
+    consumer.assign([tp])
+    return consumer
+
+
+def iter_partition(consumer: Consumer, follow: bool = False,
+                   timeout_s: float | None = None) -> Iterator[bytes]:
+    """Values from an assigned consumer; stops at the end unless `follow`."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while deadline is None or time.monotonic() < deadline:
+        message = consumer.poll(0.2)
+        if message is None:
+            continue
+        error = message.error()
+        if error is not None:
+            if error.code() == PARTITION_EOF:
+                if not follow:
+                    return
+                continue
+            raise RuntimeError(f"read failed: {error}")
+        value = message.value()
+        if value is not None:
+            yield value
+
+
+def job_results(config: Config, job_id: str, total_tasks: int | None,
+                codec: Codec | None = None) -> list[dict[str, Any]]:
+    """The first committed TaskResult of each task of `job_id`, in task order.
+
+    With `total_tasks` known it reads until it has them all; otherwise up to the end.
+    """
+    codec = codec or Codec(config.schema_registry_url)
+    consumer = open_job_partition(config, config.topic("results"), job_id)
+    first: dict[int, dict[str, Any]] = {}
+    try:
+        for value in iter_partition(consumer, follow=total_tasks is not None, timeout_s=600):
+            try:
+                result = codec.decode(value, expected="TaskResult")
+            except SchemaError:
+                continue  # a dead letter for the controller; not part of any output
+            if result["job_id"] == job_id:
+                first.setdefault(result["task_id"], result)
+            if total_tasks is not None and len(first) >= total_tasks:
+                break
+    finally:
+        consumer.close()
+    return [first[k] for k in sorted(first)]
+
+
+def output_lines(results: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """One output line per item, in item order."""
+    for result in results:
+        for item in sorted(result["items"], key=lambda i: i["index"]):
+            yield {
+                "job_id": result["job_id"], "item": item["name"],
+                "status": item["status"].lower(), "top_k": item["top_k"],
+                "error": item["error"], "worker": result["worker"],
+                "attempt": result["attempt"],
+            }
+
+
+def write_lines(lines: Iterator[dict[str, Any]], stream: IO[str], fmt: str = "jsonl") -> int:
+    """Write lines as JSON lines or CSV (top-1 columns); returns how many were written."""
+    count = 0
+    if fmt == "csv":
+        writer = csv.DictWriter(stream, CSV_FIELDS)
+        writer.writeheader()
+        for line in lines:
+            top = line["top_k"][0] if line["top_k"] else {}
+            writer.writerow({**{k: line[k] for k in CSV_FIELDS if k in line},
+                             "class_id": top.get("class_id"), "label": top.get("label"),
+                             "score": top.get("score")})
+            count += 1
+        return count
+    for line in lines:
+        stream.write(json.dumps(line, ensure_ascii=False) + "\n")
+        count += 1
+    return count
+
+
+def write_job_output(config: Config, job_id: str, path: str, total_tasks: int | None = None,
+                     fmt: str = "jsonl") -> int:
+    """Write the job's output to `path` atomically (a temporary file renamed into place)."""
+    results = job_results(config, job_id, total_tasks)
+    buffer = io.StringIO()
+    count = write_lines(output_lines(results), buffer, fmt)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(buffer.getvalue())
+    os.replace(tmp, path)
+    return count

@@ -1,0 +1,183 @@
+"""Every Kafka topic of DESIGN.md, created idempotently and checked against what exists."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource
+from confluent_kafka.cimpl import NewTopic
+
+from inferstream.config import Config
+from inferstream.streams.errors import KafkaSetupError
+
+log = logging.getLogger(__name__)
+
+#: Inline images travel inside job and task records; the broker default (1 MiB) is too small.
+LARGE_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """What a topic must look like: partitions, replication and the configs we depend on."""
+
+    name: str
+    partitions: int
+    compacted: bool = False
+    configs: dict[str, str] = field(default_factory=dict)
+
+    def all_configs(self) -> dict[str, str]:
+        configs = {"cleanup.policy": "compact" if self.compacted else "delete"}
+        configs.update(self.configs)
+        return configs
+
+
+def topic_specs(config: Config, pools: tuple[str, ...] | None = None) -> list[TopicSpec]:
+    """The topics of an installation with the given pools (default: the config's pool)."""
+    n = config.partitions
+    large = {"max.message.bytes": str(LARGE_MESSAGE_BYTES)}
+    specs = [
+        TopicSpec(config.topic("jobs"), n, configs=large),
+        TopicSpec(config.topic("results"), n, configs=large),
+        TopicSpec(config.topic("job-events"), n),
+        TopicSpec(config.topic("sysinfo"), n),
+        TopicSpec(config.topic("policy"), 1, compacted=True),
+        TopicSpec(config.topic("dlq"), n, configs=large),
+        # The controller's ledger changelog: one record per task state, latest wins.
+        TopicSpec(config.topic("controller-ledger"), n, compacted=True),
+    ]
+    for pool in pools or (config.pool,):
+        specs.append(TopicSpec(config.task_topic(pool), n, configs=large))
+    return specs
+
+
+def admin_client(config: Config) -> AdminClient:
+    return AdminClient(config.confluent_config())
+
+
+@dataclass
+class TopicReport:
+    """Outcome of `ensure_topics`: what was created, what already fit, what does not."""
+
+    created: list[str] = field(default_factory=list)
+    existing: list[str] = field(default_factory=list)
+    mismatched: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatched
+
+
+def ensure_topics(
+    config: Config, pools: tuple[str, ...] | None = None, timeout_s: float = 30.0
+) -> TopicReport:
+    """Create the missing topics; report existing ones whose settings differ from the spec."""
+    admin = admin_client(config)
+    specs = topic_specs(config, pools)
+    existing = _list_topics(admin, timeout_s)
+    report = TopicReport()
+    missing = [s for s in specs if s.name not in existing]
+    if missing:
+        _create(admin, missing, config.replication_factor, timeout_s, report)
+    present = [s for s in specs if s.name in existing]
+    report.existing.extend(s.name for s in present)
+    report.mismatched.update(describe_mismatches(admin, present, config, timeout_s))
+    return report
+
+
+def _list_topics(admin: AdminClient, timeout_s: float) -> set[str]:
+    try:
+        return set(admin.list_topics(timeout=timeout_s).topics)
+    except KafkaException as exc:
+        raise KafkaSetupError(f"cannot list topics: {exc.args[0]}") from exc
+
+
+def _create(
+    admin: AdminClient,
+    specs: list[TopicSpec],
+    replication_factor: int | None,
+    timeout_s: float,
+    report: TopicReport,
+) -> None:
+    new = [
+        NewTopic(
+            s.name,
+            num_partitions=s.partitions,
+            replication_factor=replication_factor or -1,
+            config=s.all_configs(),
+        )
+        for s in specs
+    ]
+    for name, future in admin.create_topics(new, request_timeout=timeout_s).items():
+        try:
+            future.result()
+            report.created.append(name)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.name() == "TOPIC_ALREADY_EXISTS":  # a concurrent creator won the race
+                report.existing.append(name)
+                continue
+            raise KafkaSetupError(f"cannot create topic {name}: {error.str()}") from exc
+
+
+def describe_mismatches(
+    admin: AdminClient, specs: list[TopicSpec], config: Config, timeout_s: float = 30.0
+) -> dict[str, list[str]]:
+    """For each existing topic, the human-readable differences from its spec."""
+    if not specs:
+        return {}
+    metadata = admin.list_topics(timeout=timeout_s).topics
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, s.name) for s in specs]
+    described = admin.describe_configs(resources, request_timeout=timeout_s)
+    actual = {res.name: future.result() for res, future in described.items()}
+    problems: dict[str, list[str]] = {}
+    for spec in specs:
+        found = _differences(spec, metadata[spec.name], actual[spec.name], config)
+        if found:
+            problems[spec.name] = found
+    return problems
+
+
+def _differences(spec: TopicSpec, meta: object, configs: dict[str, object], config: Config
+                 ) -> list[str]:
+    partitions = getattr(meta, "partitions", {})
+    found = []
+    if len(partitions) < spec.partitions:
+        found.append(f"partitions {len(partitions)} < expected {spec.partitions}")
+    if config.replication_factor and partitions:
+        replicas = len(next(iter(partitions.values())).replicas)
+        if replicas != config.replication_factor:
+            found.append(f"replication factor {replicas} != expected {config.replication_factor}")
+    for key, want in spec.all_configs().items():
+        entry = configs.get(key)
+        have = getattr(entry, "value", None)
+        if have != want:
+            found.append(f"{key}={have} (expected {want})")
+    return found
+
+
+def describe_topics(
+    config: Config, pools: tuple[str, ...] | None = None
+) -> list[dict[str, object]]:
+    """One row per expected topic: partitions, replication, cleanup policy, problems."""
+    admin = admin_client(config)
+    specs = topic_specs(config, pools)
+    existing = admin.list_topics(timeout=30).topics
+    present = [s for s in specs if s.name in existing]
+    problems = describe_mismatches(admin, present, config)
+    rows: list[dict[str, object]] = []
+    for spec in specs:
+        meta = existing.get(spec.name)
+        if meta is None:
+            rows.append({"topic": spec.name, "exists": False, "problems": ["missing"]})
+            continue
+        parts = meta.partitions
+        replicas = len(next(iter(parts.values())).replicas) if parts else 0
+        rows.append({
+            "topic": spec.name, "exists": True, "partitions": len(parts),
+            "replication": replicas, "compacted": spec.compacted,
+            "problems": problems.get(spec.name, []),
+        })
+    return rows

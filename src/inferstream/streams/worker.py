@@ -1,0 +1,286 @@
+"""The worker: a member of its pool's consumer group that turns tasks into task results.
+
+One task record goes: task topic -> `Worker._accept` -> `BatchingPipeline` (decode, batch,
+infer) -> `PartitionCommitter` (result and offset in one transaction) -> results topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+
+from inferstream.config import Config
+from inferstream.schemas import Codec, SchemaError
+from inferstream.streams.batching import BatchingOptions, BatchingPipeline, Model, TaskRun
+from inferstream.streams.commits import (
+    Outgoing,
+    PartitionCommitter,
+    PartitionLostError,
+    PendingTask,
+)
+from inferstream.streams.errors import KafkaSetupError
+from inferstream.streams.hooks import WorkerHooks
+from inferstream.streams.kafka import aiokafka_kwargs, partition_for
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    model_name: str
+    batching: BatchingOptions = field(default_factory=BatchingOptions)
+    worker_id: str = ""
+    #: exit after this many seconds with nothing to do (bounded mode for tests); None: never
+    idle_exit_s: float | None = None
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 1_000
+    max_poll_interval_ms: int = 300_000
+    instance_id: str | None = None
+    #: how long a revoked partition may take to finish and commit its in-flight tasks
+    revoke_grace_s: float = 10.0
+
+    @property
+    def max_in_flight_items(self) -> int:
+        return 4 * self.batching.max_batch + 64
+
+
+def worker_group(config: Config) -> str:
+    return f"{config.topic_prefix}{config.pool}.workers"
+
+
+def default_worker_id() -> str:
+    import os
+
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class Worker:
+    """Consumes the pool's task topic, runs the data path, commits results exactly once."""
+
+    def __init__(self, config: Config, options: WorkerOptions, model: Model,
+                 hooks: WorkerHooks | None = None, codec: Codec | None = None) -> None:
+        self.config = config
+        self.options = options
+        self.worker_id = options.worker_id or default_worker_id()
+        self.hooks = hooks or WorkerHooks()
+        self.codec = codec or Codec(config.schema_registry_url)
+        self.pipeline = BatchingPipeline(model, options.batching, self.hooks)
+        self.group_id = worker_group(config)
+        self.committers: dict[TopicPartition, PartitionCommitter] = {}
+        self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._consumer: AIOKafkaConsumer | None = None
+        self._results_partitions = 1
+        self._dlq_partitions = 1
+        self._commit_tasks: set[asyncio.Task[None]] = set()
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """Finish what is in flight, commit it, leave the group (SIGTERM does this)."""
+        self._stopping.set()
+        self._wake.set()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+        self._consumer = self._new_consumer()
+        await self._consumer.start()
+        self._results_partitions = await self._partition_count(self.config.topic("results"))
+        self._dlq_partitions = await self._partition_count(self.config.topic("dlq"))
+        batch_loop = asyncio.create_task(self.pipeline.run_forever(), name="batch-loop")
+        try:
+            await self._consume_loop()
+            await self._drain()
+        finally:
+            batch_loop.cancel()
+            await self._shutdown()
+
+    def _new_consumer(self) -> AIOKafkaConsumer:
+        opts = self.options
+        consumer = AIOKafkaConsumer(**aiokafka_kwargs(
+            self.config, AIOKafkaConsumer,
+            group_id=self.group_id,
+            client_id=self.worker_id,
+            group_instance_id=opts.instance_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            session_timeout_ms=opts.session_timeout_ms,
+            heartbeat_interval_ms=opts.heartbeat_interval_ms,
+            max_poll_interval_ms=opts.max_poll_interval_ms,
+            max_partition_fetch_bytes=16 * 1024 * 1024,
+        ))
+        consumer.subscribe([self.config.task_topic()], listener=_Rebalance(self))
+        return consumer
+
+    async def _partition_count(self, topic: str) -> int:
+        """Partitions of `topic`, asked through a short-lived plain producer (public API)."""
+        probe = AIOKafkaProducer(**aiokafka_kwargs(self.config, AIOKafkaProducer))
+        await probe.start()
+        try:
+            partitions = await asyncio.wait_for(probe.partitions_for(topic), 30)
+        except TimeoutError as exc:
+            raise KafkaSetupError(
+                f"topic {topic} not found; run `inferstream topics create`"
+            ) from exc
+        finally:
+            await probe.stop()
+        return len(partitions)
+
+    # -- the consume loop -------------------------------------------------------------------
+    async def _consume_loop(self) -> None:
+        assert self._consumer is not None  # noqa: S101
+        idle_since = time.monotonic()
+        while not self._stopping.is_set():
+            room = self.options.max_in_flight_items - self.pipeline.items_in_flight
+            if room <= 0:
+                self._wake.clear()
+                await _wait(self._wake, 0.2)
+                continue
+            batches = await self._consumer.getmany(timeout_ms=200, max_records=max(1, room // 8))
+            for tp, records in batches.items():
+                for record in records:
+                    self._accept(tp, record.offset, record.value)
+            if batches or self._busy():
+                idle_since = time.monotonic()
+            elif self._idle_for(idle_since):
+                log.info("idle for %.1fs: exiting (bounded mode)", self.options.idle_exit_s)
+                return
+
+    def _busy(self) -> bool:
+        return self.pipeline.items_in_flight > 0 or any(
+            c.in_flight for c in self.committers.values()
+        )
+
+    def _idle_for(self, since: float) -> bool:
+        limit = self.options.idle_exit_s
+        return limit is not None and time.monotonic() - since >= limit
+
+    def _accept(self, tp: TopicPartition, offset: int, value: bytes | None) -> None:
+        """Hand one task record to the data path, or to the dead-letter topic if unreadable."""
+        committer = self.committers.get(tp)
+        if committer is None or committer.lost:
+            return  # revoked while the fetch was in flight: the new owner reads it again
+        try:
+            task = self.codec.decode(value or b"", expected="Task")
+        except SchemaError as exc:
+            self.hooks.after_dead_letter(str(exc))
+            dead = self._dead_letter(tp, offset, value, f"undecodable task record: {exc}")
+            committer.append(PendingTask(offset, None, [dead]))
+            self._schedule_commit(committer)
+            return
+        run = TaskRun(task, on_done=lambda _run: self._schedule_commit(committer))
+        committer.append(PendingTask(offset, run, []))
+        self.pipeline.submit(run)
+
+    def _dead_letter(self, tp: TopicPartition, offset: int, value: bytes | None,
+                     reason: str) -> Outgoing:
+        record = {
+            "origin_topic": tp.topic, "origin_partition": tp.partition, "origin_offset": offset,
+            "reason": reason, "key": None, "value": value or b"",
+            "timestamp": int(time.time() * 1000), "consumer": self.worker_id,
+        }
+        partition = tp.partition % self._dlq_partitions
+        return self.config.topic("dlq"), partition, b"", self.codec.encode("DeadLetter", record)
+
+    # -- results ----------------------------------------------------------------------------
+    def _render(self, pending: PendingTask) -> list[Outgoing]:
+        if pending.run is None:
+            return pending.outgoing
+        run = pending.run
+        task = run.task
+        result = {
+            "job_id": task["job_id"], "task_id": task["task_id"], "attempt": task["attempt"],
+            "worker": self.worker_id, "model": self.options.model_name,
+            "items": run.outcomes,
+            "started_at": int(run.started_at * 1000), "finished_at": int(run.finished_at * 1000),
+            "decode_seconds": run.decode_seconds, "inference_seconds": run.inference_seconds,
+        }
+        partition = partition_for(task["job_id"], self._results_partitions)
+        value = self.codec.encode("TaskResult", result)
+        return [(self.config.topic("results"), partition, task["job_id"].encode(), value)]
+
+    def _schedule_commit(self, committer: PartitionCommitter) -> None:
+        task = asyncio.get_running_loop().create_task(self._commit(committer))
+        self._commit_tasks.add(task)
+        task.add_done_callback(self._commit_tasks.discard)
+
+    async def _commit(self, committer: PartitionCommitter) -> None:
+        try:
+            committed = await committer.commit_ready()
+        except PartitionLostError as exc:
+            log.warning("partition lost, its uncommitted tasks go to the new owner: %s", exc)
+            return
+        for pending in committed:
+            if pending.run is not None:
+                ok = sum(1 for o in pending.run.outcomes if o and o["status"] == "OK")
+                self.hooks.after_task(ok, len(pending.run.outcomes) - ok)
+        self._wake.set()
+
+    # -- rebalance --------------------------------------------------------------------------
+    async def acquire(self, partitions: set[TopicPartition]) -> None:
+        """Own new partitions: fence their previous owner, then read from the committed offset."""
+        assert self._consumer is not None  # noqa: S101
+        for tp in sorted(partitions):
+            if tp in self.committers:
+                continue
+            committer = PartitionCommitter(self.config, tp, self.group_id, self._render)
+            await committer.start()
+            self.committers[tp] = committer
+            # Offsets read after init_transactions see what the fenced owner committed last.
+            committed = await self._consumer.committed(tp)
+            if committed is not None:
+                self._consumer.seek(tp, committed)
+        self.hooks.on_assignment(len(self.committers))
+        log.info("assigned partitions=%s", sorted(tp.partition for tp in self.committers))
+
+    async def release(self, partitions: set[TopicPartition], grace_s: float) -> None:
+        """Give up partitions: let in-flight tasks finish and commit for up to `grace_s`."""
+        owned = [self.committers[tp] for tp in partitions if tp in self.committers]
+        deadline = time.monotonic() + grace_s
+        while any(c.in_flight and not c.lost for c in owned) and time.monotonic() < deadline:
+            for committer in owned:
+                await self._commit(committer)
+            await asyncio.sleep(0.02)
+        for committer in owned:
+            await committer.close()
+            del self.committers[committer.tp]
+        self.hooks.on_assignment(len(self.committers))
+
+    async def _drain(self) -> None:
+        """Graceful stop: finish every in-flight task and commit it."""
+        await self.release(set(self.committers), grace_s=self.options.max_poll_interval_ms / 1000)
+
+    async def _shutdown(self) -> None:
+        for committer in list(self.committers.values()):
+            await committer.close()
+        self.committers.clear()
+        if self._consumer is not None:
+            await self._consumer.stop()  # leaves the group
+        self.pipeline.close()
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        await self.worker.release(set(revoked), self.worker.options.revoke_grace_s)
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        await self.worker.acquire(set(assigned))
+
+
+async def _wait(event: asyncio.Event, timeout_s: float) -> None:
+    try:
+        await asyncio.wait_for(event.wait(), timeout_s)
+    except TimeoutError:
+        pass
