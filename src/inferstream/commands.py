@@ -55,6 +55,25 @@ def _topics(args: argparse.Namespace, config: Config) -> int:
 
 
 # -- worker, controller -----------------------------------------------------------------------
+def resolve_device(spec: str) -> str:
+    """`auto` is the first GPU when torch sees one, else the CPU; anything else is checked."""
+    import torch
+
+    from inferstream.errors import ConfigError
+
+    if spec == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(spec)
+    except RuntimeError as exc:
+        raise ConfigError(f"--device {spec!r} is not auto, cpu, cuda or cuda:N") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {spec}: torch sees no CUDA device on this machine")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise ConfigError(f"--device {spec}: only {torch.cuda.device_count()} CUDA devices")
+    return str(device)
+
+
 def _worker_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="registry name, e.g. efficientnet_lite0")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
@@ -80,7 +99,7 @@ def _worker(args: argparse.Namespace, config: Config) -> int:
     from inferstream.streams.batching import BatchingOptions
     from inferstream.streams.worker import Worker, WorkerOptions
 
-    model = load_model(args.model, device=args.device, weights=args.weights,
+    model = load_model(args.model, device=resolve_device(args.device), weights=args.weights,
                        random_weights=args.random_weights)
     metrics = WorkerMetrics(CollectorRegistry(), args.model)
     if args.metrics_port:

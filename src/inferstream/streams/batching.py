@@ -15,24 +15,16 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
-from inferstream.models import ItemError, fetch_item
+from inferstream.models import ItemError, LoadedModel, collate
 from inferstream.streams.hooks import WorkerHooks
 
 log = logging.getLogger(__name__)
 
 Prediction = tuple[int, str, float]
-
-
-class Model(Protocol):
-    """What the data path needs of a loaded model (see `inferstream.models`)."""
-
-    def preprocess(self, data: bytes) -> torch.Tensor: ...
-
-    def predict(self, batch: torch.Tensor, top_k: int) -> list[list[Prediction]]: ...
 
 
 @dataclass
@@ -86,7 +78,7 @@ class BatchingOptions:
 class BatchingPipeline:
     """Decode -> batch -> infer for the items of many tasks; calls `TaskRun.on_done`."""
 
-    def __init__(self, model: Model, options: BatchingOptions, hooks: WorkerHooks) -> None:
+    def __init__(self, model: LoadedModel, options: BatchingOptions, hooks: WorkerHooks) -> None:
         self.model = model
         self.options = options
         self.hooks = hooks
@@ -111,7 +103,7 @@ class BatchingPipeline:
         """Fetch and preprocess one item; a bad item becomes its error reason (a str)."""
         started = time.perf_counter()
         try:
-            data = fetch_item(
+            data = self.model.fetch(
                 item["name"], item.get("data"),
                 http_timeout_s=self.options.http_timeout_s, max_bytes=self.options.max_item_bytes,
             )
@@ -179,7 +171,7 @@ class BatchingPipeline:
             self._finish(slot, _ok(slot, preds[: slot.run.task["top_k"]]))
 
     def _forward(self, tensors: list[torch.Tensor], top_k: int) -> list[list[Prediction]]:
-        return self.model.predict(torch.stack(tensors), top_k)
+        return self.model.predict(collate(tensors, self.model.device), top_k)
 
     def _finish(self, slot: _Slot, outcome: dict[str, Any]) -> None:
         self.items_in_flight -= 1

@@ -17,8 +17,9 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
 from inferstream.config import Config
+from inferstream.models import LoadedModel
 from inferstream.schemas import Codec, SchemaError
-from inferstream.streams.batching import BatchingOptions, BatchingPipeline, Model, TaskRun
+from inferstream.streams.batching import BatchingOptions, BatchingPipeline, TaskRun
 from inferstream.streams.commits import (
     Outgoing,
     PartitionCommitter,
@@ -64,7 +65,7 @@ def default_worker_id() -> str:
 class Worker:
     """Consumes the pool's task topic, runs the data path, commits results exactly once."""
 
-    def __init__(self, config: Config, options: WorkerOptions, model: Model,
+    def __init__(self, config: Config, options: WorkerOptions, model: LoadedModel,
                  hooks: WorkerHooks | None = None, codec: Codec | None = None) -> None:
         self.config = config
         self.options = options

@@ -1,0 +1,85 @@
+"""The interface the worker drives, whatever the model: fetch, preprocess, predict."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+
+import torch
+
+from inferstream.models.items import DEFAULT_MAX_BYTES, fetch_item
+
+Prediction = list[tuple[int, str, float]]
+"""Top-k (class id, label, probability) of one item, most probable first."""
+
+
+class LoadedModel(ABC):
+    """A model ready to serve: its `preprocess` runs on a thread pool, `predict` on batches.
+
+    `name` is the registry name, `labels[class_id]` the class names.
+    """
+
+    name: str
+    device: torch.device
+    labels: tuple[str, ...]
+
+    def fetch(
+        self,
+        name: str,
+        data: bytes | None = None,
+        *,
+        http_timeout_s: float = 10.0,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> bytes:
+        """The item's bytes (see `fetch_item`); ItemError with a reason when unreachable."""
+        return fetch_item(name, data, http_timeout_s=http_timeout_s, max_bytes=max_bytes)
+
+    @abstractmethod
+    def preprocess(self, data: bytes) -> torch.Tensor:
+        """One item's bytes to a CPU tensor; thread-safe; ItemError for a bad item."""
+
+    @abstractmethod
+    def predict(self, batch: torch.Tensor, top_k: int) -> list[Prediction]:
+        """Top-k predictions for each row of a collated batch."""
+
+
+def check_top_k(top_k: int, num_classes: int) -> int:
+    """`top_k` capped at the number of classes; ValueError below 1."""
+    if top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    return min(top_k, num_classes)
+
+
+class TorchModel(LoadedModel):
+    """An image classifier (an nn.Module in eval mode) with its preprocessing."""
+
+    def __init__(
+        self,
+        name: str,
+        module: torch.nn.Module,
+        preprocessor: Callable[[bytes], torch.Tensor],
+        device: torch.device,
+        labels: tuple[str, ...],
+    ):
+        self.name = name
+        self.module = module.eval().to(device)
+        self.preprocessor = preprocessor
+        self.device = device
+        self.labels = labels
+
+    def preprocess(self, data: bytes) -> torch.Tensor:
+        return self.preprocessor(data)
+
+    def predict(self, batch: torch.Tensor, top_k: int) -> list[Prediction]:
+        """Run the batch on the device under inference_mode; softmax; top-k."""
+        k = check_top_k(top_k, len(self.labels))
+        with torch.inference_mode():
+            # Only a pinned source makes a non-blocking copy safe and asynchronous.
+            inputs = batch.to(self.device, non_blocking=batch.is_pinned())
+            logits = self.module(inputs)
+            scores, ids = torch.softmax(logits.float(), dim=1).topk(k, dim=1)
+            score_rows, id_rows = scores.cpu().tolist(), ids.cpu().tolist()
+        return [
+            [(c, self.labels[c], s) for c, s in zip(id_row, score_row, strict=True)]
+            for id_row, score_row in zip(id_rows, score_rows, strict=True)
+        ]

@@ -1,0 +1,126 @@
+"""A real Apache Kafka for the integration tests, and factories for inferstream processes.
+
+The session's broker is started through `ops/kafka/cluster` on a free port base in a
+temporary directory. Every test gets its own topic prefix (and so its own group ids). Where
+the broker cannot start, the tests fail in CI (CI=true) and are skipped locally with the
+reason.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from inferstream.config import Config
+from inferstream.streams.topics import ensure_topics
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER = REPO / "ops" / "kafka" / "cluster"
+INFERSTREAM = [sys.executable, "-m", "inferstream"]
+
+
+def start_cluster(directory: Path, brokers: int = 1) -> str:
+    """Start a cluster in `directory`; returns its bootstrap servers or fails/skips."""
+    proc = subprocess.run(
+        [sys.executable, str(CLUSTER), "start", "--brokers", str(brokers), "--dir",
+         str(directory), "--port", "auto"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    if proc.returncode != 0:
+        reason = f"cannot start Kafka: {proc.stderr.strip()[-2000:]}"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def cluster_cmd(directory: Path, *args: str, timeout: float = 300) -> str:
+    proc = subprocess.run(
+        [sys.executable, str(CLUSTER), *args, "--dir", str(directory)],
+        capture_output=True, text=True, timeout=timeout, check=True,
+    )
+    return proc.stdout
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Bootstrap servers of the session's one-broker cluster."""
+    directory = tmp_path_factory.mktemp("kafka")
+    servers = start_cluster(directory)
+    yield servers
+    subprocess.run([sys.executable, str(CLUSTER), "clean", "--dir", str(directory)],
+                   capture_output=True, timeout=120, check=False)
+
+
+@pytest.fixture
+def config(kafka: str) -> Config:
+    """A Config with a topic prefix of its own; the topics exist."""
+    prefix = f"t{uuid.uuid4().hex[:10]}."
+    cfg = Config(bootstrap_servers=kafka, topic_prefix=prefix, partitions=4)
+    report = ensure_topics(cfg)
+    assert report.ok, report.mismatched
+    return cfg
+
+
+def config_env(cfg: Config) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "INFERSTREAM_BOOTSTRAP_SERVERS": cfg.bootstrap_servers,
+        "INFERSTREAM_TOPIC_PREFIX": cfg.topic_prefix,
+        "INFERSTREAM_PARTITIONS": str(cfg.partitions),
+        "PYTHONUNBUFFERED": "1",
+    })
+    return env
+
+
+class Processes:
+    """Starts inferstream processes for one test and stops whatever is left at teardown."""
+
+    def __init__(self, cfg: Config, logdir: Path) -> None:
+        self.cfg = cfg
+        self.logdir = logdir
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        with open(self.logdir / f"{name}.log", "wb") as log:  # the child keeps its own copy
+            proc = subprocess.Popen([*INFERSTREAM, *args], stdout=log, stderr=subprocess.STDOUT,
+                                    env=config_env(self.cfg), cwd=self.logdir)
+        self.started.append(proc)
+        return proc
+
+    def controller(self, *args: str) -> subprocess.Popen[bytes]:
+        return self.start(f"controller-{len(self.started)}", "controller", *args)
+
+    def worker(self, model: str, *args: str, name: str | None = None) -> subprocess.Popen[bytes]:
+        name = name or f"worker-{len(self.started)}"
+        return self.start(name, "worker", "--model", model, "--worker-id", name,
+                          "--decode-threads", "2", *args)
+
+    def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """Run a client command to completion."""
+        return subprocess.run([*INFERSTREAM, *args], capture_output=True, text=True,
+                              env=config_env(self.cfg), timeout=timeout, check=False)
+
+    def log(self, name: str) -> str:
+        return (self.logdir / f"{name}.log").read_text(errors="replace")
+
+    def stop_all(self) -> None:
+        for proc in self.started:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+        for proc in self.started:
+            proc.wait(timeout=30)
+
+
+@pytest.fixture
+def procs(config: Config, tmp_path: Path) -> Iterator[Processes]:
+    processes = Processes(config, tmp_path)
+    yield processes
+    processes.stop_all()

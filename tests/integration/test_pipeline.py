@@ -1,0 +1,136 @@
+"""The job pipeline end to end on a real broker: submit -> tasks -> workers -> output."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from inferstream.config import Config
+from inferstream.streams.client import Client
+from tests.integration.conftest import Processes
+
+pytestmark = pytest.mark.integration
+
+PHOTOS = ("chelsea", "coffee", "rocket", "camera")
+
+
+def write_photos(directory: Path) -> dict[str, Path]:
+    """scikit-image's bundled photos as JPEG files, plus three bad items."""
+    from skimage import data
+
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for name in PHOTOS:
+        pixels = np.asarray(getattr(data, name)())
+        paths[name] = directory / f"{name}.jpg"
+        Image.fromarray(pixels).save(paths[name], quality=92)
+    good = paths["coffee"].read_bytes()
+    paths["corrupt"] = directory / "corrupt.jpg"
+    paths["corrupt"].write_bytes(good[:200] + bytes(range(256)) * 40)
+    paths["empty"] = directory / "empty.jpg"
+    paths["empty"].write_bytes(b"")
+    paths["missing"] = directory / "no-such-photo.jpg"
+    return paths
+
+
+def read_lines(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.timeout(600)
+def test_real_photos_get_real_labels_and_bad_items_get_errors(
+    procs: Processes, tmp_path: Path
+) -> None:
+    paths = write_photos(tmp_path / "photos")
+    procs.controller()
+    procs.worker("efficientnet_lite0", "--max-batch", "4")
+    procs.worker("efficientnet_lite0", "--max-batch", "4")
+    output = tmp_path / "out.jsonl"
+    inputs = [str(p) for p in paths.values()]
+    done = procs.run("submit", "--model", "efficientnet_lite0", "--input", *inputs,
+                     "--chunk-size", "2", "--wait", "--output", str(output), "--timeout", "400",
+                     timeout=500)
+    assert done.returncode == 0, done.stderr
+    lines = read_lines(output)
+    by_item = {line["item"]: line for line in lines}
+    assert len(lines) == len(paths) == len(by_item)
+    top1 = {name: by_item[str(paths[name])]["top_k"][0]["class_id"] for name in PHOTOS}
+    assert top1["chelsea"] in (281, 282, 285), top1
+    assert top1["coffee"] == 967, top1
+    assert top1["rocket"] in (657, 744), top1
+    assert top1["camera"] == 872, top1
+    for bad in ("corrupt", "empty", "missing"):
+        line = by_item[str(paths[bad])]
+        assert line["status"] == "error" and line["error"], line
+        assert line["top_k"] == []
+
+
+def _job_lines(config: Config, job_id: str) -> list[dict[str, object]]:
+    return list(Client(config).job(job_id).results())
+
+
+@pytest.mark.timeout(600)
+def test_two_thousand_items_each_exactly_once(
+    procs: Processes, config: Config, tmp_path: Path
+) -> None:
+    listing = tmp_path / "items.txt"
+    names = [f"item-{i:05d}" for i in range(2000)]
+    listing.write_text("\n".join(names) + "\n")
+    procs.controller()
+    procs.worker("sim:ms=2")
+    procs.worker("sim:ms=2")
+    job = Client(config).submit("sim:ms=2", [f"@{listing}"], chunk_size=16)
+    status = job.wait(timeout_s=300)
+    assert status.total_items == 2000 and status.ok_items == 2000
+    lines = _job_lines(config, job.job_id)
+    assert sorted(line["item"] for line in lines) == names  # each exactly once
+    assert {line["worker"] for line in lines} == {"worker-1", "worker-2"}
+
+
+@pytest.mark.timeout(600)
+def test_sigterm_worker_exits_zero_and_job_completes_on_the_other(
+    procs: Processes, config: Config, tmp_path: Path
+) -> None:
+    listing = tmp_path / "items.txt"
+    names = [f"item-{i:05d}" for i in range(3000)]
+    listing.write_text("\n".join(names) + "\n")
+    procs.controller()
+    leaving = procs.worker("sim:ms=5", name="leaving")
+    procs.worker("sim:ms=5", name="staying")
+    job = Client(config).submit("sim:ms=5", [f"@{listing}"], chunk_size=20)
+    for status in job.events():
+        if status.done_items >= 300:
+            break
+    leaving.send_signal(signal.SIGTERM)
+    assert leaving.wait(timeout=120) == 0, procs.log("leaving")
+    status = job.wait(timeout_s=400)
+    assert status.done_items == 3000
+    lines = _job_lines(config, job.job_id)
+    assert sorted(line["item"] for line in lines) == names
+    workers = {line["worker"] for line in lines}
+    assert workers == {"leaving", "staying"}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("model", "inputs", "reason"),
+    [
+        ("no-such-net", ["x.jpg"], "no-such-net"),
+        ("sim:ms=1", ["EMPTY_DIR"], "empty input"),
+    ],
+)
+def test_bad_jobs_are_rejected_with_the_reason(
+    procs: Processes, tmp_path: Path, model: str, inputs: list[str], reason: str
+) -> None:
+    (tmp_path / "empty").mkdir()
+    inputs = [str(tmp_path / "empty") if i == "EMPTY_DIR" else i for i in inputs]
+    procs.controller()
+    done = procs.run("submit", "--model", model, "--input", *inputs, "--wait",
+                     "--timeout", "120")
+    assert done.returncode != 0
+    assert "rejected" in done.stderr and reason in done.stderr, done.stderr
