@@ -76,6 +76,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr,
     )
+    # librdkafka warns about transient states (a coordinator still loading on a fresh broker)
+    # that the client retries by itself; show only its errors unless debugging.
+    if logging.getLogger().level > logging.DEBUG:
+        logging.getLogger("inferstream.librdkafka").setLevel(logging.ERROR)
     try:
         config = config_from_args(args)
         run: Command = commands.COMMANDS[args.command][2]

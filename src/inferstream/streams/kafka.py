@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 from typing import Any
 
 from aiokafka.partitioner import murmur2
@@ -32,10 +33,15 @@ def aiokafka_kwargs(config: Config, cls: type, **extra: Any) -> dict[str, Any]:
     return kwargs
 
 
+#: librdkafka's own log lines go through Python logging under this name.
+LIBRDKAFKA_LOG = logging.getLogger("inferstream.librdkafka")
+
+
 def producer_config(config: Config, **extra: Any) -> dict[str, Any]:
     """confluent-kafka producer settings: idempotent, acks=all, Java-compatible partitioner."""
     return config.confluent_config(
         **{
+            "logger": LIBRDKAFKA_LOG,
             "enable.idempotence": True,
             "acks": "all",
             "partitioner": "murmur2_random",
@@ -49,6 +55,7 @@ def producer_config(config: Config, **extra: Any) -> dict[str, Any]:
 def consumer_config(config: Config, group_id: str | None, **extra: Any) -> dict[str, Any]:
     """confluent-kafka consumer settings: manual commits, read_committed."""
     settings: dict[str, Any] = {
+        "logger": LIBRDKAFKA_LOG,
         "enable.auto.commit": False,
         "isolation.level": "read_committed",
         "auto.offset.reset": "earliest",

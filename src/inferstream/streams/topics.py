@@ -12,6 +12,7 @@ from confluent_kafka.cimpl import NewTopic
 
 from inferstream.config import Config
 from inferstream.streams.errors import KafkaSetupError
+from inferstream.streams.kafka import LIBRDKAFKA_LOG
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ def topic_specs(config: Config, pools: tuple[str, ...] | None = None) -> list[To
 
 
 def admin_client(config: Config) -> AdminClient:
-    return AdminClient(config.confluent_config())
+    return AdminClient(config.confluent_config(logger=LIBRDKAFKA_LOG))
 
 
 @dataclass
