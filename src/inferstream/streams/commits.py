@@ -14,10 +14,16 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import (
+    InvalidProducerEpoch,
+    KafkaConnectionError,
+    KafkaError,
+    ProducerFenced,
+    TransactionalIdAuthorizationFailed,
+)
 
 from inferstream.config import Config
 from inferstream.streams.batching import TaskRun
@@ -46,6 +52,21 @@ class PartitionLostError(Exception):
     """The partition's producer was fenced: another worker owns it now."""
 
 
+class Owner(Protocol):
+    """What a committer asks of the worker that owns it."""
+
+    def owns(self, tp: TopicPartition) -> bool:
+        """Whether the consumer group still assigns `tp` to this worker."""
+
+    async def committed_offset(self, tp: TopicPartition) -> int | None:
+        """The group's committed offset of `tp` as the broker has it now."""
+
+
+#: A commit that takes longer than this has an unknown outcome (see `_commit`).
+COMMIT_TIMEOUT_S = 30.0
+_FENCED = (ProducerFenced, InvalidProducerEpoch, TransactionalIdAuthorizationFailed)
+
+
 class PartitionCommitter:
     """Commits the finished tasks of one partition, in offset order, results with offsets."""
 
@@ -55,11 +76,13 @@ class PartitionCommitter:
         tp: TopicPartition,
         group_id: str,
         render: Callable[[PendingTask], list[Outgoing]],
-        max_attempts: int = 5,
+        owner: Owner,
+        max_attempts: int = 8,
     ) -> None:
         self.tp = tp
         self.group_id = group_id
         self.render = render
+        self.owner = owner
         self.max_attempts = max_attempts
         self.transactional_id = f"{config.topic_prefix}{config.pool}.{tp.topic}.{tp.partition}"
         self._config = config
@@ -77,9 +100,18 @@ class PartitionCommitter:
         ))
 
     async def start(self) -> None:
-        """Initialise transactions: fences the previous owner and aborts its open transaction."""
-        self._producer = self._new_producer()
-        await self._producer.start()
+        """Initialise transactions: fences the previous owner and aborts its open transaction.
+
+        Completes or aborts whatever the previous holder of the transactional id left, so
+        the committed offset read afterwards is final.
+        """
+        producer = self._new_producer()
+        try:
+            await producer.start()
+        except BaseException:
+            await _quietly_stop(producer)
+            raise
+        self._producer = producer
 
     def append(self, pending: PendingTask) -> None:
         self._pending.append(pending)
@@ -99,24 +131,51 @@ class PartitionCommitter:
             return ready
 
     async def _commit(self, tasks: list[PendingTask]) -> None:
+        """Commit, or find out that the commit happened; never commit the same tasks twice.
+
+        Fenced: another worker owns the partition. Anything else (a timeout, a broker gone,
+        an abortable error) leaves the outcome unknown, so the producer is re-initialised,
+        which aborts our transaction if it is still open and waits for it if it was
+        committing, and the committed offset then says whether the tasks are in.
+        """
         records = [record for task in tasks for record in self.render(task)]
-        offsets = {self.tp: tasks[-1].offset + 1}
+        target = tasks[-1].offset + 1
         for attempt in range(1, self.max_attempts + 1):
             try:
-                await self._transaction(records, offsets)
+                await asyncio.wait_for(self._transaction(records, {self.tp: target}),
+                                       COMMIT_TIMEOUT_S)
                 return
-            except ProducerFenced as exc:
+            except _FENCED as exc:
                 self._mark_lost()
-                raise PartitionLostError(str(self.tp)) from exc
-            except KafkaError as exc:
-                log.warning("commit failed tp=%s attempt=%d error=%r", self.tp, attempt, exc)
-                await self._recreate()
-                await asyncio.sleep(min(0.2 * 2**attempt, 5))
+                raise PartitionLostError(f"{self.tp}: fenced by a new owner") from exc
+            except (KafkaError, TimeoutError) as exc:
+                log.warning("commit outcome unknown tp=%s attempt=%d error=%r",
+                            self.tp, attempt, exc)
+            if await self._committed_after_restart(target):
+                return
+            await asyncio.sleep(min(0.2 * 2**attempt, 5))
         self._mark_lost()
         raise PartitionLostError(f"{self.tp}: commit failed {self.max_attempts} times")
 
+    async def _committed_after_restart(self, target: int) -> bool:
+        """Re-initialise the producer (only while we own the partition), then ask whether
+        the committed offset already covers `target`."""
+        if not self.owner.owns(self.tp):
+            self._mark_lost()
+            raise PartitionLostError(f"{self.tp}: no longer assigned")
+        await self._stop_producer()
+        try:
+            await asyncio.wait_for(self.start(), COMMIT_TIMEOUT_S)
+            committed = await asyncio.wait_for(self.owner.committed_offset(self.tp),
+                                               COMMIT_TIMEOUT_S)
+        except (KafkaError, TimeoutError) as exc:
+            log.warning("cannot re-initialise producer tp=%s error=%r", self.tp, exc)
+            return False
+        return committed is not None and committed >= target
+
     async def _transaction(self, records: list[Outgoing], offsets: dict[Any, int]) -> None:
-        assert self._producer is not None  # noqa: S101 - start() runs before any commit
+        if self._producer is None:
+            raise KafkaConnectionError(f"no producer for {self.tp}")
         async with self._producer.transaction():
             sends = [
                 await self._producer.send(topic, value, key=key, partition=partition)
@@ -124,17 +183,6 @@ class PartitionCommitter:
             ]
             await asyncio.gather(*sends)
             await self._producer.send_offsets_to_transaction(offsets, self.group_id)
-
-    async def _recreate(self) -> None:
-        """A failed transaction may leave the producer unusable: start a fresh one.
-
-        Re-initialising with the same transactional id aborts what the old one left open.
-        """
-        await self._stop_producer()
-        try:
-            await self.start()
-        except KafkaError as exc:
-            log.warning("cannot restart producer tp=%s error=%r", self.tp, exc)
 
     def _mark_lost(self) -> None:
         self.lost = True
@@ -146,12 +194,16 @@ class PartitionCommitter:
     async def _stop_producer(self) -> None:
         if self._producer is not None:
             producer, self._producer = self._producer, None
-            try:
-                await producer.stop()
-            except KafkaError as exc:
-                log.debug("producer stop failed tp=%s error=%r", self.tp, exc)
+            await _quietly_stop(producer)
 
     async def close(self) -> None:
         """Drop what is not committed (the next owner redoes it) and stop the producer."""
         self._mark_lost()
         await self._stop_producer()
+
+
+async def _quietly_stop(producer: AIOKafkaProducer) -> None:
+    try:
+        await asyncio.wait_for(producer.stop(), 10)
+    except (KafkaError, TimeoutError) as exc:
+        log.debug("producer stop failed error=%r", exc)

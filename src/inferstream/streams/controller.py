@@ -15,7 +15,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from inferstream.config import Config
 from inferstream.models import UnknownModelError, get_model_spec
@@ -63,9 +70,10 @@ class Controller:
         self._stop = threading.Event()
         self._consumer = Consumer(consumer_config(
             config, controller_group(config), **{"partition.assignment.strategy": "range"}))
+        self.transactional_id = (self.options.transactional_id
+                                 or f"{config.topic_prefix}controller")
         self._producer = Producer(producer_config(config, **{
-            "transactional.id": self.options.transactional_id or f"{config.topic_prefix}controller",
-        }))
+            "transactional.id": self.transactional_id}))
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -73,7 +81,7 @@ class Controller:
     def run(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: self.request_stop())
         self._load_partition_counts()
-        self._producer.init_transactions(30)
+        self._replace_producer()
         self._consumer.subscribe([self.topics["jobs"], self.topics["results"]],
                                  on_assign=self._on_assign, on_revoke=self._on_revoke)
         idle_since = time.monotonic()
@@ -237,8 +245,8 @@ class Controller:
         """Write the round's records with the consumed offsets; on failure, rebuild state."""
         try:
             self._producer.begin_transaction()
-            for topic, partition, key, value in out.records:
-                self._producer.produce(topic, value, key, partition=partition)
+            for record in out.records:
+                self._produce(*record)
             positions = [tp for tp in self._consumer.position(self._consumer.assignment())
                          if tp.offset >= 0]
             self._producer.send_offsets_to_transaction(
@@ -249,22 +257,54 @@ class Controller:
             self._recover(exc)
             return False
 
+    def _produce(self, topic: str, partition: int, key: bytes, value: bytes) -> None:
+        while True:
+            try:
+                self._producer.produce(topic, value, key, partition=partition)
+                return
+            except BufferError:  # the local queue is full: let deliveries drain it
+                self._producer.poll(0.1)
+
     def _recover(self, exc: KafkaException) -> None:
+        """After a failed transaction: abort it (or replace the producer, whose
+        init_transactions aborts it), then rebuild state from what was committed."""
         error = exc.args[0]
         log.warning("transaction failed (%s): rolling back to the last commit", error)
-        if error.fatal():
-            raise KafkaSetupError(f"controller producer failed fatally: {error}") from exc
-        if error.txn_requires_abort():
+        try:
+            if error.fatal():
+                raise exc
             self._producer.abort_transaction(30)
+        except KafkaException as again:
+            log.warning("abort failed (%s): replacing the transactional producer", again)
+            self._replace_producer()
         self._reset(self._consumer.assignment())
+
+    def _replace_producer(self) -> None:
+        for attempt in range(1, 1_000_000):
+            self._producer = Producer(producer_config(self.config, **{
+                "transactional.id": self.transactional_id}))
+            try:
+                self._producer.init_transactions(30)
+                return
+            except KafkaException as exc:
+                if exc.args[0].fatal() and "fenc" in str(exc).lower():
+                    raise KafkaSetupError(f"another controller took over: {exc}") from exc
+                log.warning("cannot init transactions (attempt %d): %s", attempt, exc)
+                time.sleep(min(attempt, 5))
 
     def _reset(self, assignment: list[TopicPartition]) -> None:
         """Forget in-memory state, rebuild it from the ledger, rewind to committed offsets."""
-        self.jobs.clear()
-        self._on_assign(self._consumer, assignment)
-        for tp in self._consumer.committed(assignment, timeout=30):
-            self._consumer.seek(TopicPartition(tp.topic, tp.partition,
-                                               tp.offset if tp.offset >= 0 else 0))
+        for attempt in range(1, 1_000_000):
+            try:
+                self.jobs.clear()
+                self._on_assign(self._consumer, assignment)
+                for tp in self._consumer.committed(assignment, timeout=30):
+                    offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+                    self._consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+                return
+            except (KafkaException, KafkaSetupError) as exc:
+                log.warning("cannot rebuild state yet (attempt %d): %s", attempt, exc)
+                time.sleep(min(attempt, 5))
 
     # -- rebalance --------------------------------------------------------------------------
     def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:

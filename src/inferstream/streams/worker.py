@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError
 
 from inferstream.config import Config
 from inferstream.models import LoadedModel
@@ -146,7 +147,13 @@ class Worker:
                 self._wake.clear()
                 await _wait(self._wake, 0.2)
                 continue
-            batches = await self._consumer.getmany(timeout_ms=200, max_records=max(1, room // 8))
+            try:
+                batches = await self._consumer.getmany(
+                    timeout_ms=200, max_records=max(1, room // 8))
+            except KafkaError as exc:  # a broker restarting: the client reconnects by itself
+                log.warning("fetch failed: %r", exc)
+                await asyncio.sleep(0.5)
+                continue
             for tp, records in batches.items():
                 for record in records:
                     self._accept(tp, record.offset, record.value)
@@ -219,6 +226,11 @@ class Worker:
             committed = await committer.commit_ready()
         except PartitionLostError as exc:
             log.warning("partition lost, its uncommitted tasks go to the new owner: %s", exc)
+            if self.owns(committer.tp) and self.committers.get(committer.tp) is committer:
+                # Fenced while the group still assigns it to us: a zombie that woke up took
+                # the transactional id; take it back and carry on from the committed offset.
+                del self.committers[committer.tp]
+                await self._own(committer.tp)
             return
         for pending in committed:
             if pending.run is not None:
@@ -226,22 +238,46 @@ class Worker:
                 self.hooks.after_task(ok, len(pending.run.outcomes) - ok)
         self._wake.set()
 
-    # -- rebalance --------------------------------------------------------------------------
+    # -- ownership and rebalance ----------------------------------------------------------
+    def owns(self, tp: TopicPartition) -> bool:
+        return self._consumer is not None and tp in self._consumer.assignment()
+
+    async def committed_offset(self, tp: TopicPartition) -> int | None:
+        assert self._consumer is not None  # noqa: S101
+        offset: int | None = await self._consumer.committed(tp)
+        return offset
+
     async def acquire(self, partitions: set[TopicPartition]) -> None:
         """Own new partitions: fence their previous owner, then read from the committed offset."""
-        assert self._consumer is not None  # noqa: S101
         for tp in sorted(partitions):
-            if tp in self.committers:
-                continue
-            committer = PartitionCommitter(self.config, tp, self.group_id, self._render)
-            await committer.start()
-            self.committers[tp] = committer
-            # Offsets read after init_transactions see what the fenced owner committed last.
-            committed = await self._consumer.committed(tp)
-            if committed is not None:
-                self._consumer.seek(tp, committed)
+            if tp not in self.committers:
+                await self._own(tp)
         self.hooks.on_assignment(len(self.committers))
         log.info("assigned partitions=%s", sorted(tp.partition for tp in self.committers))
+
+    async def _own(self, tp: TopicPartition) -> None:
+        """Start the partition's transactional producer and seek to its committed offset,
+        retrying while the broker is unreachable and the partition is still ours."""
+        assert self._consumer is not None  # noqa: S101
+        attempt = 0
+        while not self._stopping.is_set() and self.owns(tp):
+            attempt += 1
+            committer = PartitionCommitter(self.config, tp, self.group_id, self._render, self)
+            try:
+                await asyncio.wait_for(committer.start(), 30)
+                # Read after init_transactions: the fenced owner's last commit is final now.
+                committed = await asyncio.wait_for(self._consumer.committed(tp), 30)
+            except (KafkaError, TimeoutError) as exc:
+                await committer.close()
+                log.warning("cannot take partition %s yet (attempt %d): %r", tp, attempt, exc)
+                await asyncio.sleep(min(0.5 * attempt, 5))
+                continue
+            self.committers[tp] = committer
+            if committed is not None:
+                self._consumer.seek(tp, committed)
+            else:
+                await self._consumer.seek_to_beginning(tp)
+            return
 
     async def release(self, partitions: set[TopicPartition], grace_s: float) -> None:
         """Give up partitions: let in-flight tasks finish and commit for up to `grace_s`."""
