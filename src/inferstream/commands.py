@@ -86,7 +86,14 @@ def _worker_args(parser: argparse.ArgumentParser) -> None:
                         help="random weights when none are found (benchmarks only)")
     parser.add_argument("--worker-id", help="name in results and metrics (default host-pid)")
     parser.add_argument("--instance-id", help="static group membership id")
-    parser.add_argument("--session-timeout-ms", type=int, default=10_000)
+    parser.add_argument("--session-timeout-ms", type=int, default=10_000,
+                        help="a worker silent this long is dead and loses its partitions")
+    parser.add_argument("--heartbeat-interval-ms", type=int, default=1_000)
+    parser.add_argument("--max-poll-interval-ms", type=int, default=300_000,
+                        help="longest gap between fetches; must exceed the slowest batch")
+    parser.add_argument("--guarantee", choices=["exactly-once", "at-least-once"],
+                        default="exactly-once",
+                        help="exactly-once: results and offsets in one transaction")
     parser.add_argument("--idle-exit", type=float, metavar="SECONDS",
                         help="exit after this long with nothing to do (bounded mode)")
 
@@ -110,6 +117,8 @@ def _worker(args: argparse.Namespace, config: Config) -> int:
                                  decode_threads=args.decode_threads),
         worker_id=args.worker_id or "", idle_exit_s=args.idle_exit,
         instance_id=args.instance_id, session_timeout_ms=args.session_timeout_ms,
+        heartbeat_interval_ms=args.heartbeat_interval_ms,
+        max_poll_interval_ms=args.max_poll_interval_ms, guarantee=args.guarantee,
     )
     asyncio.run(Worker(config, options, model, hooks=metrics).run())
     return 0

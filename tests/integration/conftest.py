@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,6 +111,34 @@ class Processes:
 
     def log(self, name: str) -> str:
         return (self.logdir / f"{name}.log").read_text(errors="replace")
+
+    def wait_for_log(self, name: str, text: str, timeout_s: float = 120) -> None:
+        """Block until process `name` has logged `text` (e.g. its partition assignment)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if text in self.log(name):
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"{name} did not log {text!r} in {timeout_s}s:\n{self.log(name)}")
+
+    def assigned(self, name: str) -> set[int]:
+        """The task partitions worker `name` said it owns last."""
+        lines = [line for line in self.log(name).splitlines() if "assigned partitions=" in line]
+        if not lines:
+            return set()
+        listed = lines[-1].split("assigned partitions=")[1].strip("[] ")
+        return {int(p) for p in listed.split(",") if p.strip()}
+
+    def wait_for_group(self, *workers: str, timeout_s: float = 120) -> None:
+        """Block until the workers share the task partitions, each owning some."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            owned = [self.assigned(name) for name in workers]
+            together = set().union(*owned)
+            if all(owned) and len(together) == self.cfg.partitions == sum(map(len, owned)):
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"workers {workers} never shared the partitions: {owned}")
 
     def stop_all(self) -> None:
         for proc in self.started:

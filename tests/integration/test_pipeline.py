@@ -75,15 +75,17 @@ def _job_lines(config: Config, job_id: str) -> list[dict[str, object]]:
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
 def test_two_thousand_items_each_exactly_once(
-    procs: Processes, config: Config, tmp_path: Path
+    procs: Processes, config: Config, tmp_path: Path, guarantee: str
 ) -> None:
     listing = tmp_path / "items.txt"
     names = [f"item-{i:05d}" for i in range(2000)]
     listing.write_text("\n".join(names) + "\n")
     procs.controller()
-    procs.worker("sim:ms=2")
-    procs.worker("sim:ms=2")
+    procs.worker("sim:ms=2", "--guarantee", guarantee, name="worker-1")
+    procs.worker("sim:ms=2", "--guarantee", guarantee, name="worker-2")
+    procs.wait_for_group("worker-1", "worker-2")
     job = Client(config).submit("sim:ms=2", [f"@{listing}"], chunk_size=16)
     status = job.wait(timeout_s=300)
     assert status.total_items == 2000 and status.ok_items == 2000
@@ -102,6 +104,7 @@ def test_sigterm_worker_exits_zero_and_job_completes_on_the_other(
     procs.controller()
     leaving = procs.worker("sim:ms=5", name="leaving")
     procs.worker("sim:ms=5", name="staying")
+    procs.wait_for_group("leaving", "staying")
     job = Client(config).submit("sim:ms=5", [f"@{listing}"], chunk_size=20)
     for status in job.events():
         if status.done_items >= 300:

@@ -61,6 +61,9 @@ class Owner(Protocol):
     async def committed_offset(self, tp: TopicPartition) -> int | None:
         """The group's committed offset of `tp` as the broker has it now."""
 
+    async def commit_offset(self, tp: TopicPartition, offset: int) -> None:
+        """Commit `offset` for `tp` outside any transaction (at-least-once mode)."""
+
 
 #: A commit that takes longer than this has an unknown outcome (see `_commit`).
 COMMIT_TIMEOUT_S = 30.0

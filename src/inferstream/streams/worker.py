@@ -20,6 +20,7 @@ from aiokafka.errors import KafkaError
 from inferstream.config import Config
 from inferstream.models import LoadedModel
 from inferstream.schemas import Codec, SchemaError
+from inferstream.streams.at_least_once import AtLeastOnceCommitter
 from inferstream.streams.batching import BatchingOptions, BatchingPipeline, TaskRun
 from inferstream.streams.commits import (
     Outgoing,
@@ -45,6 +46,8 @@ class WorkerOptions:
     heartbeat_interval_ms: int = 1_000
     max_poll_interval_ms: int = 300_000
     instance_id: str | None = None
+    #: "exactly-once" (results and offsets in one transaction) or "at-least-once"
+    guarantee: str = "exactly-once"
     #: how long a revoked partition may take to finish and commit its in-flight tasks
     revoke_grace_s: float = 10.0
 
@@ -82,6 +85,7 @@ class Worker:
         self._results_partitions = 1
         self._dlq_partitions = 1
         self._commit_tasks: set[asyncio.Task[None]] = set()
+        self._shared_producer: AIOKafkaProducer | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
     def request_stop(self) -> None:
@@ -93,6 +97,11 @@ class Worker:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
+        if self.options.guarantee == "at-least-once":
+            self._shared_producer = AIOKafkaProducer(**aiokafka_kwargs(
+                self.config, AIOKafkaProducer, enable_idempotence=True,
+                max_request_size=16 * 1024 * 1024))
+            await self._shared_producer.start()
         self._consumer = self._new_consumer()
         await self._consumer.start()
         self._results_partitions = await self._partition_count(self.config.topic("results"))
@@ -247,6 +256,16 @@ class Worker:
         offset: int | None = await self._consumer.committed(tp)
         return offset
 
+    async def commit_offset(self, tp: TopicPartition, offset: int) -> None:
+        assert self._consumer is not None  # noqa: S101
+        await self._consumer.commit({tp: offset})
+
+    def _new_committer(self, tp: TopicPartition) -> PartitionCommitter:
+        if self._shared_producer is not None:
+            return AtLeastOnceCommitter(self.config, tp, self.group_id, self._render, self,
+                                        self._shared_producer)
+        return PartitionCommitter(self.config, tp, self.group_id, self._render, self)
+
     async def acquire(self, partitions: set[TopicPartition]) -> None:
         """Own new partitions: fence their previous owner, then read from the committed offset."""
         for tp in sorted(partitions):
@@ -262,7 +281,7 @@ class Worker:
         attempt = 0
         while not self._stopping.is_set() and self.owns(tp):
             attempt += 1
-            committer = PartitionCommitter(self.config, tp, self.group_id, self._render, self)
+            committer = self._new_committer(tp)
             try:
                 await asyncio.wait_for(committer.start(), 30)
                 # Read after init_transactions: the fenced owner's last commit is final now.
@@ -302,6 +321,8 @@ class Worker:
         self.committers.clear()
         if self._consumer is not None:
             await self._consumer.stop()  # leaves the group
+        if self._shared_producer is not None:
+            await self._shared_producer.stop()
         self.pipeline.close()
 
 
