@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
 from collections.abc import Callable
@@ -36,6 +37,8 @@ def _topics(args: argparse.Namespace, config: Config) -> int:
     from inferstream.streams.topics import describe_topics, ensure_topics
 
     pools = tuple(args.pools) if args.pools else None
+    for pool in pools or ():
+        dataclasses.replace(config, pool=pool)  # validates the name: ConfigError if unsafe
     if args.action == "create":
         report = ensure_topics(config, pools)
         for name in report.created:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import ssl
 import tomllib
 from collections.abc import Mapping
@@ -21,6 +22,8 @@ from inferstream.errors import ConfigError
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 MASK = "****"
+#: What Kafka allows in a topic name.
+_TOPIC_SAFE = re.compile(r"[A-Za-z0-9._-]+")
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,7 @@ class Config:
     ssl_key_password: str | None = field(default=None, repr=False)
     schema_registry_url: str | None = None
     #: librdkafka/Java-style `key=value` settings passed to the Kafka clients untouched.
-    kafka_config: tuple[tuple[str, str], ...] = ()
+    kafka_config: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     #: partitions of the topics that `topics create` makes (tasks and results use more).
     partitions: int = 12
     #: replication factor of created topics; None lets the broker decide (its default).
@@ -149,8 +152,11 @@ def _validate(config: Config) -> None:
         raise ConfigError(f"partitions must be >= 1, got {config.partitions}")
     if config.replication_factor is not None and config.replication_factor < 1:
         raise ConfigError(f"replication_factor must be >= 1, got {config.replication_factor}")
-    if not config.pool or any(c in config.pool for c in " /\\:"):
-        raise ConfigError(f"pool name {config.pool!r} must be a non-empty topic-safe word")
+    if not _TOPIC_SAFE.fullmatch(config.pool):
+        raise ConfigError(f"pool name {config.pool!r} may use only letters, digits, '.', '_', '-'")
+    if config.topic_prefix and not _TOPIC_SAFE.fullmatch(config.topic_prefix):
+        raise ConfigError(
+            f"topic_prefix {config.topic_prefix!r} may use only letters, digits, '.', '_', '-'")
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Config)}
@@ -188,12 +194,21 @@ def _from_file(path: str) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
     section = data.get("inferstream", data)
+    if not isinstance(section, dict):
+        raise ConfigError(f"config file {path}: [inferstream] must be a table")
     unknown = set(section) - set(_FIELDS)
     if unknown:
         raise ConfigError(f"config file {path}: unknown settings {sorted(unknown)}")
     values = dict(section)
-    if isinstance(values.get("kafka_config"), dict):
-        values["kafka_config"] = tuple((k, str(v)) for k, v in values["kafka_config"].items())
+    for name, value in values.items():
+        scalar = isinstance(value, str | int) and not isinstance(value, bool)
+        if name != "kafka_config" and not scalar:
+            raise ConfigError(f"config file {path}: {name} must be a string or an integer")
+    if "kafka_config" in values:
+        pass_through = values["kafka_config"]
+        if not isinstance(pass_through, dict):
+            raise ConfigError(f"config file {path}: kafka_config must be a table of key = value")
+        values["kafka_config"] = tuple((k, str(v)) for k, v in pass_through.items())
     return values
 
 

@@ -81,10 +81,8 @@ def confluent_produce(config: Config, records: list[Record], **extra: object) ->
             delivered.append(msg.partition())  # type: ignore[attr-defined]
 
     for r in records:
-        if r.partition >= 0:
-            producer.produce(r.topic, r.value, r.key, partition=r.partition, on_delivery=on_delivery)
-        else:
-            producer.produce(r.topic, r.value, r.key, on_delivery=on_delivery)
+        where = {"partition": r.partition} if r.partition >= 0 else {}
+        producer.produce(r.topic, r.value, r.key, on_delivery=on_delivery, **where)
     assert producer.flush(60) == 0, "records still queued after 60 s"
     assert not errors, errors
     return delivered
@@ -145,7 +143,8 @@ async def _aiokafka_read(config: Config, topics: list[str], isolation: str) -> l
         isolation_level=isolation))
     await consumer.start()
     try:
-        assigned = [AioTopicPartition(t, p) for t in topics for p in range(partitions_of(config, t))]
+        assigned = [AioTopicPartition(t, p)
+                    for t in topics for p in range(partitions_of(config, t))]
         consumer.assign(assigned)
         await consumer.seek_to_beginning(*assigned)
         end = await consumer.end_offsets(assigned)
@@ -249,7 +248,8 @@ def test_read_committed_sees_only_committed_transactions(
 
 
 # -- the partitioner ----------------------------------------------------------------------------
-KEYS = [f"{day:08d}-093000-{uuid.UUID(int=day * 7919).hex[:8]}" for day in range(20260101, 20260161)]
+#: Job-id-like keys (the partitioning key of jobs, results and job events).
+KEYS = [f"{day}-093000-{uuid.UUID(int=day * 7919).hex[:8]}" for day in range(20260101, 20260161)]
 
 
 @pytest.mark.parametrize("partitions", [1, 2, 3, 4, 7, 12, 64, 100])

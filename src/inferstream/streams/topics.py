@@ -49,7 +49,7 @@ def topic_specs(config: Config, pools: tuple[str, ...] | None = None) -> list[To
         # The controller's ledger changelog: one record per task state, latest wins.
         TopicSpec(config.topic("controller-ledger"), n, compacted=True),
     ]
-    for pool in pools or (config.pool,):
+    for pool in dict.fromkeys(pools or (config.pool,)):
         specs.append(TopicSpec(config.task_topic(pool), n, configs=large))
     return specs
 

@@ -1,0 +1,145 @@
+"""Durability on a 3-broker cluster: replication factor 3, min ISR 2, brokers killed and back.
+
+The cluster's brokers are also its KRaft controllers (ops/kafka/cluster), so with two of three
+killed the controller quorum is gone too: the leader cannot shrink the ISR below the dead
+follower, and an `acks=all` write is answered REQUEST_TIMED_OUT rather than
+NOT_ENOUGH_REPLICAS. Either way it is not acknowledged, which is what a producer relies on.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from inferstream.config import Config
+from inferstream.streams.kafka import LIBRDKAFKA_LOG, PARTITION_EOF, producer_config
+from tests.integration.conftest import CLUSTER, start_cluster
+
+pytestmark = pytest.mark.integration
+
+#: Broker 1 leads the test partition and is never killed; 3, then 2, are.
+SURVIVOR, FIRST_KILLED, SECOND_KILLED = 1, 3, 2
+#: How a write without enough in-sync replicas is turned down (see the module docstring).
+REFUSALS = {"NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "REQUEST_TIMED_OUT"}
+
+
+@dataclass(frozen=True)
+class Cluster:
+    directory: Path
+    servers: str
+
+    def kill(self, broker: int) -> None:
+        self._run("kill", str(broker))
+
+    def restart(self, broker: int) -> None:
+        self._run("restart", str(broker))
+
+    def _run(self, *args: str) -> None:
+        proc = subprocess.run([sys.executable, str(CLUSTER), *args, "--dir", str(self.directory)],
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == 0, f"cluster {' '.join(args)}: {proc.stderr[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    directory = tmp_path_factory.mktemp("kafka3")
+    try:
+        yield Cluster(directory, start_cluster(directory, brokers=3))
+    finally:
+        subprocess.run([sys.executable, str(CLUSTER), "clean", "--dir", str(directory)],
+                       capture_output=True, timeout=120, check=False)
+
+
+def send(config: Config, topic: str, values: list[str], **overrides: object) -> list[str]:
+    """Produce `values` to partition 0 with acks=all; one outcome per value: OK or error name."""
+    producer = Producer(producer_config(config, **overrides))
+    outcomes: dict[str, str] = {}
+
+    def on_delivery(err: KafkaError | None, msg: object) -> None:
+        value = msg.value().decode()  # type: ignore[attr-defined]
+        outcomes[value] = "OK" if err is None else err.name()
+
+    for value in values:
+        producer.produce(topic, value.encode(), partition=0, on_delivery=on_delivery)
+    assert producer.flush(120) == 0, "delivery reports still pending after 120 s"
+    return [outcomes[v] for v in values]
+
+
+def committed_values(config: Config, topic: str) -> list[str]:
+    """Everything in partition 0, read committed, up to its end."""
+    consumer = Consumer(config.confluent_config(**{
+        "logger": LIBRDKAFKA_LOG, "group.id": "unused", "enable.partition.eof": True,
+        "isolation.level": "read_committed"}))
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[str] = []
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is None:
+                continue
+            if msg.error() and msg.error().code() == PARTITION_EOF:
+                return values
+            assert not msg.error(), msg.error()
+            values.append(msg.value().decode())
+    finally:
+        consumer.close()
+    raise AssertionError(f"no end of {topic} within 60 s; read {values}")
+
+
+def create_rf3_topic(config: Config, topic: str) -> None:
+    admin = AdminClient(config.confluent_config(logger=LIBRDKAFKA_LOG))
+    # The survivor is the preferred leader, so the partition keeps a live leader throughout.
+    new = NewTopic(topic, num_partitions=1,
+                   replica_assignment=[[SURVIVOR, FIRST_KILLED, SECOND_KILLED]])
+    for future in admin.create_topics([new]).values():
+        future.result(60)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    configs = admin.describe_configs([resource])[resource].result(60)
+    assert configs["min.insync.replicas"].value == "2"  # the cluster default, not set here
+    replicas = admin.list_topics(topic, timeout=30).topics[topic].partitions[0].replicas
+    assert sorted(replicas) == [1, 2, 3]
+
+
+@pytest.mark.timeout(600)
+def test_acks_all_writes_need_two_live_replicas(cluster: Cluster) -> None:
+    config = Config(bootstrap_servers=cluster.servers)
+    topic = f"t{uuid.uuid4().hex[:10]}.rf3"
+    create_rf3_topic(config, topic)
+    # Idempotent, acks=all (producer_config); long enough to ride out a leader or ISR change.
+    patient = {"message.timeout.ms": 90_000, "request.timeout.ms": 30_000}
+    acknowledged = ["all-up-0", "all-up-1"]
+    assert send(config, topic, acknowledged, **patient) == ["OK", "OK"]
+
+    cluster.kill(FIRST_KILLED)
+    one_down = ["one-down-0", "one-down-1", "one-down-2"]
+    assert send(config, topic, one_down, **patient) == ["OK"] * 3
+    acknowledged += one_down
+
+    cluster.kill(SECOND_KILLED)
+    # Not idempotent and no retries, so the broker's answer reaches us rather than a local
+    # "message timed out" after librdkafka's retries.
+    refused = send(config, topic, ["two-down-0"], **{
+        "enable.idempotence": False, "retries": 0, "request.timeout.ms": 5_000,
+        "message.timeout.ms": 60_000})
+    assert refused[0] in REFUSALS, refused
+
+    cluster.restart(SECOND_KILLED)
+    cluster.restart(FIRST_KILLED)
+    back = ["back-0", "back-1"]
+    assert send(config, topic, back, **patient) == ["OK", "OK"]
+    acknowledged += back
+
+    # Nothing acknowledged was lost and nothing was written twice. (A write that timed out
+    # may still have been appended by the leader and show up: only acknowledged ones count.)
+    stored = committed_values(config, topic)
+    assert [v for v in stored if v in acknowledged] == acknowledged

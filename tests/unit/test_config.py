@@ -1,0 +1,266 @@
+"""Configuration: where settings come from, what is refused, what reaches the Kafka clients."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from inferstream.cli import main
+from inferstream.config import MASK, Config, load_config, parse_kafka_config
+from inferstream.errors import ConfigError
+from inferstream.streams.kafka import producer_config
+
+SECRET = "hunter2-very-secret"  # noqa: S105 (a test value that must never be printed)
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`main()` reads os.environ: keep the developer's INFERSTREAM_* settings out of the tests."""
+    for name in list(os.environ):
+        if name.startswith("INFERSTREAM_"):
+            monkeypatch.delenv(name)
+
+
+def write_toml(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "inferstream.toml"
+    path.write_text(text)
+    return str(path)
+
+
+# -- precedence --------------------------------------------------------------------------------
+def test_defaults_without_any_source() -> None:
+    config = load_config({}, {})
+    assert config == Config()
+    assert config.bootstrap_servers == "localhost:9092"
+    assert config.topic_prefix == "inferstream."
+    assert config.pool == "default"
+
+
+def test_flags_beat_environment_beat_file_beat_defaults(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, """
+[inferstream]
+bootstrap_servers = "file:9092"
+topic_prefix = "file."
+pool = "filepool"
+partitions = 3
+""")
+    environ = {
+        "INFERSTREAM_CONFIG": path,
+        "INFERSTREAM_TOPIC_PREFIX": "env.",
+        "INFERSTREAM_POOL": "envpool",
+    }
+    config = load_config({"pool": "flagpool", "topic_prefix": None}, environ)
+    assert config.pool == "flagpool"  # flag over env and file
+    assert config.topic_prefix == "env."  # env over file (a None flag is "not given")
+    assert config.bootstrap_servers == "file:9092"  # file over default
+    assert config.partitions == 3  # typed from the file
+    assert config.security_protocol == "PLAINTEXT"  # default
+
+
+def test_environment_values_are_typed() -> None:
+    config = load_config({}, {"INFERSTREAM_PARTITIONS": "7",
+                              "INFERSTREAM_REPLICATION_FACTOR": "3",
+                              "INFERSTREAM_KAFKA_CONFIG": "linger.ms=20, client.id=me"})
+    assert config.partitions == 7
+    assert config.replication_factor == 3
+    assert config.kafka_config == (("linger.ms", "20"), ("client.id", "me"))
+
+
+def test_config_file_flag_beats_environment_config_file(tmp_path: Path) -> None:
+    env_file = tmp_path / "env.toml"
+    env_file.write_text('pool = "from-env-file"\n')
+    flag_file = tmp_path / "flag.toml"
+    flag_file.write_text('pool = "from-flag-file"\n')  # top-level keys work without a table
+    config = load_config({"config_file": str(flag_file)}, {"INFERSTREAM_CONFIG": str(env_file)})
+    assert config.pool == "from-flag-file"
+
+
+def test_kafka_config_table_in_file(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, """
+[inferstream.kafka_config]
+"linger.ms" = 10
+"enable.idempotence" = true
+""")
+    config = load_config({"config_file": path}, {})
+    assert dict(config.kafka_config) == {"linger.ms": "10", "enable.idempotence": "True"}
+
+
+def test_cli_flags_over_environment(monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("INFERSTREAM_POOL", "envpool")
+    monkeypatch.setenv("INFERSTREAM_BOOTSTRAP_SERVERS", "env-host:9092")
+    assert main(["config", "show", "--pool", "flagpool", "--partitions", "5"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["pool"] == "flagpool"
+    assert shown["bootstrap_servers"] == "env-host:9092"
+    assert shown["partitions"] == 5
+
+
+# -- validation --------------------------------------------------------------------------------
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"bootstrap_servers": "localhost"}, "bootstrap server 'localhost' is not host:port"),
+    ({"bootstrap_servers": "a:9092,b:port"}, "bootstrap server 'b:port' is not host:port"),
+    ({"bootstrap_servers": " "}, "bootstrap_servers is empty"),
+    ({"security_protocol": "TLS"}, "security_protocol 'TLS' is not one of"),
+    ({"security_protocol": "SASL_SSL"}, "SASL_SSL needs sasl_mechanism in"),
+    ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "GSSAPI"},
+     "SASL_PLAINTEXT needs sasl_mechanism in"),
+    ({"pool": "gpu pool"}, "pool name 'gpu pool' may use only letters, digits"),
+    ({"pool": "a/b"}, "pool name 'a/b'"),
+    ({"pool": ""}, "pool name ''"),
+    ({"partitions": "0"}, "partitions must be >= 1, got 0"),
+    ({"partitions": "many"}, "partitions must be an integer, got 'many'"),
+    ({"replication_factor": "0"}, "replication_factor must be >= 1"),
+])
+def test_bad_settings_are_config_errors(settings: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(settings, {})
+
+
+def test_bad_setting_from_environment_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="security_protocol 'plaintext' is not one of"):
+        load_config({}, {"INFERSTREAM_SECURITY_PROTOCOL": "plaintext"})
+
+
+def test_sasl_with_mechanism_is_accepted() -> None:
+    config = load_config({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-512",
+                          "sasl_username": "u", "sasl_password": SECRET}, {})
+    assert config.confluent_config()["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert config.aiokafka_config()["sasl_plain_password"] == SECRET
+
+
+def test_bad_toml_is_a_config_error(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, "pool = \n")
+    with pytest.raises(ConfigError, match="is not valid TOML"):
+        load_config({"config_file": path}, {})
+
+
+def test_unknown_toml_key_is_a_config_error(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, '[inferstream]\npool = "gpu"\nbootstrap_server = "x:1"\n')
+    with pytest.raises(ConfigError, match=r"unknown settings \['bootstrap_server'\]"):
+        load_config({"config_file": path}, {})
+
+
+def test_missing_config_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config({}, {"INFERSTREAM_CONFIG": str(tmp_path / "nope.toml")})
+
+
+@pytest.mark.parametrize("line", ['kafka_config = ["linger.ms=5"]', 'kafka_config = "linger.ms=5"'])
+def test_kafka_config_in_file_must_be_a_table(tmp_path: Path, line: str) -> None:
+    path = write_toml(tmp_path, line + "\n")
+    with pytest.raises(ConfigError, match="kafka_config"):
+        load_config({"config_file": path}, {}).confluent_config()
+
+
+@pytest.mark.parametrize("pool", ["gpu#1", "gpu*", "['x']"])
+def test_pool_must_be_topic_safe(pool: str) -> None:
+    with pytest.raises(ConfigError, match="pool name"):
+        Config(pool=pool)
+
+
+@pytest.mark.parametrize("pair", ["linger.ms", "=5", ""])
+def test_kafka_config_pair_without_key_or_equals_is_refused(pair: str) -> None:
+    with pytest.raises(ConfigError, match="--kafka-config expects key=value"):
+        parse_kafka_config([pair])
+
+
+def test_cli_reports_config_errors_without_a_traceback(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "show", "--bootstrap-servers", "nohost"]) == 2
+    captured = capsys.readouterr()
+    assert "inferstream: error: bootstrap server 'nohost' is not host:port" in captured.err
+    assert "Traceback" not in captured.err
+
+
+# -- pass-through ------------------------------------------------------------------------------
+def pass_through_config() -> Config:
+    pairs = parse_kafka_config(["max.poll.interval.ms=600000", "enable.idempotence=false",
+                                "client.id=worker-7", "acks=1", "compression.type = zstd"])
+    return load_config({"kafka_config": pairs}, {})
+
+
+def test_kafka_config_reaches_confluent_untouched() -> None:
+    conf = pass_through_config().confluent_config(**{"acks": "all"})
+    assert conf["max.poll.interval.ms"] == "600000"
+    assert conf["enable.idempotence"] == "false"
+    assert conf["client.id"] == "worker-7"
+    assert conf["compression.type"] == "zstd"
+    assert conf["acks"] == "1"  # pass-through is applied last: the operator wins
+    assert producer_config(pass_through_config())["acks"] == "1"
+
+
+def test_kafka_config_reaches_aiokafka_translated() -> None:
+    kwargs = pass_through_config().aiokafka_config()
+    assert kwargs["max_poll_interval_ms"] == 600000
+    assert kwargs["enable_idempotence"] is False
+    assert kwargs["client_id"] == "worker-7"
+    assert kwargs["acks"] == 1
+    assert kwargs["compression_type"] == "zstd"
+    assert kwargs["bootstrap_servers"] == "localhost:9092"
+
+
+def test_kafka_config_flags_on_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "show", "--kafka-config", "linger.ms=50",
+                 "--kafka-config", "client.id=x"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["kafka_config"] == {"linger.ms": "50", "client.id": "x"}
+
+
+# -- secrets -----------------------------------------------------------------------------------
+def secret_config() -> Config:
+    return load_config({
+        "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
+        "sasl_username": "alice", "sasl_password": SECRET, "ssl_key_password": SECRET,
+        "kafka_config": parse_kafka_config([
+            f"sasl.oauthbearer.client.secret={SECRET}",
+            f"sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule "
+            f"required password={SECRET};",
+            f"ssl.keystore.password={SECRET}",
+            "linger.ms=5",
+        ]),
+    }, {})
+
+
+def test_masked_hides_every_secret() -> None:
+    config = secret_config()
+    shown = config.masked()
+    assert SECRET not in json.dumps(shown)
+    assert shown["sasl_password"] == MASK
+    assert shown["ssl_key_password"] == MASK
+    assert shown["sasl_username"] == "alice"
+    assert shown["kafka_config"] == {
+        "sasl.oauthbearer.client.secret": MASK, "sasl.jaas.config": MASK,
+        "ssl.keystore.password": MASK, "linger.ms": "5",
+    }
+    # masking is for printing only: the clients still get the real values
+    assert config.confluent_config()["sasl.password"] == SECRET
+
+
+def test_repr_hides_the_named_secrets() -> None:
+    config = load_config({"sasl_password": SECRET, "ssl_key_password": SECRET}, {})
+    assert SECRET not in repr(config)
+
+
+def test_repr_hides_pass_through_secrets() -> None:
+    assert SECRET not in repr(secret_config())
+
+
+def test_config_show_masks_secrets(capsys: pytest.CaptureFixture[str],
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFERSTREAM_SASL_PASSWORD", SECRET)
+    assert main(["config", "show", "--security-protocol", "SASL_SSL", "--sasl-mechanism",
+                 "SCRAM-SHA-256", "--sasl-username", "bob", "--ssl-key-password", SECRET,
+                 "--kafka-config", f"sasl.oauthbearer.client.secret={SECRET}"]) == 0
+    captured = capsys.readouterr()
+    assert SECRET not in captured.out + captured.err
+    shown = json.loads(captured.out)
+    assert shown["sasl_password"] == MASK
+    assert shown["ssl_key_password"] == MASK
+    assert shown["kafka_config"] == {"sasl.oauthbearer.client.secret": MASK}
+    assert shown["sasl_username"] == "bob"
+

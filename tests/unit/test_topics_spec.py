@@ -1,0 +1,68 @@
+"""The topics of an installation: names under the prefix, partitions, compaction, limits."""
+
+from __future__ import annotations
+
+import pytest
+
+from inferstream.config import Config
+from inferstream.streams.topics import LARGE_MESSAGE_BYTES, TopicSpec, topic_specs
+
+SHARED = ("jobs", "results", "job-events", "sysinfo", "policy", "dlq", "controller-ledger")
+COMPACTED = {"policy", "controller-ledger"}
+#: Topics whose records may carry images inline.
+LARGE = {"jobs", "results", "dlq"}
+
+
+def by_short_name(config: Config, specs: list[TopicSpec]) -> dict[str, TopicSpec]:
+    assert all(s.name.startswith(config.topic_prefix) for s in specs)
+    named = {s.name[len(config.topic_prefix):]: s for s in specs}
+    assert len(named) == len(specs), "duplicate topic names"
+    return named
+
+
+def test_one_task_topic_per_pool_and_the_shared_topics() -> None:
+    config = Config(topic_prefix="acme.", partitions=6)
+    specs = by_short_name(config, topic_specs(config, ("gpu", "cpu")))
+    assert set(specs) == {*SHARED, "tasks.gpu", "tasks.cpu"}
+    assert specs["tasks.gpu"].name == "acme.tasks.gpu" == config.task_topic("gpu")
+
+
+def test_default_pool_is_the_configs_pool() -> None:
+    config = Config(pool="a100")
+    specs = by_short_name(config, topic_specs(config))
+    assert set(specs) == {*SHARED, "tasks.a100"}
+    assert by_short_name(config, topic_specs(config, ())) == specs
+
+
+@pytest.mark.parametrize("partitions", [1, 4, 12])
+def test_partitions_follow_the_config_except_policy(partitions: int) -> None:
+    config = Config(partitions=partitions)
+    specs = by_short_name(config, topic_specs(config, ("gpu",)))
+    for name, spec in specs.items():
+        # the policy table is small and read whole by every assignor: one partition, ordered
+        assert spec.partitions == (1 if name == "policy" else partitions), name
+
+
+def test_compaction_and_cleanup_policy() -> None:
+    config = Config()
+    specs = by_short_name(config, topic_specs(config, ("gpu",)))
+    for name, spec in specs.items():
+        assert spec.compacted == (name in COMPACTED), name
+        want = "compact" if name in COMPACTED else "delete"
+        assert spec.all_configs()["cleanup.policy"] == want, name
+
+
+def test_topics_that_carry_images_allow_large_records() -> None:
+    config = Config()
+    specs = by_short_name(config, topic_specs(config, ("gpu", "cpu")))
+    for name, spec in specs.items():
+        large = name in LARGE or name.startswith("tasks.")
+        got = spec.all_configs().get("max.message.bytes")
+        assert got == (str(LARGE_MESSAGE_BYTES) if large else None), name
+    assert LARGE_MESSAGE_BYTES >= 16 * 1024 * 1024
+
+
+def test_a_pool_named_twice_gets_one_task_topic() -> None:
+    config = Config()
+    names = [s.name for s in topic_specs(config, ("gpu", "gpu"))]
+    assert names.count(config.task_topic("gpu")) == 1
