@@ -301,6 +301,7 @@ class Worker:
     async def release(self, partitions: set[TopicPartition], grace_s: float) -> None:
         """Give up partitions: let in-flight tasks finish and commit for up to `grace_s`."""
         owned = [self.committers[tp] for tp in partitions if tp in self.committers]
+        log.info("revoked partitions=%s", sorted(c.tp.partition for c in owned))
         deadline = time.monotonic() + grace_s
         while any(c.in_flight and not c.lost for c in owned) and time.monotonic() < deadline:
             for committer in owned:
