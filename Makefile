@@ -39,6 +39,10 @@ test-integration: $(STAMP) kafka-jars ## the tests against a real local broker
 demo: $(STAMP) kafka-jars ## classify scikit-image's photos end to end on a local Kafka
 	$(PY) ops/demo.py
 
+SEEDS ?= 3 4 6
+chaos: $(STAMP) kafka-jars ## full-size chaos scenario (20,000 items, 3-broker cluster) for each of SEEDS
+	set -e; for seed in $(SEEDS); do $(PY) -m tests.chaos.scenario --seed $$seed --items 20000; done
+
 bench: $(STAMP) kafka-jars ## benchmark P1: bare PyTorch loop against the pipeline
 	$(PY) ops/bench/p1_pipeline.py
 

@@ -150,6 +150,9 @@ class BatchingPipeline:
         for slot, reason in zip(batch, decoded, strict=True):
             if isinstance(reason, str):
                 self._finish(slot, _error(slot, reason))
+        for slot, _ in good:
+            if slot.run.cancelled:  # its partition was given up: nobody wants the outcome
+                self.items_in_flight -= 1
         good = [(s, t) for s, t in good if not s.run.cancelled]
         if not good:
             return

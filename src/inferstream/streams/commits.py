@@ -123,6 +123,11 @@ class PartitionCommitter:
     def in_flight(self) -> int:
         return len(self._pending)
 
+    @property
+    def busy(self) -> bool:
+        """Tasks wait to be committed, or a commit is under way."""
+        return not self.lost and (bool(self._pending) or self._lock.locked())
+
     async def commit_ready(self) -> list[PendingTask]:
         """Commit every finished task at the head of the queue in one transaction."""
         async with self._lock:
@@ -144,6 +149,8 @@ class PartitionCommitter:
         records = [record for task in tasks for record in self.render(task)]
         target = tasks[-1].offset + 1
         for attempt in range(1, self.max_attempts + 1):
+            if self.lost:
+                raise PartitionLostError(f"{self.tp}: closed")
             try:
                 await asyncio.wait_for(self._transaction(records, {self.tp: target}),
                                        COMMIT_TIMEOUT_S)
@@ -151,7 +158,7 @@ class PartitionCommitter:
             except _FENCED as exc:
                 self._mark_lost()
                 raise PartitionLostError(f"{self.tp}: fenced by a new owner") from exc
-            except (KafkaError, TimeoutError) as exc:
+            except Exception as exc:  # any other failure leaves the outcome unknown
                 log.warning("commit outcome unknown tp=%s attempt=%d error=%r",
                             self.tp, attempt, exc)
             if await self._committed_after_restart(target):
@@ -177,15 +184,16 @@ class PartitionCommitter:
         return committed is not None and committed >= target
 
     async def _transaction(self, records: list[Outgoing], offsets: dict[Any, int]) -> None:
-        if self._producer is None:
+        producer = self._producer
+        if producer is None:
             raise KafkaConnectionError(f"no producer for {self.tp}")
-        async with self._producer.transaction():
+        async with producer.transaction():
             sends = [
-                await self._producer.send(topic, value, key=key, partition=partition)
+                await producer.send(topic, value, key=key, partition=partition)
                 for topic, partition, key, value in records
             ]
             await asyncio.gather(*sends)
-            await self._producer.send_offsets_to_transaction(offsets, self.group_id)
+            await producer.send_offsets_to_transaction(offsets, self.group_id)
 
     def _mark_lost(self) -> None:
         self.lost = True
@@ -199,10 +207,20 @@ class PartitionCommitter:
             producer, self._producer = self._producer, None
             await _quietly_stop(producer)
 
-    async def close(self) -> None:
-        """Drop what is not committed (the next owner redoes it) and stop the producer."""
+    async def close(self, wait_s: float = 10.0) -> None:
+        """Drop what is not committed (the next owner redoes it) and stop the producer,
+        after the commit under way, if any, ends (up to `wait_s`)."""
         self._mark_lost()
-        await self._stop_producer()
+        try:
+            await asyncio.wait_for(self._lock.acquire(), wait_s)
+        except TimeoutError:
+            log.warning("closing tp=%s while a commit is still under way", self.tp)
+            await self._stop_producer()
+            return
+        try:
+            await self._stop_producer()
+        finally:
+            self._lock.release()
 
 
 async def _quietly_stop(producer: AIOKafkaProducer) -> None:

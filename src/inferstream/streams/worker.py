@@ -31,6 +31,7 @@ from inferstream.streams.commits import (
 from inferstream.streams.errors import KafkaSetupError
 from inferstream.streams.hooks import WorkerHooks
 from inferstream.streams.kafka import aiokafka_kwargs, partition_for
+from inferstream.streams.ownership import Ownership
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,6 @@ class Worker:
         self.codec = codec or Codec(config.schema_registry_url)
         self.pipeline = BatchingPipeline(model, options.batching, self.hooks)
         self.group_id = worker_group(config)
-        self.committers: dict[TopicPartition, PartitionCommitter] = {}
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
         self._consumer: AIOKafkaConsumer | None = None
@@ -103,6 +103,8 @@ class Worker:
                 max_request_size=16 * 1024 * 1024))
             await self._shared_producer.start()
         self._consumer = self._new_consumer()
+        self.ownership = Ownership(self._consumer, self._new_committer,
+                                   self.hooks.on_assignment, self._stopping)
         await self._consumer.start()
         self._results_partitions = await self._partition_count(self.config.topic("results"))
         self._dlq_partitions = await self._partition_count(self.config.topic("dlq"))
@@ -174,7 +176,7 @@ class Worker:
 
     def _busy(self) -> bool:
         return self.pipeline.items_in_flight > 0 or any(
-            c.in_flight for c in self.committers.values()
+            c.busy for c in self.ownership.committers.values()
         )
 
     def _idle_for(self, since: float) -> bool:
@@ -183,9 +185,12 @@ class Worker:
 
     def _accept(self, tp: TopicPartition, offset: int, value: bytes | None) -> None:
         """Hand one task record to the data path, or to the dead-letter topic if unreadable."""
-        committer = self.committers.get(tp)
-        if committer is None or committer.lost:
-            return  # revoked while the fetch was in flight: the new owner reads it again
+        committer = self.ownership.active(tp)
+        if committer is None:
+            # Revoked while the fetch was in flight (the new owner reads it again), or our
+            # producer was fenced: take the partition back, from its committed offset.
+            self.ownership.retake_later(tp)
+            return
         try:
             task = self.codec.decode(value or b"", expected="Task")
         except SchemaError as exc:
@@ -234,12 +239,8 @@ class Worker:
         try:
             committed = await committer.commit_ready()
         except PartitionLostError as exc:
-            log.warning("partition lost, its uncommitted tasks go to the new owner: %s", exc)
-            if self.owns(committer.tp) and self.committers.get(committer.tp) is committer:
-                # Fenced while the group still assigns it to us: a zombie that woke up took
-                # the transactional id; take it back and carry on from the committed offset.
-                del self.committers[committer.tp]
-                await self._own(committer.tp)
+            log.warning("partition lost, its uncommitted tasks go to its next owner: %s", exc)
+            self.ownership.retake_later(committer.tp)
             return
         for pending in committed:
             if pending.run is not None:
@@ -247,9 +248,9 @@ class Worker:
                 self.hooks.after_task(ok, len(pending.run.outcomes) - ok)
         self._wake.set()
 
-    # -- ownership and rebalance ----------------------------------------------------------
+    # -- what the committers ask of their owner (commits.Owner) ----------------------------
     def owns(self, tp: TopicPartition) -> bool:
-        return self._consumer is not None and tp in self._consumer.assignment()
+        return self.ownership.assigned(tp) and not self.ownership.rebalancing
 
     async def committed_offset(self, tp: TopicPartition) -> int | None:
         assert self._consumer is not None  # noqa: S101
@@ -266,60 +267,15 @@ class Worker:
                                         self._shared_producer)
         return PartitionCommitter(self.config, tp, self.group_id, self._render, self)
 
-    async def acquire(self, partitions: set[TopicPartition]) -> None:
-        """Own new partitions: fence their previous owner, then read from the committed offset."""
-        for tp in sorted(partitions):
-            if tp not in self.committers:
-                await self._own(tp)
-        self.hooks.on_assignment(len(self.committers))
-        log.info("assigned partitions=%s", sorted(tp.partition for tp in self.committers))
-
-    async def _own(self, tp: TopicPartition) -> None:
-        """Start the partition's transactional producer and seek to its committed offset,
-        retrying while the broker is unreachable and the partition is still ours."""
-        assert self._consumer is not None  # noqa: S101
-        attempt = 0
-        while not self._stopping.is_set() and self.owns(tp):
-            attempt += 1
-            committer = self._new_committer(tp)
-            try:
-                await asyncio.wait_for(committer.start(), 30)
-                # Read after init_transactions: the fenced owner's last commit is final now.
-                committed = await asyncio.wait_for(self._consumer.committed(tp), 30)
-            except (KafkaError, TimeoutError) as exc:
-                await committer.close()
-                log.warning("cannot take partition %s yet (attempt %d): %r", tp, attempt, exc)
-                await asyncio.sleep(min(0.5 * attempt, 5))
-                continue
-            self.committers[tp] = committer
-            if committed is not None:
-                self._consumer.seek(tp, committed)
-            else:
-                await self._consumer.seek_to_beginning(tp)
-            return
-
-    async def release(self, partitions: set[TopicPartition], grace_s: float) -> None:
-        """Give up partitions: let in-flight tasks finish and commit for up to `grace_s`."""
-        owned = [self.committers[tp] for tp in partitions if tp in self.committers]
-        log.info("revoked partitions=%s", sorted(c.tp.partition for c in owned))
-        deadline = time.monotonic() + grace_s
-        while any(c.in_flight and not c.lost for c in owned) and time.monotonic() < deadline:
-            for committer in owned:
-                await self._commit(committer)
-            await asyncio.sleep(0.02)
-        for committer in owned:
-            await committer.close()
-            del self.committers[committer.tp]
-        self.hooks.on_assignment(len(self.committers))
-
+    # -- stopping ---------------------------------------------------------------------------
     async def _drain(self) -> None:
         """Graceful stop: finish every in-flight task and commit it."""
-        await self.release(set(self.committers), grace_s=self.options.max_poll_interval_ms / 1000)
+        await self.ownership.release(set(self.ownership.committers),
+                                     self.options.max_poll_interval_ms / 1000, self._commit,
+                                     rebalance=False)
 
     async def _shutdown(self) -> None:
-        for committer in list(self.committers.values()):
-            await committer.close()
-        self.committers.clear()
+        await self.ownership.close()
         if self._consumer is not None:
             await self._consumer.stop()  # leaves the group
         if self._shared_producer is not None:
@@ -332,10 +288,11 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self.worker = worker
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
-        await self.worker.release(set(revoked), self.worker.options.revoke_grace_s)
+        await self.worker.ownership.release(set(revoked), self.worker.options.revoke_grace_s,
+                                            self.worker._commit)  # noqa: SLF001
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
-        await self.worker.acquire(set(assigned))
+        await self.worker.ownership.acquire(set(assigned))
 
 
 async def _wait(event: asyncio.Event, timeout_s: float) -> None:

@@ -1,0 +1,136 @@
+"""Which task partitions a worker owns, and the committer that holds each one.
+
+All changes of ownership (a rebalance's revoke and assign, taking back a partition whose
+producer was fenced while the group still assigns it to us) run one at a time under one lock,
+and never while a rebalance is under way, so a worker cannot re-initialise a transactional id
+that the group has just handed to another worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from inferstream.streams.commits import PartitionCommitter
+
+log = logging.getLogger(__name__)
+
+
+class Ownership:
+    """The worker's partitions: `committers[tp]` exists exactly for partitions it holds."""
+
+    def __init__(self, consumer: AIOKafkaConsumer,
+                 new_committer: Callable[[TopicPartition], PartitionCommitter],
+                 on_change: Callable[[int], None], stopping: asyncio.Event) -> None:
+        self.consumer = consumer
+        self.new_committer = new_committer
+        self.on_change = on_change
+        self.stopping = stopping
+        self.committers: dict[TopicPartition, PartitionCommitter] = {}
+        self.rebalancing = False
+        self._lock = asyncio.Lock()
+        self._retakes: set[asyncio.Task[None]] = set()
+        self._retaking: set[TopicPartition] = set()
+
+    def assigned(self, tp: TopicPartition) -> bool:
+        """Whether the consumer group assigns `tp` to this worker now."""
+        return tp in self.consumer.assignment()
+
+    def active(self, tp: TopicPartition) -> PartitionCommitter | None:
+        committer = self.committers.get(tp)
+        return committer if committer is not None and not committer.lost else None
+
+    async def acquire(self, partitions: set[TopicPartition]) -> None:
+        """A rebalance assigned `partitions` (the whole new assignment)."""
+        async with self._lock:
+            for tp in [tp for tp in self.committers if tp not in partitions]:
+                await self._drop(tp)
+            for tp in sorted(partitions):
+                if self.active(tp) is None:
+                    await self._drop(tp)
+                    await self._own(tp)
+            self.rebalancing = False
+        self.on_change(len(self.committers))
+        log.info("assigned partitions=%s", sorted(tp.partition for tp in self.committers))
+
+    async def release(self, partitions: set[TopicPartition], grace_s: float,
+                      commit: Callable[[PartitionCommitter], Awaitable[None]],
+                      rebalance: bool = True) -> None:
+        """Give partitions up: in-flight tasks may finish and commit for up to `grace_s`."""
+        self.rebalancing = self.rebalancing or rebalance
+        async with self._lock:
+            owned = [self.committers[tp] for tp in sorted(partitions) if tp in self.committers]
+            log.info("revoked partitions=%s", [c.tp.partition for c in owned])
+            deadline = time.monotonic() + grace_s
+            while any(c.busy for c in owned) and time.monotonic() < deadline:
+                for committer in owned:
+                    await commit(committer)
+                await asyncio.sleep(0.02)
+            for committer in owned:
+                await self._drop(committer.tp)
+        self.on_change(len(self.committers))
+
+    def retake_later(self, tp: TopicPartition) -> None:
+        """The producer of `tp` was fenced or gave up: take it back if it is still ours.
+
+        A zombie that woke up may have re-initialised our transactional id; we take it back
+        (fencing the zombie) and carry on from the committed offset. Scheduled, not awaited,
+        because the caller may be inside `release` holding the lock.
+        """
+        if tp in self._retaking:
+            return
+        self._retaking.add(tp)
+        task = asyncio.get_running_loop().create_task(self._retake(tp))
+        self._retakes.add(task)
+        task.add_done_callback(self._retakes.discard)
+
+    async def _retake(self, tp: TopicPartition) -> None:
+        try:
+            async with self._lock:
+                if self.rebalancing or not self.assigned(tp) or self.active(tp) is not None:
+                    return
+                await self._drop(tp)
+                await self._own(tp)
+                log.info("retook partition=%d", tp.partition)
+        finally:
+            self._retaking.discard(tp)
+
+    async def _own(self, tp: TopicPartition) -> None:
+        """Start the partition's producer, then seek to its committed offset; retries while
+        the broker is unreachable and the partition is still ours."""
+        attempt = 0
+        while not self.stopping.is_set() and self.assigned(tp):
+            attempt += 1
+            committer = self.new_committer(tp)
+            try:
+                await asyncio.wait_for(committer.start(), 30)
+                # Read after init_transactions: the fenced owner's last commit is final now.
+                committed = await asyncio.wait_for(self.consumer.committed(tp), 30)
+            except (KafkaError, TimeoutError) as exc:
+                await committer.close()
+                log.warning("cannot take partition %s yet (attempt %d): %r", tp, attempt, exc)
+                await asyncio.sleep(min(0.5 * attempt, 5))
+                continue
+            self.committers[tp] = committer
+            if committed is not None:
+                self.consumer.seek(tp, committed)
+            else:
+                await self.consumer.seek_to_beginning(tp)
+            return
+
+    async def _drop(self, tp: TopicPartition) -> None:
+        committer = self.committers.pop(tp, None)
+        if committer is not None:
+            await committer.close()
+
+    async def close(self) -> None:
+        for task in list(self._retakes):
+            task.cancel()
+        async with self._lock:
+            for tp in list(self.committers):
+                await self._drop(tp)

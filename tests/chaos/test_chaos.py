@@ -1,0 +1,34 @@
+"""Guarantee 3 of DESIGN.md: exactly one result per item under worker and broker faults.
+
+One CI-sized run of `tests.chaos.scenario` with a fixed seed: 5,000 items, two worker
+kill -9s, one SIGSTOP past the session timeout, one broker kill -9 and restart, two workers
+added and one removed mid-job. Replay a failure with the command the output prints.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.scenario import ClusterUnavailableError, ScenarioOptions, run_scenario
+
+pytestmark = pytest.mark.chaos
+
+CI_SEED = 20240611
+
+
+@pytest.mark.timeout(1200)
+def test_exactly_one_result_per_item_under_worker_and_broker_faults(tmp_path: Path) -> None:
+    options = ScenarioOptions(seed=CI_SEED, items=5_000, workers=4, ms=20, worker_kills=2,
+                              directory=tmp_path, job_timeout_s=600, stall_timeout_s=120)
+    try:
+        result = run_scenario(options)
+    except ClusterUnavailableError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    assert result.ok, result.render()
+    assert result.report is not None and result.report.lost == 0
+    assert result.report.duplicates == 0 and result.report.multi_ok == 0
