@@ -159,8 +159,7 @@ class Worker:
                 await _wait(self._wake, 0.2)
                 continue
             try:
-                batches = await self._consumer.getmany(
-                    timeout_ms=200, max_records=max(1, room // 8))
+                batches = await self._fetch(room)
             except KafkaError as exc:  # a broker restarting: the client reconnects by itself
                 log.warning("fetch failed: %r", exc)
                 await asyncio.sleep(0.5)
@@ -173,6 +172,26 @@ class Worker:
             elif self._idle_for(idle_since):
                 log.info("idle for %.1fs: exiting (bounded mode)", self.options.idle_exit_s)
                 return
+
+    async def _fetch(self, room: int) -> dict[TopicPartition, list[Any]]:
+        """Up to about `room / 8` task records, taken evenly from every owned partition.
+
+        aiokafka hands out buffered records one partition at a time, so a single `getmany`
+        would run one partition's whole backlog before the next (a partition that just moved
+        here would wait behind it); asking each partition in turn keeps them interleaved.
+        """
+        assert self._consumer is not None  # noqa: S101
+        owned = sorted(self._consumer.assignment())
+        share = max(1, room // (8 * max(1, len(owned))))
+        batches: dict[TopicPartition, list[Any]] = {}
+        for tp in owned:
+            got = await self._consumer.getmany(tp, timeout_ms=0, max_records=share)
+            batches.update(got)
+        if batches:
+            return batches
+        got_any: dict[TopicPartition, list[Any]] = await self._consumer.getmany(
+            timeout_ms=200, max_records=share)
+        return got_any
 
     def _busy(self) -> bool:
         return self.pipeline.items_in_flight > 0 or any(
