@@ -1,0 +1,79 @@
+"""The baseline of benchmark P1: a hand-written single-process PyTorch loop.
+
+Reads each file, decodes and preprocesses it with the model's own transform (the one the
+worker uses), stacks `--batch` images and runs the forward pass under `torch.inference_mode`,
+then softmax and top-5 as the worker does. Nothing overlaps: read, decode and forward take
+turns. Prints one JSON object with the timings. Run by `p1_pipeline.py` in a fresh process
+with the same environment (OMP_NUM_THREADS) as the worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from inferstream.models import load_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from p1_cpu import CpuMeter
+
+TOP_K = 5
+
+
+def _forward(module: torch.nn.Module, batch: torch.Tensor) -> list[list[int]]:
+    with torch.inference_mode():
+        logits = module(batch)
+        _, ids = torch.softmax(logits.float(), dim=1).topk(TOP_K, dim=1)
+        top: list[list[int]] = ids.tolist()
+    return top
+
+
+def run(model_name: str, paths: list[str], batch_size: int, warmup: int) -> dict[str, Any]:
+    """Classify `paths` in batches; the first `warmup` images are run once before timing."""
+    model = load_model(model_name, device="cpu", random_weights=True)
+    module: torch.nn.Module = model.module  # type: ignore[attr-defined]
+    if warmup:
+        _forward(module, torch.stack([model.preprocess(Path(p).read_bytes())
+                                      for p in paths[:warmup]]))
+    spent = {"read_s": 0.0, "decode_s": 0.0, "forward_s": 0.0}
+    before, wall0 = CpuMeter().snapshot(), time.perf_counter()
+    for start in range(0, len(paths), batch_size):
+        tensors = []
+        for path in paths[start:start + batch_size]:
+            t0 = time.perf_counter()
+            data = Path(path).read_bytes()
+            t1 = time.perf_counter()
+            tensors.append(model.preprocess(data))
+            t2 = time.perf_counter()
+            spent["read_s"] += t1 - t0
+            spent["decode_s"] += t2 - t1
+        t2 = time.perf_counter()
+        _forward(module, torch.stack(tensors))
+        spent["forward_s"] += time.perf_counter() - t2
+    wall = time.perf_counter() - wall0
+    cpu = CpuMeter.delta(before, CpuMeter().snapshot())
+    return {"images": len(paths), "wall_s": wall, "rate": len(paths) / wall,
+            "torch_threads": torch.get_num_threads(), "cpu": cpu, **spent}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--threads", type=int, required=True, help="torch.set_num_threads")
+    parser.add_argument("--warmup", type=int, default=0, help="images to run before timing")
+    parser.add_argument("--list", required=True, help="file naming one image per line")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    paths = Path(args.list).read_text().split()
+    print(json.dumps(run(args.model, paths, args.batch, args.warmup)))
+
+
+if __name__ == "__main__":
+    main()
