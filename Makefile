@@ -48,4 +48,5 @@ bench: $(STAMP) kafka-jars ## benchmark P1: bare PyTorch loop against the pipeli
 
 clean: ## stop local clusters started here and delete build and state files
 	-ops/kafka/cluster stop --dir var/kafka
+	-ops/kafka/cluster stop --dir var/demo-kafka
 	rm -rf var .pytest_cache .mypy_cache .ruff_cache
