@@ -207,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
         broker.start()
         for model in args.models:
             results[model] = bench_model(args, broker, model, images, listing, paths)
+    except BenchError as exc:
+        print(f"p1: {exc}", file=sys.stderr)
+        return 1
     finally:
         broker.clean()
     (args.workdir / "p1-results.json").write_text(json.dumps(results, indent=2, default=str))

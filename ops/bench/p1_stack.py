@@ -96,8 +96,8 @@ class Pipeline:
     def __init__(self, bootstrap: str, settings: WorkerSettings, logdir: Path) -> None:
         self.settings = settings
         self.logdir = logdir
-        safe = "".join(c if c.isalnum() else "-" for c in settings.model)
-        prefix = f"p1-{safe}-{uuid.uuid4().hex[:6]}."
+        self.tag = "".join(c if c.isalnum() else "-" for c in settings.model)
+        prefix = f"p1-{self.tag}-{uuid.uuid4().hex[:6]}."
         self.config = Config(bootstrap_servers=bootstrap, topic_prefix=prefix,
                              partitions=settings.partitions)
         self.client = Client(self.config)
@@ -109,7 +109,7 @@ class Pipeline:
                "INFERSTREAM_BOOTSTRAP_SERVERS": self.config.bootstrap_servers,
                "INFERSTREAM_TOPIC_PREFIX": self.config.topic_prefix,
                "INFERSTREAM_PARTITIONS": str(self.config.partitions)}
-        with open(self.logdir / f"{name}.log", "wb") as log:
+        with open(self.logdir / f"{self.tag}-{name}.log", "wb") as log:
             self.procs[name] = subprocess.Popen([*INFERSTREAM, *args], stdout=log,
                                                 stderr=subprocess.STDOUT, env=env)
 
@@ -141,7 +141,7 @@ class Pipeline:
         raise BenchError(f"a worker got no partitions in {timeout_s}s; see {self.logdir}")
 
     def _log(self, name: str) -> str:
-        return (self.logdir / f"{name}.log").read_text(errors="replace")[-3000:]
+        return (self.logdir / f"{self.tag}-{name}.log").read_text(errors="replace")[-3000:]
 
     def pids(self) -> dict[str, int]:
         return {name: proc.pid for name, proc in self.procs.items()}
