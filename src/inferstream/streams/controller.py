@@ -72,7 +72,10 @@ class Controller:
             config, controller_group(config), **{"partition.assignment.strategy": "range"}))
         self.transactional_id = (self.options.transactional_id
                                  or f"{config.topic_prefix}controller")
-        self._producer = Producer(producer_config(config, **{
+        self._producer = self._new_producer()
+
+    def _new_producer(self) -> Producer:
+        return Producer(producer_config(self.config, **{
             "transactional.id": self.transactional_id}))
 
     def request_stop(self) -> None:
@@ -81,7 +84,7 @@ class Controller:
     def run(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: self.request_stop())
         self._load_partition_counts()
-        self._replace_producer()
+        self._init_transactions()
         self._consumer.subscribe([self.topics["jobs"], self.topics["results"]],
                                  on_assign=self._on_assign, on_revoke=self._on_revoke)
         idle_since = time.monotonic()
@@ -276,13 +279,15 @@ class Controller:
             self._producer.abort_transaction(30)
         except KafkaException as again:
             log.warning("abort failed (%s): replacing the transactional producer", again)
-            self._replace_producer()
+            self._producer = self._new_producer()
+            self._init_transactions()
         self._reset(self._consumer.assignment())
 
-    def _replace_producer(self) -> None:
+    def _init_transactions(self) -> None:
+        """Fence any earlier holder of the transactional id; a fresh producer per retry."""
         for attempt in range(1, 1_000_000):
-            self._producer = Producer(producer_config(self.config, **{
-                "transactional.id": self.transactional_id}))
+            if attempt > 1:
+                self._producer = self._new_producer()
             try:
                 self._producer.init_transactions(30)
                 return
@@ -311,7 +316,7 @@ class Controller:
         owned = sorted({tp.partition for tp in partitions if tp.topic == self.topics["jobs"]})
         records = read_ledger(self.config, self.topics["controller-ledger"], owned)
         for job_id, state in self.ledger.rebuild(records).items():
-            if state.status in (ACTIVE,):
+            if state.status == ACTIVE:
                 self.jobs[job_id] = state
         log.info("owning job partitions=%s active jobs rebuilt=%d", owned, len(self.jobs))
 

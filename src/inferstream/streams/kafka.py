@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 from typing import Any
 
 from aiokafka.partitioner import murmur2
@@ -67,3 +68,15 @@ def consumer_config(config: Config, group_id: str | None, **extra: Any) -> dict[
         settings["group.id"] = "inferstream-reader-unused"
     settings.update(extra)
     return config.confluent_config(**settings)
+
+
+def dead_letter_record(topic: str, partition: int, offset: int, reason: str,
+                       value: bytes | None, consumer: str, key: bytes | None = None,
+                       timestamp_ms: int = 0) -> dict[str, Any]:
+    """A DeadLetter record: an unreadable record with where it came from and why."""
+    return {
+        "origin_topic": topic, "origin_partition": partition, "origin_offset": offset,
+        "reason": reason, "key": key, "value": value or b"",
+        "timestamp": timestamp_ms if timestamp_ms > 0 else int(time.time() * 1000),
+        "consumer": consumer,
+    }

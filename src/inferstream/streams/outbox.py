@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from confluent_kafka import Message
 
-from inferstream.streams.kafka import partition_for
+from inferstream.streams.kafka import dead_letter_record, partition_for
 from inferstream.streams.ledger import JobState, now_ms
 
 if TYPE_CHECKING:
@@ -47,13 +46,9 @@ class Outbox:
     def dead_letter(self, ctl: Controller, message: Message, reason: str) -> None:
         """The unreadable record, with where it came from, to the dead-letter topic."""
         _, timestamp_ms = message.timestamp()
-        record = {
-            "origin_topic": message.topic(), "origin_partition": message.partition(),
-            "origin_offset": message.offset(), "reason": reason, "key": message.key(),
-            "value": message.value() or b"",
-            "timestamp": timestamp_ms if timestamp_ms > 0 else int(time.time() * 1000),
-            "consumer": "controller",
-        }
+        record = dead_letter_record(
+            message.topic() or "", message.partition() or 0, message.offset() or 0, reason,
+            message.value(), "controller", key=message.key(), timestamp_ms=timestamp_ms)
         topic = ctl.topics["dlq"]
         self.add(topic, (message.partition() or 0) % ctl.partitions(topic), message.key() or b"",
                  ctl.codec.encode("DeadLetter", record))

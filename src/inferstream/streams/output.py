@@ -7,6 +7,7 @@ order is the task's outcome. The controller's ledger applies the same rule as it
 
 from __future__ import annotations
 
+import calendar
 import csv
 import io
 import json
@@ -36,8 +37,7 @@ def new_job_id() -> str:
 def job_time_ms(job_id: str) -> int | None:
     """The submission time encoded in a job id from `new_job_id`, else None."""
     try:
-        return int(time.mktime(time.strptime(job_id[:15], "%Y%m%d-%H%M%S")) * 1000) - (
-            time.timezone * 1000)
+        return calendar.timegm(time.strptime(job_id[:15], "%Y%m%d-%H%M%S")) * 1000
     except ValueError:
         return None
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
 import time
@@ -30,7 +31,7 @@ from inferstream.streams.commits import (
 )
 from inferstream.streams.errors import KafkaSetupError
 from inferstream.streams.hooks import WorkerHooks
-from inferstream.streams.kafka import aiokafka_kwargs, partition_for
+from inferstream.streams.kafka import aiokafka_kwargs, dead_letter_record, partition_for
 from inferstream.streams.ownership import Ownership
 
 log = logging.getLogger(__name__)
@@ -62,8 +63,6 @@ def worker_group(config: Config) -> str:
 
 
 def default_worker_id() -> str:
-    import os
-
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
@@ -106,8 +105,8 @@ class Worker:
         self.ownership = Ownership(self._consumer, self._new_committer,
                                    self.hooks.on_assignment, self._stopping)
         await self._consumer.start()
-        self._results_partitions = await self._partition_count(self.config.topic("results"))
-        self._dlq_partitions = await self._partition_count(self.config.topic("dlq"))
+        self._results_partitions, self._dlq_partitions = await self._partition_counts(
+            self.config.topic("results"), self.config.topic("dlq"))
         batch_loop = asyncio.create_task(self.pipeline.run_forever(), name="batch-loop")
         try:
             await self._consume_loop()
@@ -134,19 +133,23 @@ class Worker:
         consumer.subscribe([self.config.task_topic()], listener=_Rebalance(self))
         return consumer
 
-    async def _partition_count(self, topic: str) -> int:
-        """Partitions of `topic`, asked through a short-lived plain producer (public API)."""
+    async def _partition_counts(self, *topics: str) -> list[int]:
+        """Partitions of each topic, asked through one short-lived plain producer."""
         probe = AIOKafkaProducer(**aiokafka_kwargs(self.config, AIOKafkaProducer))
         await probe.start()
         try:
-            partitions = await asyncio.wait_for(probe.partitions_for(topic), 30)
-        except TimeoutError as exc:
-            raise KafkaSetupError(
-                f"topic {topic} not found; run `inferstream topics create`"
-            ) from exc
+            counts = []
+            for topic in topics:
+                try:
+                    partitions = await asyncio.wait_for(probe.partitions_for(topic), 30)
+                except TimeoutError as exc:
+                    raise KafkaSetupError(
+                        f"topic {topic} not found; run `inferstream topics create`"
+                    ) from exc
+                counts.append(len(partitions))
+            return counts
         finally:
             await probe.stop()
-        return len(partitions)
 
     # -- the consume loop -------------------------------------------------------------------
     async def _consume_loop(self) -> None:
@@ -224,11 +227,8 @@ class Worker:
 
     def _dead_letter(self, tp: TopicPartition, offset: int, value: bytes | None,
                      reason: str) -> Outgoing:
-        record = {
-            "origin_topic": tp.topic, "origin_partition": tp.partition, "origin_offset": offset,
-            "reason": reason, "key": None, "value": value or b"",
-            "timestamp": int(time.time() * 1000), "consumer": self.worker_id,
-        }
+        record = dead_letter_record(tp.topic, tp.partition, offset, reason, value,
+                                    self.worker_id)
         partition = tp.partition % self._dlq_partitions
         return self.config.topic("dlq"), partition, b"", self.codec.encode("DeadLetter", record)
 
