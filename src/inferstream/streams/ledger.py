@@ -39,6 +39,8 @@ class JobState:
     expansion: JobExpansion | None = None
     last_event_ms: int = 0
     changed: bool = True
+    #: the job record as encoded for the ledger, encoded once (inline jobs are large)
+    job_bytes: bytes | None = None
 
     @property
     def job_id(self) -> str:
@@ -86,13 +88,18 @@ class LedgerCodec:
     def job_entry(self, state: JobState) -> tuple[bytes, bytes]:
         entry = _entry(state.job_id, -1, "JOB", state.status)
         entry.update(
-            job=self.codec.encode("Job", state.job),
+            job=self._job_bytes(state),
             issued_tasks=state.issued_tasks, issued_items=state.issued_items,
             expanded=state.expanded, done_tasks=len(state.done),
             ok_items=state.ok_items, error_items=state.error_items,
             accepted_at=state.accepted_at_ms,
         )
         return state.job_id.encode(), self.codec.encode("LedgerEntry", entry)
+
+    def _job_bytes(self, state: JobState) -> bytes:
+        if state.job_bytes is None:
+            state.job_bytes = self.codec.encode("Job", state.job)
+        return state.job_bytes
 
     def task_entry(self, job_id: str, task_id: int, status: str, items: int,
                    worker: str | None = None, attempt: int = 1) -> tuple[bytes, bytes]:
@@ -123,7 +130,7 @@ class LedgerCodec:
         state = states.get(entry["job_id"])
         if state is None:
             job = self.codec.decode(entry["job"], expected="Job")
-            state = states[entry["job_id"]] = JobState(job, partition)
+            state = states[entry["job_id"]] = JobState(job, partition, job_bytes=entry["job"])
         state.status = entry["status"]
         state.accepted_at_ms = entry["accepted_at"]
         state.issued_tasks = entry["issued_tasks"]
