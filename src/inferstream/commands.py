@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import faulthandler
 import json
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -58,6 +60,11 @@ def _topics(args: argparse.Namespace, config: Config) -> int:
 
 
 # -- worker, controller -----------------------------------------------------------------------
+def _dump_stacks_on_usr1() -> None:
+    """`kill -USR1 PID` prints every thread's stack to stderr: where a hung process waits."""
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+
 def resolve_device(spec: str) -> str:
     """`auto` is the first GPU when torch sees one, else the CPU; anything else is checked."""
     import torch
@@ -109,6 +116,7 @@ def _worker(args: argparse.Namespace, config: Config) -> int:
     from inferstream.streams.batching import BatchingOptions
     from inferstream.streams.worker import Worker, WorkerOptions
 
+    _dump_stacks_on_usr1()
     model = load_model(args.model, device=resolve_device(args.device), weights=args.weights,
                        random_weights=args.random_weights)
     metrics = WorkerMetrics(CollectorRegistry(), args.model)
@@ -137,6 +145,7 @@ def _controller_args(parser: argparse.ArgumentParser) -> None:
 def _controller(args: argparse.Namespace, config: Config) -> int:
     from inferstream.streams.controller import Controller, ControllerOptions
 
+    _dump_stacks_on_usr1()
     options = ControllerOptions(transactional_id=args.transactional_id,
                                 idle_exit_s=args.idle_exit, tasks_per_round=args.tasks_per_round)
     Controller(config, options).run()
