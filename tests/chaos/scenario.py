@@ -326,6 +326,8 @@ def _clean_up(result: ScenarioResult, cluster: ChaosCluster, procs: Processes | 
     if fleet is not None:
         fleet.resume_all()
     if procs is not None:
+        if not result.ok:
+            procs.dump_stacks()  # where a stalled process waits, for the logs kept below
         procs.stop_all()
     if not result.ok or result.status is None:
         cluster.keep_logs(result.directory / "logs")

@@ -140,6 +140,14 @@ class Processes:
             time.sleep(0.2)
         raise AssertionError(f"workers {workers} never shared the partitions: {owned}")
 
+    def dump_stacks(self) -> None:
+        """Have every live process print its threads' stacks into its log (SIGUSR1)."""
+        live = [proc for proc in self.started if proc.poll() is None]
+        for proc in live:
+            proc.send_signal(signal.SIGUSR1)
+        if live:
+            time.sleep(1.0)
+
     def stop_all(self) -> None:
         for proc in self.started:
             if proc.poll() is None:
