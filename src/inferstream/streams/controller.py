@@ -8,6 +8,7 @@ entries) is committed in one transaction with the consumed offsets.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import signal
 import threading
@@ -27,9 +28,14 @@ from confluent_kafka import (
 from inferstream.config import Config
 from inferstream.models import UnknownModelError, get_model_spec
 from inferstream.schemas import Codec, SchemaError
-from inferstream.streams.errors import KafkaSetupError
+from inferstream.streams.errors import KafkaSetupError, StuckCallError
 from inferstream.streams.expansion import InputError, check_inputs
-from inferstream.streams.kafka import consumer_config, partition_for, producer_config
+from inferstream.streams.kafka import (
+    call_with_deadline,
+    consumer_config,
+    partition_for,
+    producer_config,
+)
 from inferstream.streams.ledger import ACTIVE, COMPLETED, REJECTED, JobState, LedgerCodec, now_ms
 from inferstream.streams.outbox import Outbox
 from inferstream.streams.output import write_job_output
@@ -48,6 +54,16 @@ class ControllerOptions:
     idle_exit_s: float | None = None
     #: completed and rejected jobs are forgotten (the ledger keeps them) after this long
     retain_finished_s: float = 600.0
+    #: a round still running after this long has every thread's stack dumped to stderr once,
+    #: so a hang names the call it waits in (longer than the 60 s a commit may legitimately take)
+    watchdog_s: float | None = 90.0
+    #: librdkafka timeout of send_offsets_to_transaction and abort_transaction; a commit gets
+    #: twice this. A call still running CALL_GRACE_S after its timeout is given up on.
+    commit_timeout_s: float = 20.0
+
+
+#: how long past its own timeout a librdkafka call may run before it counts as stuck
+CALL_GRACE_S = 5.0
 
 
 def controller_group(config: Config) -> str:
@@ -90,12 +106,16 @@ class Controller:
         idle_since = time.monotonic()
         try:
             while not self._stop.is_set():
+                if self.options.watchdog_s is not None:
+                    faulthandler.dump_traceback_later(self.options.watchdog_s)
                 busy = self._round()
+                faulthandler.cancel_dump_traceback_later()
                 if busy or any(j.status == ACTIVE for j in self.jobs.values()):
                     idle_since = time.monotonic()
                 elif self._idle(idle_since):
                     break
         finally:
+            faulthandler.cancel_dump_traceback_later()
             self._consumer.close()
             self._producer.flush(10)
 
@@ -246,18 +266,27 @@ class Controller:
 
     def _commit(self, out: Outbox) -> bool:
         """Write the round's records with the consumed offsets; on failure, rebuild state."""
+        timeout = self.options.commit_timeout_s
         try:
             self._producer.begin_transaction()
             for record in out.records:
                 self._produce(*record)
             positions = [tp for tp in self._consumer.position(self._consumer.assignment())
                          if tp.offset >= 0]
-            self._producer.send_offsets_to_transaction(
-                positions, self._consumer.consumer_group_metadata(), 30)
-            self._producer.commit_transaction(60)
+            call_with_deadline(self._producer.send_offsets_to_transaction, positions,
+                               self._consumer.consumer_group_metadata(), timeout,
+                               deadline_s=timeout + CALL_GRACE_S)
+            call_with_deadline(self._producer.commit_transaction, 2 * timeout,
+                               deadline_s=2 * timeout + CALL_GRACE_S)
             return True
         except KafkaException as exc:
             self._recover(exc)
+            return False
+        except StuckCallError as exc:
+            log.warning("transaction stuck (%s): replacing the transactional producer and "
+                        "rolling back to the last commit", exc)
+            self._replace_producer()
+            self._reset(self._consumer.assignment())
             return False
 
     def _produce(self, topic: str, partition: int, key: bytes, value: bytes) -> None:
@@ -276,12 +305,20 @@ class Controller:
         try:
             if error.fatal():
                 raise exc
-            self._producer.abort_transaction(30)
-        except KafkaException as again:
+            timeout = self.options.commit_timeout_s
+            call_with_deadline(self._producer.abort_transaction, timeout,
+                               deadline_s=timeout + CALL_GRACE_S)
+        except (KafkaException, StuckCallError) as again:
             log.warning("abort failed (%s): replacing the transactional producer", again)
-            self._producer = self._new_producer()
-            self._init_transactions()
+            self._replace_producer()
         self._reset(self._consumer.assignment())
+
+    def _replace_producer(self) -> None:
+        """A new producer under the same transactional id: its init_transactions fences the
+        old one and aborts (or completes) whatever transaction the old one left open. A
+        producer stuck in a call stays alive on that call's thread; nothing uses it again."""
+        self._producer = self._new_producer()
+        self._init_transactions()
 
     def _init_transactions(self) -> None:
         """Fence any earlier holder of the transactional id; a fresh producer per retry."""

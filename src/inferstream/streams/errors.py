@@ -7,6 +7,10 @@ class KafkaSetupError(InferstreamError):
     """The cluster cannot be reached or a topic cannot be created or described."""
 
 
+class StuckCallError(InferstreamError):
+    """A Kafka client call did not return within its own timeout and a grace period after it."""
+
+
 class JobRejectedError(InferstreamError):
     """The controller rejected a job; `reason` says why."""
 
