@@ -21,7 +21,9 @@ CI_SEED = 20240611
 
 @pytest.mark.timeout(1200)
 def test_exactly_one_result_per_item_under_worker_and_broker_faults(tmp_path: Path) -> None:
-    options = ScenarioOptions(seed=CI_SEED, items=5_000, workers=4, ms=20, worker_kills=2,
+    # 60 ms per item: four workers need about 75 s for the job, enough to fit every fault with
+    # its recovery; at 20 ms the job (25 s of work) could end before the last faults were due.
+    options = ScenarioOptions(seed=CI_SEED, items=5_000, workers=4, ms=60, worker_kills=2,
                               directory=tmp_path, job_timeout_s=600, stall_timeout_s=120)
     try:
         result = run_scenario(options)
