@@ -15,13 +15,15 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from inferstream.config import Config
 from inferstream.streams.kafka import LIBRDKAFKA_LOG, PARTITION_EOF, producer_config
+from inferstream.streams.topics import wait_until_visible
 from tests.integration.conftest import CLUSTER, start_cluster
 
 pytestmark = pytest.mark.integration
@@ -96,6 +98,22 @@ def committed_values(config: Config, topic: str) -> list[str]:
     raise AssertionError(f"no end of {topic} within 60 s; read {values}")
 
 
+def describe_topic_configs(admin: AdminClient, topic: str, timeout_s: float = 60
+                           ) -> dict[str, Any]:
+    """The topic's configs, asking again while a broker has not yet learnt of the topic."""
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            configs: dict[str, Any] = admin.describe_configs([resource])[resource].result(60)
+            return configs
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART or (
+                    time.monotonic() > deadline):
+                raise
+            time.sleep(0.2)
+
+
 def create_rf3_topic(config: Config, topic: str) -> None:
     admin = AdminClient(config.confluent_config(logger=LIBRDKAFKA_LOG))
     # The survivor is the preferred leader, so the partition keeps a live leader throughout.
@@ -103,8 +121,8 @@ def create_rf3_topic(config: Config, topic: str) -> None:
                    replica_assignment=[[SURVIVOR, FIRST_KILLED, SECOND_KILLED]])
     for future in admin.create_topics([new]).values():
         future.result(60)
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    configs = admin.describe_configs([resource])[resource].result(60)
+    wait_until_visible(admin, {topic: 1}, timeout_s=60)
+    configs = describe_topic_configs(admin, topic)
     assert configs["min.insync.replicas"].value == "2"  # the cluster default, not set here
     replicas = admin.list_topics(topic, timeout=30).topics[topic].partitions[0].replicas
     assert sorted(replicas) == [1, 2, 3]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException
@@ -82,6 +83,7 @@ def ensure_topics(
     missing = [s for s in specs if s.name not in existing]
     if missing:
         _create(admin, missing, config.replication_factor, timeout_s, report)
+        wait_until_visible(admin, {s.name: s.partitions for s in missing}, timeout_s)
     present = [s for s in specs if s.name in existing]
     report.existing.extend(s.name for s in present)
     report.mismatched.update(describe_mismatches(admin, present, config, timeout_s))
@@ -121,6 +123,27 @@ def _create(
                 report.existing.append(name)
                 continue
             raise KafkaSetupError(f"cannot create topic {name}: {error.str()}") from exc
+
+
+def wait_until_visible(admin: AdminClient, partitions: dict[str, int],
+                       timeout_s: float = 30.0) -> None:
+    """Block until the brokers' metadata shows each topic with its partitions.
+
+    CreateTopics returns once the KRaft controller has committed the topics; each broker
+    learns of them a moment later, and until then answers UNKNOWN_TOPIC_OR_PART. A process
+    started right after `topics create` must not see that.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        topics = admin.list_topics(timeout=timeout_s).topics
+        waiting = sorted(name for name, count in partitions.items()
+                         if name not in topics or topics[name].error is not None
+                         or len(topics[name].partitions) < count)
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise KafkaSetupError(f"created topics not visible after {timeout_s:g}s: {waiting}")
+        time.sleep(0.1)
 
 
 def describe_mismatches(
