@@ -95,7 +95,8 @@ def call_with_deadline(call: Callable[..., T], *args: Any, deadline_s: float) ->
     to at least 2.16.0 (https://github.com/confluentinc/librdkafka/issues/5456 and
     https://github.com/confluentinc/librdkafka/issues/5511, fix proposed in
     https://github.com/confluentinc/librdkafka/pull/5457). The chaos suite hit it as a
-    controller that stopped for good after a broker kill -9.
+    controller that stopped for good after a broker kill -9. Drop this wrapper once the
+    confluent-kafka we pin ships a librdkafka with that fix.
 
     A call that is given up on keeps running on its daemon thread, which also keeps its
     client object alive; the caller must stop using that client (for a transactional
