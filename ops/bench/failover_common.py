@@ -31,7 +31,7 @@ from p1_stack import INFERSTREAM, BenchError, Broker
 from inferstream.config import Config
 from inferstream.schemas import Codec, SchemaError
 from inferstream.streams.client import Client
-from inferstream.streams.kafka import PARTITION_EOF, partition_for
+from inferstream.streams.kafka import PARTITION_EOF, consumer_config, partition_for
 from inferstream.streams.topics import ensure_topics
 
 _OWNERSHIP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?"
@@ -227,10 +227,8 @@ class CommittedResults:
         self._thread = threading.Thread(target=self._run, name="committed-results", daemon=True)
 
     def _consumer(self) -> Consumer:
-        return Consumer(self.config.confluent_config(**{
-            "group.id": f"bench-reader-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False,
-            "isolation.level": "read_committed", "enable.partition.eof": True,
-            "fetch.wait.max.ms": 50, "fetch.message.max.bytes": 16 * 1024 * 1024}))
+        return Consumer(consumer_config(self.config, f"bench-reader-{uuid.uuid4().hex[:6]}", **{
+            "enable.partition.eof": True, "fetch.wait.max.ms": 50}))
 
     def start(self) -> CommittedResults:
         self._thread.start()

@@ -13,6 +13,7 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -273,21 +274,18 @@ class Controller:
                 self._produce(*record)
             positions = [tp for tp in self._consumer.position(self._consumer.assignment())
                          if tp.offset >= 0]
-            call_with_deadline(self._producer.send_offsets_to_transaction, positions,
-                               self._consumer.consumer_group_metadata(), timeout,
-                               deadline_s=timeout + CALL_GRACE_S)
-            call_with_deadline(self._producer.commit_transaction, 2 * timeout,
-                               deadline_s=2 * timeout + CALL_GRACE_S)
+            self._bounded(self._producer.send_offsets_to_transaction, timeout, positions,
+                          self._consumer.consumer_group_metadata())
+            self._bounded(self._producer.commit_transaction, 2 * timeout)
             return True
-        except KafkaException as exc:
+        except (KafkaException, StuckCallError) as exc:
             self._recover(exc)
             return False
-        except StuckCallError as exc:
-            log.warning("transaction stuck (%s): replacing the transactional producer and "
-                        "rolling back to the last commit", exc)
-            self._replace_producer()
-            self._reset(self._consumer.assignment())
-            return False
+
+    @staticmethod
+    def _bounded(call: Callable[..., object], timeout_s: float, *args: Any) -> None:
+        """`call(*args, timeout_s)`, given up on (StuckCallError) CALL_GRACE_S after that."""
+        call_with_deadline(call, *args, timeout_s, deadline_s=timeout_s + CALL_GRACE_S)
 
     def _produce(self, topic: str, partition: int, key: bytes, value: bytes) -> None:
         while True:
@@ -297,21 +295,24 @@ class Controller:
             except BufferError:  # the local queue is full: let deliveries drain it
                 self._producer.poll(0.1)
 
-    def _recover(self, exc: KafkaException) -> None:
-        """After a failed transaction: abort it (or replace the producer, whose
-        init_transactions aborts it), then rebuild state from what was committed."""
-        error = exc.args[0]
-        log.warning("transaction failed (%s): rolling back to the last commit", error)
-        try:
-            if error.fatal():
-                raise exc
-            timeout = self.options.commit_timeout_s
-            call_with_deadline(self._producer.abort_transaction, timeout,
-                               deadline_s=timeout + CALL_GRACE_S)
-        except (KafkaException, StuckCallError) as again:
-            log.warning("abort failed (%s): replacing the transactional producer", again)
+    def _recover(self, exc: KafkaException | StuckCallError) -> None:
+        """After a failed or stuck transaction: abort it, or replace the producer (whose
+        init_transactions aborts it) when it is stuck, fatal or cannot abort; then rebuild
+        state from what was committed."""
+        stuck = isinstance(exc, StuckCallError)
+        log.warning("transaction %s (%s): rolling back to the last commit",
+                    "stuck" if stuck else "failed", exc if stuck else exc.args[0])
+        if stuck or exc.args[0].fatal() or not self._abort():
             self._replace_producer()
         self._reset(self._consumer.assignment())
+
+    def _abort(self) -> bool:
+        try:
+            self._bounded(self._producer.abort_transaction, self.options.commit_timeout_s)
+            return True
+        except (KafkaException, StuckCallError) as exc:
+            log.warning("abort failed (%s): replacing the transactional producer", exc)
+            return False
 
     def _replace_producer(self) -> None:
         """A new producer under the same transactional id: its init_transactions fences the
