@@ -21,10 +21,10 @@ venv: $(STAMP) ## create .venv and install inferstream with its test tools
 kafka-jars: ## resolve the Apache Kafka jars from Maven Central (cached)
 	ops/kafka/cluster classpath >/dev/null
 
-lint: $(STAMP) ## ruff on everything
-	$(VENV)/bin/ruff check src tests ops
+lint: $(STAMP) ## ruff on everything (the extensionless ops/kafka/cluster launcher named)
+	$(VENV)/bin/ruff check src tests ops ops/kafka/cluster
 
-typecheck: $(STAMP) ## mypy --strict on src/
+typecheck: $(STAMP) ## mypy --strict on src/ and ops/
 	$(VENV)/bin/mypy
 
 test: lint typecheck kafka-jars ## lint, type check, then every test (unit, integration, chaos)

@@ -30,9 +30,9 @@ from p1_stack import INFERSTREAM, BenchError, Broker
 
 from inferstream.config import Config
 from inferstream.schemas import Codec, SchemaError
-from inferstream.streams.client import Client
-from inferstream.streams.kafka import PARTITION_EOF, consumer_config, partition_for
-from inferstream.streams.topics import ensure_topics
+from inferstream.streams.client.client import Client
+from inferstream.streams.kafka.settings import PARTITION_EOF, consumer_config, partition_for
+from inferstream.streams.kafka.topics import ensure_topics
 
 _OWNERSHIP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?"
                         r"(assigned|revoked) partitions=\[([\d, ]*)\]")

@@ -74,7 +74,7 @@ def main() -> None:
     if args.graph:
         with warnings.catch_warnings(), torch.inference_mode():
             warnings.simplefilter("ignore")
-            module = torch.jit.freeze(torch.jit.trace(module, batch))
+            module = torch.jit.freeze(torch.jit.trace(module, batch))  # type: ignore[no-untyped-call]
 
     def forward() -> None:
         with torch.inference_mode():

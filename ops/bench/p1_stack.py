@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from inferstream.config import Config
-from inferstream.streams.client import Client
-from inferstream.streams.output import job_results
-from inferstream.streams.topics import ensure_topics
+from inferstream.schemas.records import TaskResult
+from inferstream.streams.client.client import Client
+from inferstream.streams.client.results import job_results
+from inferstream.streams.kafka.topics import ensure_topics
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = [sys.executable, str(REPO / "ops" / "kafka" / "cluster")]
@@ -195,7 +196,7 @@ def _ms(value: Any) -> float:
     return float(value) / 1000
 
 
-def task_timing(results: list[dict[str, Any]], submitted: float) -> dict[str, float]:
+def task_timing(results: list[TaskResult], submitted: float) -> dict[str, float]:
     """Worker-side figures from the TaskResults: steady rate, first-result latency, sums."""
     done = sorted((_ms(r["finished_at"]), len(r["items"])) for r in results)
     first, last = done[0][0], done[-1][0]

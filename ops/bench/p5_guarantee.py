@@ -215,11 +215,11 @@ def bench_model(args: argparse.Namespace, broker: Broker, model: str,
 
 # -- report ---------------------------------------------------------------------------------
 def _median(runs: list[dict[str, Any]], key: str) -> float:
-    return statistics.median(r[key] for r in runs)
+    return float(statistics.median(r[key] for r in runs))
 
 
 def _cpu_ms_per_item(runs: list[dict[str, Any]], part: str, items: int) -> float:
-    return 1000 * statistics.median(r["cpu"][part] for r in runs) / items
+    return float(1000 * statistics.median(r["cpu"][part] for r in runs) / items)
 
 
 def _ratios(eos: list[dict[str, Any]], alo: list[dict[str, Any]], key: str) -> str:

@@ -58,7 +58,7 @@ from failover_common import (
 )
 from p1_stack import BenchError
 
-from inferstream.streams.client import Job
+from inferstream.streams.client.client import Job
 from inferstream.streams.errors import JobTimeoutError
 
 KINDS = ("sigterm", "kill9", "sigstop", "static-restart")

@@ -1,44 +1,65 @@
-"""The `inferstream` command: one subcommand per role (see DESIGN.md "Processes")."""
+"""The `inferstream` command: one subcommand per role (see DESIGN.md "Processes").
+
+Every setting of `Config` is also a flag, made here from the field's metadata: the
+connection settings on every subcommand, a role's section (`WorkerConfig`, ...) on the role's
+subcommand. A flag that is not given is None, so the environment, the TOML file and the
+defaults (written once, on the field) show through.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
 import logging
 import sys
-from collections.abc import Callable, Sequence
+import typing
+from collections.abc import Sequence
 from typing import Any
 
 from inferstream import __version__
-from inferstream.config import Config, load_config, parse_kafka_config
+from inferstream.config import SECTIONS, Config, load_config, parse_kafka_config
 from inferstream.errors import InferstreamError
 
 log = logging.getLogger("inferstream")
+_SECTION_SEP = "__"
 
-Command = Callable[[argparse.Namespace, Config], int]
+
+def _flag_type(kind: Any) -> Any:
+    base = next((a for a in typing.get_args(kind) if a is not type(None)), kind)
+    return base if base in (int, float) else str
+
+
+def add_setting_flags(parser: argparse.ArgumentParser | Any, cls: type,
+                      section: str | None = None) -> None:
+    """One flag per field of the settings class `cls` (a section's flags carry its name)."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in SECTIONS:
+            continue
+        meta = f.metadata
+        flag = meta.get("flag") or "--" + f.name.replace("_", "-")
+        dest = f"{section}{_SECTION_SEP}{f.name}" if section else f.name
+        quiet = f.default in (None, "", (), False)
+        shown = "" if quiet else f" (default: {f.default})"
+        kwargs: dict[str, Any] = {"dest": dest, "default": None,
+                                  "help": f"{meta.get('help', '')}{shown}"}
+        if hints[f.name] is bool:
+            kwargs.update(action="store_const", const=True)
+        elif f.name == "kafka_config":
+            kwargs.update(action="append", metavar=meta.get("metavar"))
+        else:
+            choices = meta.get("choices")
+            kwargs.update(type=_flag_type(hints[f.name]), choices=choices,
+                          metavar=None if choices else meta.get("metavar") or f.name.upper())
+        parser.add_argument(flag, **kwargs)
 
 
 def _connection_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("connection (also INFERSTREAM_<NAME> or a TOML file)")
     group.add_argument("--config", dest="config_file", metavar="FILE",
                        help="TOML settings file (or INFERSTREAM_CONFIG)")
-    group.add_argument("--bootstrap-servers", help="Kafka servers (default localhost:9092)")
-    group.add_argument("--topic-prefix", help="topic name prefix (default 'inferstream.')")
-    group.add_argument("--pool", help="worker pool (default 'default')")
-    group.add_argument("--security-protocol", help="PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL")
-    group.add_argument("--sasl-mechanism", help="PLAIN, SCRAM-SHA-256, SCRAM-SHA-512")
-    group.add_argument("--sasl-username")
-    group.add_argument("--sasl-password")
-    group.add_argument("--ssl-cafile")
-    group.add_argument("--ssl-certfile")
-    group.add_argument("--ssl-keyfile")
-    group.add_argument("--ssl-key-password")
-    group.add_argument("--schema-registry-url", help="use the Confluent wire format")
-    group.add_argument("--kafka-config", action="append", default=None, metavar="KEY=VALUE",
-                       help="client setting passed through untouched (repeatable)")
-    group.add_argument("--partitions", type=int, help="partitions of created topics")
-    group.add_argument("--replication-factor", type=int, help="replication of created topics")
-    group.add_argument("--log-level", default="INFO")
+    add_setting_flags(group, Config)
+    group.add_argument("--log-level", default="INFO", help="(default: INFO)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,30 +67,35 @@ def build_parser() -> argparse.ArgumentParser:
         prog="inferstream", description="Deep-learning inference scheduled through Kafka.")
     parser.add_argument("--version", action="version", version=__version__)
     sub = parser.add_subparsers(dest="command", required=True)
-    from inferstream import commands
+    from inferstream.commands import COMMANDS
 
-    for name, (helptext, add_args, _) in commands.COMMANDS.items():
-        child = sub.add_parser(name, help=helptext, description=helptext)
-        add_args(child)
+    for name, command in COMMANDS.items():
+        child = sub.add_parser(name, help=command.help, description=command.help)
+        command.add_args(child)
+        if command.section is not None:
+            title = f"{command.section} settings (also INFERSTREAM_{command.section.upper()}_"
+            group = child.add_argument_group(title + "<NAME> or the TOML file's "
+                                             f"[{command.section}] table)")
+            add_setting_flags(group, SECTIONS[command.section], command.section)
         _connection_flags(child)
     return parser
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
-    flags: dict[str, Any] = {
-        key: getattr(args, key, None)
-        for key in ("config_file", "bootstrap_servers", "topic_prefix", "pool",
-                    "security_protocol", "sasl_mechanism", "sasl_username", "sasl_password",
-                    "ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_key_password",
-                    "schema_registry_url", "partitions", "replication_factor")
-    }
+    flags: dict[str, Any] = {section: {} for section in SECTIONS}
+    for dest, value in vars(args).items():
+        section, sep, name = dest.partition(_SECTION_SEP)
+        if sep and section in SECTIONS:
+            flags[section][name] = value
+        elif dest not in SECTIONS:
+            flags[dest] = value
     if args.kafka_config:
         flags["kafka_config"] = parse_kafka_config(args.kafka_config)
     return load_config(flags)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from inferstream import commands
+    from inferstream.commands import COMMANDS
 
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -82,15 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger("inferstream.librdkafka").setLevel(logging.ERROR)
     try:
         config = config_from_args(args)
-        run: Command = commands.COMMANDS[args.command][2]
-        return run(args, config)
+        return COMMANDS[args.command].run(args, config)
     except InferstreamError as exc:
         print(f"inferstream: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
-
-
-def print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, sort_keys=True, default=str))
-

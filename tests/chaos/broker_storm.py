@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferstream.config import Config
-from inferstream.streams.client import Client
-from inferstream.streams.topics import ensure_topics
+from inferstream.streams.client.client import Client
+from inferstream.streams.kafka.topics import ensure_topics
 from tests.chaos.faults import ChaosCluster, ClusterUnavailableError, WorkerFleet
 from tests.chaos.scenario import ProgressFollower
 from tests.integration.conftest import Processes

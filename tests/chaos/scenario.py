@@ -26,10 +26,12 @@ from pathlib import Path
 
 from inferstream.config import Config
 from inferstream.schemas import Codec, SchemaError
-from inferstream.streams.client import Client, JobStatus
-from inferstream.streams.output import iter_partition, open_job_partition
-from inferstream.streams.topics import ensure_topics
-from inferstream.streams.worker import worker_group
+from inferstream.streams.client.client import Client, JobStatus
+from inferstream.streams.client.results import open_job_partition
+from inferstream.streams.errors import PartitionReadError
+from inferstream.streams.kafka.reader import PartitionReader
+from inferstream.streams.kafka.topics import ensure_topics
+from inferstream.streams.worker.worker import worker_group
 from tests.chaos.diagnose import render_evidence, source_fingerprint
 from tests.chaos.faults import (
     ChaosCluster,
@@ -139,20 +141,21 @@ class ProgressFollower:
         return self.status.done_items if self.status else 0
 
     def _run(self) -> None:
-        consumer = None
+        consumer, partition = None, 0
         while consumer is None and not self._stop.is_set():
             try:
-                consumer = open_job_partition(self.config, self.config.topic("job-events"),
-                                              self.job_id)
+                consumer, partition = open_job_partition(
+                    self.config, self.config.topic("job-events"), self.job_id)
             except Exception as exc:  # a broker going away: note it, try again
                 self.read_errors.append(repr(exc))
                 time.sleep(1)
         try:
             while not self._stop.is_set():
                 try:
-                    for value in iter_partition(consumer, follow=True, timeout_s=1.0):
-                        self._take(value)
-                except RuntimeError as exc:  # a broker going away: note it, read on
+                    for record in PartitionReader(consumer, [partition], follow=True,
+                                                  timeout_s=1.0):
+                        self._take(record.value)
+                except PartitionReadError as exc:  # a broker going away: note it, read on
                     self.read_errors.append(str(exc))
                     time.sleep(0.5)
         finally:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from inferstream.config import Config
-from inferstream.streams.topics import ensure_topics
+from inferstream.streams.kafka.topics import ensure_topics
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = REPO / "ops" / "kafka" / "cluster"

@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from inferstream.config import Config
 from inferstream.schemas import SCHEMA_NAMES, Codec
-from inferstream.streams.kafka import (
+from inferstream.streams.kafka.settings import (
     LIBRDKAFKA_LOG,
     aiokafka_kwargs,
     consumer_config,

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from inferstream.config import Config
-from inferstream.streams.client import Client
+from inferstream.streams.client.client import Client
 from tests.integration.conftest import Processes
 
 pytestmark = pytest.mark.integration

@@ -9,13 +9,14 @@ from typing import Any
 
 import torch
 
+from inferstream.config import WorkerConfig
 from inferstream.models import ItemError, load_model
 from inferstream.models.sim import SimModel, SimParams
-from inferstream.progress import ProgressBar
-from inferstream.streams.batching import BatchingOptions, BatchingPipeline, TaskRun
-from inferstream.streams.client import JobStatus
-from inferstream.streams.hooks import WorkerHooks
-from inferstream.streams.output import output_lines, write_lines
+from inferstream.streams.client.client import JobStatus
+from inferstream.streams.client.progress import ProgressBar
+from inferstream.streams.client.results import output_lines, write_lines
+from inferstream.streams.worker.hooks import WorkerHooks
+from inferstream.streams.worker.pipeline import BatchingPipeline, TaskRun
 
 
 class Recorder(WorkerHooks):
@@ -54,7 +55,7 @@ def task(task_id: int, names: list[str], top_k: int = 3) -> dict[str, Any]:
 
 async def run_tasks(model: Any, tasks: list[dict[str, Any]], hooks: WorkerHooks,
                     max_batch: int = 4) -> list[TaskRun]:
-    pipeline = BatchingPipeline(model, BatchingOptions(max_batch=max_batch, max_wait_s=0.05,
+    pipeline = BatchingPipeline(model, WorkerConfig(max_batch=max_batch, max_wait_ms=50,
                                                        decode_threads=2), hooks)
     done: list[TaskRun] = []
     loop = asyncio.create_task(pipeline.run_forever())

@@ -12,7 +12,7 @@ import pytest
 from inferstream.cli import main
 from inferstream.config import MASK, Config, load_config, parse_kafka_config
 from inferstream.errors import ConfigError
-from inferstream.streams.kafka import producer_config
+from inferstream.streams.kafka.settings import producer_config
 
 SECRET = "hunter2-very-secret"  # noqa: S105 (a test value that must never be printed)
 
@@ -264,3 +264,81 @@ def test_config_show_masks_secrets(capsys: pytest.CaptureFixture[str],
     assert shown["kafka_config"] == {"sasl.oauthbearer.client.secret": MASK}
     assert shown["sasl_username"] == "bob"
 
+
+
+# -- role sections -----------------------------------------------------------------------------
+def test_role_settings_come_from_flags_environment_and_file(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, """
+[inferstream.worker]
+max_batch = 8
+max_wait_ms = 2.5
+guarantee = "at-least-once"
+random_weights = true
+
+[inferstream.controller]
+tasks_per_round = 9
+""")
+    environ = {"INFERSTREAM_CONFIG": path, "INFERSTREAM_WORKER_MAX_BATCH": "16",
+               "INFERSTREAM_CONTROLLER_IDLE_EXIT_S": "3"}
+    config = load_config({"worker": {"max_batch": 64, "session_timeout_ms": None}}, environ)
+    assert config.worker.max_batch == 64  # flag over env over file
+    assert config.worker.max_wait_ms == 2.5  # typed from the file
+    assert config.worker.guarantee == "at-least-once"
+    assert config.worker.random_weights is True
+    assert config.worker.session_timeout_ms == 10_000  # a None flag is "not given": default
+    assert config.controller.tasks_per_round == 9
+    assert config.controller.idle_exit_s == 3.0  # typed from the environment
+
+
+def test_role_flags_on_the_cli_and_in_config_show(capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFERSTREAM_WORKER_DECODE_THREADS", "3")
+    from inferstream.cli import build_parser, config_from_args
+
+    args = build_parser().parse_args(["worker", "--model", "sim:ms=1", "--max-batch", "7",
+                                      "--idle-exit", "2", "--random-weights"])
+    config = config_from_args(args)
+    assert (config.worker.model, config.worker.max_batch, config.worker.idle_exit_s,
+            config.worker.random_weights, config.worker.decode_threads) == (
+        "sim:ms=1", 7, 2.0, True, 3)
+    assert main(["config", "show"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["worker"]["decode_threads"] == 3
+    assert shown["controller"]["tasks_per_round"] == 256
+
+
+def test_help_shows_each_default(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["worker", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "most items per model batch (default: 32)" in text
+    assert "(default: exactly-once)" in text
+    assert "Kafka servers, host:port,... (default: localhost:9092)" in text
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"INFERSTREAM_WORKER_MAX_BATCH": "0"}, "worker.max_batch must be >= 1, got 0"),
+    ({"INFERSTREAM_WORKER_MAX_BATCH": "big"}, "worker.max_batch must be an integer, got 'big'"),
+    ({"INFERSTREAM_WORKER_GUARANTEE": "maybe"}, "worker.guarantee 'maybe' is not one of"),
+    ({"INFERSTREAM_WORKER_RANDOM_WEIGHTS": "perhaps"},
+     "worker.random_weights must be true or false"),
+    ({"INFERSTREAM_WORKER_HEARTBEAT_INTERVAL_MS": "20000"},
+     "worker.heartbeat_interval_ms must be below worker.session_timeout_ms"),
+    ({"INFERSTREAM_CONTROLLER_COMMIT_TIMEOUT_S": "0"}, "controller.commit_timeout_s must be >="),
+])
+def test_bad_role_settings_are_config_errors(settings: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config({}, settings)
+
+
+def test_unknown_setting_in_a_role_table_is_a_config_error(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, "[worker]\nmax_batches = 3\n")
+    with pytest.raises(ConfigError, match=r"unknown settings \['worker.max_batches'\]"):
+        load_config({"config_file": path}, {})
+
+
+def test_worker_without_a_model_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["worker"]) == 2
+    err = capsys.readouterr().err
+    assert "inferstream: error: the worker needs a model: --model NAME" in err
+    assert "Traceback" not in err

@@ -9,12 +9,12 @@ from typing import Any, ClassVar
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from inferstream.config import Config
-from inferstream.streams import controller as controller_module
-from inferstream.streams.controller import Controller, ControllerOptions
+from inferstream.config import Config, ControllerConfig
+from inferstream.streams.controller import controller as controller_module
+from inferstream.streams.controller.controller import Controller
+from inferstream.streams.controller.outbox import Outbox
 from inferstream.streams.errors import StuckCallError
-from inferstream.streams.kafka import call_with_deadline
-from inferstream.streams.outbox import Outbox
+from inferstream.streams.kafka.deadline import call_with_deadline
 
 
 def test_call_with_deadline_returns_the_value_and_reraises_the_error() -> None:
@@ -96,22 +96,29 @@ class FakeConsumer:
         self.seeks.append((tp.topic, tp.partition, tp.offset))
 
 
+class FakeClients:
+    def producer(self, settings: dict[str, Any]) -> FakeProducer:
+        return FakeProducer(settings)
+
+    def consumer(self, settings: dict[str, Any]) -> FakeConsumer:
+        return FakeConsumer(settings)
+
+
 @pytest.fixture
 def controller(monkeypatch: pytest.MonkeyPatch) -> Controller:
     FakeProducer.made = []
     FakeProducer.release = threading.Event()
-    monkeypatch.setattr(controller_module, "Producer", FakeProducer)
-    monkeypatch.setattr(controller_module, "Consumer", FakeConsumer)
     monkeypatch.setattr(controller_module, "read_ledger", lambda *_, **__: [])
     monkeypatch.setattr(controller_module, "CALL_GRACE_S", 0.2)
-    config = Config(bootstrap_servers="127.0.0.1:1", topic_prefix="t.")
-    return Controller(config, ControllerOptions(commit_timeout_s=0.1))
+    config = Config(bootstrap_servers="127.0.0.1:1", topic_prefix="t.",
+                    controller=ControllerConfig(commit_timeout_s=0.1))
+    return Controller(config, clients=FakeClients())  # type: ignore[arg-type]
 
 
 def test_a_stuck_send_offsets_replaces_the_producer_and_rolls_back(
         controller: Controller) -> None:
     """librdkafka#5456: send_offsets_to_transaction can block past its timeout for good."""
-    out = Outbox()
+    out = Outbox(controller.topics, controller.codec, controller.partitions)
     out.add("t.job-events", 0, b"k", b"v")
     try:
         assert controller._commit(out) is False

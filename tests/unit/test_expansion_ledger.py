@@ -9,15 +9,16 @@ from typing import Any
 import pytest
 
 from inferstream.schemas import Codec
-from inferstream.streams.expansion import (
-    InputError,
+from inferstream.schemas.records import LedgerStatus
+from inferstream.streams.controller.expansion import (
     Item,
     JobExpansion,
     check_inputs,
     cut_tasks,
     iter_items,
 )
-from inferstream.streams.ledger import COMPLETED, JobState, LedgerCodec
+from inferstream.streams.controller.ledger import JobState, LedgerCodec
+from inferstream.streams.errors import InputError
 
 
 def job(**fields: Any) -> dict[str, Any]:
@@ -97,7 +98,7 @@ def test_the_ledger_rebuilds_state_even_when_compaction_reorders_entries() -> No
     ledger = LedgerCodec(codec)
     state = JobState(job(inputs=["a", "b", "c", "d"], chunk_size=2), partition=3)
     state.issued_tasks, state.issued_items, state.expanded = 2, 4, True
-    early_done = ledger.task_entry(state.job_id, 0, "DONE", 2, "w1")[1]
+    early_done = ledger.task_entry(state.job_id, 0, LedgerStatus.DONE, 2, "w1")[1]
     assert state.record_result(0, ok=2, errors=0)
     assert not state.record_result(0, ok=2, errors=0)  # a duplicate is not counted
     assert not state.record_result(7, ok=1, errors=0)  # nor a task never issued
@@ -109,5 +110,5 @@ def test_the_ledger_rebuilds_state_even_when_compaction_reorders_entries() -> No
     assert again.partition == 3 and not again.complete
     assert again.record_result(1, ok=1, errors=1)
     assert again.complete
-    again.status = COMPLETED
+    again.status = LedgerStatus.COMPLETED
     assert not again.complete

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from inferstream.config import Config
-from inferstream.streams.topics import LARGE_MESSAGE_BYTES, TopicSpec, topic_specs
+from inferstream.streams.kafka.topics import LARGE_MESSAGE_BYTES, TopicSpec, topic_specs
 
 SHARED = ("jobs", "results", "job-events", "sysinfo", "policy", "dlq", "controller-ledger")
 COMPACTED = {"policy", "controller-ledger"}

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from functools import lru_cache
+from importlib import resources
 
 import torch
 
+from inferstream.models.errors import ModelError
 from inferstream.models.items import DEFAULT_MAX_BYTES, fetch_item
+
+NUM_IMAGENET_CLASSES = 1000
 
 Prediction = list[tuple[int, str, float]]
 """Top-k (class id, label, probability) of one item, most probable first."""
@@ -83,3 +88,14 @@ class TorchModel(LoadedModel):
             [(c, self.labels[c], s) for c, s in zip(id_row, score_row, strict=True)]
             for id_row, score_row in zip(id_rows, score_rows, strict=True)
         ]
+
+
+@lru_cache(maxsize=1)
+def imagenet_labels() -> tuple[str, ...]:
+    """The 1,000 ImageNet-1k class names by class id (0 is "tench", 281 "tabby"), in the
+    index order every model here predicts."""
+    text = resources.files("inferstream.models").joinpath("imagenet_classes.txt").read_text("utf-8")
+    labels = tuple(line for line in text.splitlines() if line)
+    if len(labels) != NUM_IMAGENET_CLASSES:
+        raise ModelError(f"imagenet_classes.txt holds {len(labels)} names, not 1000")
+    return labels

@@ -11,11 +11,10 @@ from typing import Any, Literal
 import torch
 from PIL import Image
 
-from inferstream.models.base import LoadedModel, TorchModel
+from inferstream.models.base import LoadedModel, TorchModel, imagenet_labels
 from inferstream.models.decode import DEFAULT_MAX_PIXELS
 from inferstream.models.efficientnet_lite import efficientnet_lite0
 from inferstream.models.errors import UnknownModelError
-from inferstream.models.labels import imagenet_labels
 from inferstream.models.preprocess import ImagePreprocessor, Preprocessing
 from inferstream.models.sim import SIM_PREFIX, SimModel, SimParams, parse_sim_name
 from inferstream.models.weights import find_weights, load_state_dict

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from inferstream.models.base import LoadedModel, Prediction, check_top_k
-from inferstream.models.labels import imagenet_labels
+from inferstream.models.base import LoadedModel, Prediction, check_top_k, imagenet_labels
 
 SIM_PREFIX = "sim:"
 _HASH_MASK = (1 << 63) - 1  # fits a signed int64 tensor

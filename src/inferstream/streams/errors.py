@@ -35,3 +35,16 @@ class JobTimeoutError(InferstreamError):
 
 class InlineTooLargeError(InferstreamError):
     """An inline job does not fit in one Kafka message."""
+
+
+class PartitionReadError(InferstreamError):
+    """A topic partition could not be read back (not an end-of-partition event)."""
+
+
+class InputError(InferstreamError):
+    """An input root of a job cannot be read at all: the job is rejected with this reason."""
+
+
+class PartitionLostError(InferstreamError):
+    """A worker's task partition is no longer its own: fenced by a new owner, revoked, or
+    given up on after repeated commit failures. Its uncommitted tasks go to the next owner."""

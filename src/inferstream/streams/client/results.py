@@ -7,21 +7,22 @@ order is the task's outcome. The controller's ledger applies the same rule as it
 
 from __future__ import annotations
 
-import calendar
 import csv
 import io
 import json
 import os
-import secrets
-import time
 from collections.abc import Iterator
 from typing import IO, Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from inferstream.config import Config
 from inferstream.schemas import Codec, SchemaError
-from inferstream.streams.kafka import PARTITION_EOF, consumer_config, partition_for
+from inferstream.schemas.records import TaskResult, read_task_result
+from inferstream.streams.client.jobids import job_time_ms
+from inferstream.streams.kafka.clients import REAL_CLIENTS, KafkaClients, SyncConsumer
+from inferstream.streams.kafka.reader import PartitionReader, reader_consumer
+from inferstream.streams.kafka.settings import partition_for
 
 #: How far before the time in a job id its records may lie (clock skew between hosts).
 SKEW_MS = 5 * 60 * 1000
@@ -29,22 +30,11 @@ CSV_FIELDS = ("job_id", "item", "status", "class_id", "label", "score", "error",
               "attempt")
 
 
-def new_job_id() -> str:
-    """A job id that sorts by submission time and tells readers where to start looking."""
-    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(4)}"
-
-
-def job_time_ms(job_id: str) -> int | None:
-    """The submission time encoded in a job id from `new_job_id`, else None."""
-    try:
-        return calendar.timegm(time.strptime(job_id[:15], "%Y%m%d-%H%M%S")) * 1000
-    except ValueError:
-        return None
-
-
-def open_job_partition(config: Config, topic: str, job_id: str) -> Consumer:
-    """A consumer assigned to the partition of `job_id` in `topic`, from about its submission."""
-    consumer = Consumer(consumer_config(config, None, **{"enable.partition.eof": True}))
+def open_job_partition(config: Config, topic: str, job_id: str,
+                       clients: KafkaClients = REAL_CLIENTS) -> tuple[SyncConsumer, int]:
+    """A consumer assigned to the partition of `job_id` in `topic`, from about its
+    submission, and that partition."""
+    consumer = reader_consumer(config, clients)
     partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
     tp = TopicPartition(topic, partition_for(job_id, len(partitions)), OFFSET_BEGINNING)
     since = job_time_ms(job_id)
@@ -57,42 +47,25 @@ def open_job_partition(config: Config, topic: str, job_id: str) -> Consumer:
             _, high = consumer.get_watermark_offsets(tp, timeout=30)
             tp = TopicPartition(tp.topic, tp.partition, high)
     consumer.assign([tp])
-    return consumer
-
-
-def iter_partition(consumer: Consumer, follow: bool = False,
-                   timeout_s: float | None = None) -> Iterator[bytes]:
-    """Values from an assigned consumer; stops at the end unless `follow`."""
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    while deadline is None or time.monotonic() < deadline:
-        message = consumer.poll(0.2)
-        if message is None:
-            continue
-        error = message.error()
-        if error is not None:
-            if error.code() == PARTITION_EOF:
-                if not follow:
-                    return
-                continue
-            raise RuntimeError(f"read failed: {error}")
-        value = message.value()
-        if value is not None:
-            yield value
+    return consumer, tp.partition
 
 
 def job_results(config: Config, job_id: str, total_tasks: int | None,
-                codec: Codec | None = None) -> list[dict[str, Any]]:
+                codec: Codec | None = None,
+                clients: KafkaClients = REAL_CLIENTS) -> list[TaskResult]:
     """The first committed TaskResult of each task of `job_id`, in task order.
 
     With `total_tasks` known it reads until it has them all; otherwise up to the end.
     """
     codec = codec or Codec(config.schema_registry_url)
-    consumer = open_job_partition(config, config.topic("results"), job_id)
-    first: dict[int, dict[str, Any]] = {}
+    consumer, partition = open_job_partition(config, config.topic("results"), job_id, clients)
+    first: dict[int, TaskResult] = {}
     try:
-        for value in iter_partition(consumer, follow=total_tasks is not None, timeout_s=600):
+        reader = PartitionReader(consumer, [partition], follow=total_tasks is not None,
+                                 timeout_s=600)
+        for record in reader:
             try:
-                result = codec.decode(value, expected="TaskResult")
+                result = read_task_result(codec, record.value)
             except SchemaError:
                 continue  # a dead letter for the controller; not part of any output
             if result["job_id"] == job_id:
@@ -104,7 +77,7 @@ def job_results(config: Config, job_id: str, total_tasks: int | None,
     return [first[k] for k in sorted(first)]
 
 
-def output_lines(results: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+def output_lines(results: list[TaskResult]) -> Iterator[dict[str, Any]]:
     """One output line per item, in item order."""
     for result in results:
         for item in sorted(result["items"], key=lambda i: i["index"]):
@@ -136,9 +109,9 @@ def write_lines(lines: Iterator[dict[str, Any]], stream: IO[str], fmt: str = "js
 
 
 def write_job_output(config: Config, job_id: str, path: str, total_tasks: int | None = None,
-                     fmt: str = "jsonl") -> int:
+                     fmt: str = "jsonl", clients: KafkaClients = REAL_CLIENTS) -> int:
     """Write the job's output to `path` atomically (a temporary file renamed into place)."""
-    results = job_results(config, job_id, total_tasks)
+    results = job_results(config, job_id, total_tasks, clients=clients)
     buffer = io.StringIO()
     count = write_lines(output_lines(results), buffer, fmt)
     tmp = f"{path}.tmp-{os.getpid()}"

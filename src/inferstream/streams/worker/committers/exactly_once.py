@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 from aiokafka.errors import (
     InvalidProducerEpoch,
     KafkaConnectionError,
@@ -26,76 +24,35 @@ from aiokafka.errors import (
 )
 
 from inferstream.config import Config
-from inferstream.streams.batching import TaskRun
-from inferstream.streams.kafka import aiokafka_kwargs
+from inferstream.streams.errors import PartitionLostError
+from inferstream.streams.kafka.clients import AsyncProducer, KafkaClients, Outgoing
+from inferstream.streams.kafka.settings import aiokafka_kwargs
+from inferstream.streams.worker.committers.base import (
+    COMMIT_TIMEOUT_S,
+    Owner,
+    PartitionCommitter,
+    PendingTask,
+)
 
 log = logging.getLogger(__name__)
 
-#: Records to write in a commit: (topic, partition, key, value).
-Outgoing = tuple[str, int, bytes, bytes]
-
-
-@dataclass
-class PendingTask:
-    """A task record consumed from the partition, in offset order, with what it will write."""
-
-    offset: int
-    run: TaskRun | None  # None for a record that goes straight to the dead-letter topic
-    outgoing: list[Outgoing]
-
-    @property
-    def ready(self) -> bool:
-        return self.run is None or self.run.done
-
-
-class PartitionLostError(Exception):
-    """The partition's producer was fenced: another worker owns it now."""
-
-
-class Owner(Protocol):
-    """What a committer asks of the worker that owns it."""
-
-    def owns(self, tp: TopicPartition) -> bool:
-        """Whether the consumer group still assigns `tp` to this worker."""
-
-    async def committed_offset(self, tp: TopicPartition) -> int | None:
-        """The group's committed offset of `tp` as the broker has it now."""
-
-    async def commit_offset(self, tp: TopicPartition, offset: int) -> None:
-        """Commit `offset` for `tp` outside any transaction (at-least-once mode)."""
-
-
-#: A commit that takes longer than this has an unknown outcome (see `_commit`).
-COMMIT_TIMEOUT_S = 30.0
 _FENCED = (ProducerFenced, InvalidProducerEpoch, TransactionalIdAuthorizationFailed)
 
 
-class PartitionCommitter:
-    """Commits the finished tasks of one partition, in offset order, results with offsets."""
+class TransactionalCommitter(PartitionCommitter):
+    """Commits a partition's finished tasks with their offset in one transaction each."""
 
-    def __init__(
-        self,
-        config: Config,
-        tp: TopicPartition,
-        group_id: str,
-        render: Callable[[PendingTask], list[Outgoing]],
-        owner: Owner,
-        max_attempts: int = 8,
-    ) -> None:
-        self.tp = tp
-        self.group_id = group_id
-        self.render = render
-        self.owner = owner
-        self.max_attempts = max_attempts
+    def __init__(self, config: Config, clients: KafkaClients, tp: Any, group_id: str,
+                 render: Callable[[PendingTask], list[Outgoing]], owner: Owner,
+                 max_attempts: int = 8) -> None:
+        super().__init__(tp, group_id, render, owner, max_attempts)
         self.transactional_id = f"{config.topic_prefix}{config.pool}.{tp.topic}.{tp.partition}"
         self._config = config
-        self._producer: AIOKafkaProducer | None = None
-        self._pending: deque[PendingTask] = deque()
-        self._lock = asyncio.Lock()
-        self.lost = False
+        self._clients = clients
+        self._producer: AsyncProducer | None = None
 
-    def _new_producer(self) -> AIOKafkaProducer:
-        return AIOKafkaProducer(**aiokafka_kwargs(
+    def _new_producer(self) -> AsyncProducer:
+        return self._clients.aio_producer(aiokafka_kwargs(
             self._config, AIOKafkaProducer,
             transactional_id=self.transactional_id,
             enable_idempotence=True,
@@ -112,31 +69,9 @@ class PartitionCommitter:
         try:
             await producer.start()
         except BaseException:
-            await _quietly_stop(producer)
+            await quietly_stop(producer)
             raise
         self._producer = producer
-
-    def append(self, pending: PendingTask) -> None:
-        self._pending.append(pending)
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._pending)
-
-    @property
-    def busy(self) -> bool:
-        """Tasks wait to be committed, or a commit is under way."""
-        return not self.lost and (bool(self._pending) or self._lock.locked())
-
-    async def commit_ready(self) -> list[PendingTask]:
-        """Commit every finished task at the head of the queue in one transaction."""
-        async with self._lock:
-            ready: list[PendingTask] = []
-            while self._pending and self._pending[0].ready and not self.lost:
-                ready.append(self._pending.popleft())
-            if ready:
-                await self._commit(ready)
-            return ready
 
     async def _commit(self, tasks: list[PendingTask]) -> None:
         """Commit, or find out that the commit happened; never commit the same tasks twice.
@@ -195,35 +130,13 @@ class PartitionCommitter:
             await asyncio.gather(*sends)
             await producer.send_offsets_to_transaction(offsets, self.group_id)
 
-    def _mark_lost(self) -> None:
-        self.lost = True
-        for task in self._pending:
-            if task.run is not None:
-                task.run.cancelled = True
-        self._pending.clear()
-
     async def _stop_producer(self) -> None:
         if self._producer is not None:
             producer, self._producer = self._producer, None
-            await _quietly_stop(producer)
-
-    async def close(self, wait_s: float = 10.0) -> None:
-        """Drop what is not committed (the next owner redoes it) and stop the producer,
-        after the commit under way, if any, ends (up to `wait_s`)."""
-        self._mark_lost()
-        try:
-            await asyncio.wait_for(self._lock.acquire(), wait_s)
-        except TimeoutError:
-            log.warning("closing tp=%s while a commit is still under way", self.tp)
-            await self._stop_producer()
-            return
-        try:
-            await self._stop_producer()
-        finally:
-            self._lock.release()
+            await quietly_stop(producer)
 
 
-async def _quietly_stop(producer: AIOKafkaProducer) -> None:
+async def quietly_stop(producer: AsyncProducer) -> None:
     try:
         await asyncio.wait_for(producer.stop(), 10)
     except (KafkaError, TimeoutError) as exc:

@@ -6,7 +6,7 @@ import sys
 import time
 from typing import IO
 
-from inferstream.streams.client import JobStatus
+from inferstream.streams.client.client import JobStatus
 
 
 class ProgressBar:

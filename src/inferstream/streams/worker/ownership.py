@@ -13,10 +13,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
-from inferstream.streams.commits import PartitionCommitter
+from inferstream.streams.kafka.clients import AsyncConsumer
+from inferstream.streams.worker.committers.base import PartitionCommitter
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +25,7 @@ log = logging.getLogger(__name__)
 class Ownership:
     """The worker's partitions: `committers[tp]` exists exactly for partitions it holds."""
 
-    def __init__(self, consumer: AIOKafkaConsumer,
+    def __init__(self, consumer: AsyncConsumer,
                  new_committer: Callable[[TopicPartition], PartitionCommitter],
                  on_change: Callable[[int], None], stopping: asyncio.Event) -> None:
         self.consumer = consumer

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from inferstream.config import Config
 from inferstream.schemas import Codec, SchemaError
-from inferstream.streams.client import JobStatus
-from inferstream.streams.kafka import consumer_config
-from inferstream.streams.output import iter_partition
+from inferstream.schemas.records import read_job_event
+from inferstream.streams.client.client import JobStatus
+from inferstream.streams.kafka.clients import REAL_CLIENTS, KafkaClients
+from inferstream.streams.kafka.reader import PartitionReader, reader_consumer
 
 
-def recent_jobs(config: Config, codec: Codec, since_s: float = 86_400) -> list[JobStatus]:
+def recent_jobs(config: Config, codec: Codec, since_s: float = 86_400,
+                clients: KafkaClients = REAL_CLIENTS) -> list[JobStatus]:
     """The latest status of every job with an event in the last `since_s` seconds."""
     topic = config.topic("job-events")
-    consumer = Consumer(consumer_config(config, None, **{"enable.partition.eof": True}))
+    consumer = reader_consumer(config, clients)
     try:
         partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
         since_ms = int((time.time() - since_s) * 1000)
@@ -27,20 +29,12 @@ def recent_jobs(config: Config, codec: Codec, since_s: float = 86_400) -> list[J
             return []
         consumer.assign(live)
         latest: dict[str, JobStatus] = {}
-        waiting = len(live)
-        for value in _until_all_eof(consumer, waiting):
+        for record in PartitionReader(consumer, [tp.partition for tp in live], timeout_s=30):
             try:
-                event = codec.decode(value, expected="JobEvent")
+                event = read_job_event(codec, record.value)
             except SchemaError:
                 continue
             latest[event["job_id"]] = JobStatus.from_event(event)
         return sorted(latest.values(), key=lambda s: s.job_id)
     finally:
         consumer.close()
-
-
-def _until_all_eof(consumer: Consumer, partitions: int) -> list[bytes]:
-    values: list[bytes] = []
-    for _ in range(partitions):
-        values.extend(iter_partition(consumer, follow=False, timeout_s=30))
-    return values

@@ -11,17 +11,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
-from inferstream.errors import InferstreamError
+from inferstream.schemas.records import Job, TaskItem
+from inferstream.streams.errors import InputError
 
 #: A task's items stay below this many inline bytes, whatever the chunk size.
 TASK_BYTES_CAP = 8 * 1024 * 1024
 URI_SCHEMES = ("http://", "https://", "file://")
-
-
-class InputError(InferstreamError):
-    """An input root cannot be read at all: the job is rejected with this reason."""
 
 
 @dataclass(frozen=True)
@@ -30,11 +26,11 @@ class Item:
     name: str
     data: bytes | None = None
 
-    def as_record(self) -> dict[str, Any]:
-        return {"index": self.index, "name": self.name, "data": self.data}
+    def as_record(self) -> TaskItem:
+        return TaskItem(index=self.index, name=self.name, data=self.data)
 
 
-def check_inputs(job: dict[str, Any]) -> None:
+def check_inputs(job: Job) -> None:
     """Reject what cannot be expanded at all: unreadable directories and list files.
 
     A missing plain path is not a rejection: it becomes an item with a per-item error, as
@@ -87,7 +83,7 @@ def _walk(root: str) -> Iterator[str]:
             yield entry.path
 
 
-def iter_items(job: dict[str, Any]) -> Iterator[Item]:
+def iter_items(job: Job) -> Iterator[Item]:
     """Every item of the job, numbered from 0: inline items first, then named inputs."""
     index = 0
     for inline in job["inline_items"]:
@@ -117,7 +113,7 @@ def cut_tasks(items: Iterable[Item], chunk_size: int,
 class JobExpansion:
     """A resumable cursor over a job's tasks: `next_tasks(n)` gives up to n more."""
 
-    def __init__(self, job: dict[str, Any], skip_tasks: int = 0) -> None:
+    def __init__(self, job: Job, skip_tasks: int = 0) -> None:
         self._chunks = cut_tasks(iter_items(job), max(1, job["chunk_size"]))
         self.next_task_id = 0
         self.items_issued = 0

@@ -14,57 +14,42 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaException,
-    Message,
-    Producer,
-    TopicPartition,
-)
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from inferstream.config import Config
 from inferstream.models import UnknownModelError, get_model_spec
 from inferstream.schemas import Codec, SchemaError
-from inferstream.streams.errors import KafkaSetupError, StuckCallError
-from inferstream.streams.expansion import InputError, check_inputs
-from inferstream.streams.kafka import (
-    call_with_deadline,
-    consumer_config,
-    partition_for,
-    producer_config,
+from inferstream.schemas.records import (
+    ItemStatus,
+    Job,
+    JobEventType,
+    LedgerStatus,
+    TaskResult,
+    new_task,
+    now_ms,
+    read_job,
+    read_task_result,
 )
-from inferstream.streams.ledger import ACTIVE, COMPLETED, REJECTED, JobState, LedgerCodec, now_ms
-from inferstream.streams.outbox import Outbox
-from inferstream.streams.output import write_job_output
-from inferstream.streams.rebuild import read_ledger
+from inferstream.streams.client.results import write_job_output
+from inferstream.streams.controller.expansion import Item, check_inputs
+from inferstream.streams.controller.ledger import JobState, LedgerCodec
+from inferstream.streams.controller.outbox import ControllerTopics, Outbox
+from inferstream.streams.controller.replay import read_ledger
+from inferstream.streams.errors import InputError, KafkaSetupError, StuckCallError
+from inferstream.streams.kafka.clients import REAL_CLIENTS, KafkaClients, Message
+from inferstream.streams.kafka.deadline import call_with_deadline
+from inferstream.streams.kafka.settings import consumer_config, partition_for, producer_config
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class ControllerOptions:
-    transactional_id: str | None = None
-    #: tasks issued per job per round, so one huge job cannot starve result collection
-    tasks_per_round: int = 256
-    progress_interval_s: float = 1.0
-    #: exit after this many seconds with nothing to do (bounded mode for tests); None: never
-    idle_exit_s: float | None = None
-    #: completed and rejected jobs are forgotten (the ledger keeps them) after this long
-    retain_finished_s: float = 600.0
-    #: a round still running after this long has every thread's stack dumped to stderr once,
-    #: so a hang names the call it waits in (longer than the 60 s a commit may legitimately take)
-    watchdog_s: float | None = 90.0
-    #: librdkafka timeout of send_offsets_to_transaction and abort_transaction; a commit gets
-    #: twice this. A call still running CALL_GRACE_S after its timeout is given up on.
-    commit_timeout_s: float = 20.0
-
-
 #: how long past its own timeout a librdkafka call may run before it counts as stuck
 CALL_GRACE_S = 5.0
+#: librdkafka's errors for a producer whose transactional id has a newer owner
+_FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED,  # noqa: SLF001
+           KafkaError.INVALID_PRODUCER_EPOCH}
+ACTIVE = LedgerStatus.ACTIVE
 
 
 def controller_group(config: Config) -> str:
@@ -72,27 +57,30 @@ def controller_group(config: Config) -> str:
 
 
 class Controller:
-    """One controller replica; `run()` blocks until stopped."""
+    """One controller replica; `run()` blocks until stopped. Settings: `config.controller`."""
 
-    def __init__(self, config: Config, options: ControllerOptions | None = None,
-                 codec: Codec | None = None) -> None:
+    def __init__(self, config: Config, *, codec: Codec | None = None,
+                 clients: KafkaClients = REAL_CLIENTS) -> None:
         self.config = config
-        self.options = options or ControllerOptions()
+        self.options = config.controller
         self.codec = codec or Codec(config.schema_registry_url)
+        self.clients = clients
         self.ledger = LedgerCodec(self.codec)
         self.jobs: dict[str, JobState] = {}
-        self.topics = {name: config.topic(name) for name in
-                       ("jobs", "results", "job-events", "controller-ledger", "dlq")}
+        self.topics = ControllerTopics(
+            jobs=config.topic("jobs"), results=config.topic("results"),
+            events=config.topic("job-events"), ledger=config.topic("controller-ledger"),
+            dlq=config.topic("dlq"))
         self._partitions: dict[str, int] = {}
         self._stop = threading.Event()
-        self._consumer = Consumer(consumer_config(
+        self._consumer = clients.consumer(consumer_config(
             config, controller_group(config), **{"partition.assignment.strategy": "range"}))
         self.transactional_id = (self.options.transactional_id
                                  or f"{config.topic_prefix}controller")
         self._producer = self._new_producer()
 
-    def _new_producer(self) -> Producer:
-        return Producer(producer_config(self.config, **{
+    def _new_producer(self) -> Any:
+        return self.clients.producer(producer_config(self.config, **{
             "transactional.id": self.transactional_id}))
 
     def request_stop(self) -> None:
@@ -102,7 +90,7 @@ class Controller:
         signal.signal(signal.SIGTERM, lambda *_: self.request_stop())
         self._load_partition_counts()
         self._init_transactions()
-        self._consumer.subscribe([self.topics["jobs"], self.topics["results"]],
+        self._consumer.subscribe([self.topics.jobs, self.topics.results],
                                  on_assign=self._on_assign, on_revoke=self._on_revoke)
         idle_since = time.monotonic()
         try:
@@ -126,11 +114,12 @@ class Controller:
 
     def _load_partition_counts(self) -> None:
         metadata = self._consumer.list_topics(timeout=30).topics
-        for name in set(self.topics.values()):
+        t = self.topics
+        for name in {t.jobs, t.results, t.events, t.ledger, t.dlq}:
             if name not in metadata or metadata[name].error is not None:
                 raise KafkaSetupError(f"topic {name} is missing; run `inferstream topics create`")
             self._partitions[name] = len(metadata[name].partitions)
-        co = {self._partitions[self.topics[t]] for t in ("jobs", "results", "controller-ledger")}
+        co = {self._partitions[name] for name in (t.jobs, t.results, t.ledger)}
         if len(co) != 1:
             raise KafkaSetupError("jobs, results and controller-ledger need equal partition counts")
 
@@ -145,7 +134,7 @@ class Controller:
     # -- one round: consume, decide, commit ------------------------------------------------
     def _round(self) -> bool:
         messages = self._consumer.consume(num_messages=500, timeout=0.2)
-        out = Outbox()
+        out = Outbox(self.topics, self.codec, self.partitions)
         for message in messages:
             self._dispatch(message, out)
         self._issue_tasks(out)
@@ -163,16 +152,15 @@ class Controller:
             log.warning("consume error: %s", message.error())
             return
         try:
-            if message.topic() == self.topics["jobs"]:
-                self._on_job(self.codec.decode(message.value() or b"", expected="Job"),
+            if message.topic() == self.topics.jobs:
+                self._on_job(read_job(self.codec, message.value() or b""),
                              message.partition() or 0, out)
             else:
-                self._on_result(self.codec.decode(message.value() or b"", expected="TaskResult"),
-                                out)
+                self._on_result(read_task_result(self.codec, message.value() or b""), out)
         except SchemaError as exc:
-            out.dead_letter(self, message, f"undecodable record: {exc}")
+            out.dead_letter(message, f"undecodable record: {exc}")
 
-    def _on_job(self, job: dict[str, Any], partition: int, out: Outbox) -> None:
+    def _on_job(self, job: Job, partition: int, out: Outbox) -> None:
         if job["job_id"] in self.jobs:
             log.info("job %s seen again: ignored", job["job_id"])
             return
@@ -184,16 +172,16 @@ class Controller:
             if not first and state.cursor().finished:
                 reason = "empty input: the job names no items"
         if reason is not None:
-            state.status = REJECTED
-            out.event(self, state, "REJECTED", reason=reason)
-            out.ledger(self, *self.ledger.job_entry(state), partition)
+            state.status = LedgerStatus.REJECTED
+            out.event(state.event(JobEventType.REJECTED, reason))
+            out.ledger(*self.ledger.job_entry(state), partition)
             log.info("job %s rejected: %s", state.job_id, reason)
             return
-        out.event(self, state, "ACCEPTED")
+        out.event(state.event(JobEventType.ACCEPTED))
         self._produce_tasks(state, first, out)
         log.info("job %s accepted model=%s", state.job_id, job["model"])
 
-    def _validate(self, job: dict[str, Any]) -> str | None:
+    def _validate(self, job: Job) -> str | None:
         try:
             get_model_spec(job["model"])
             check_inputs(job)
@@ -212,40 +200,35 @@ class Controller:
                 tasks = state.cursor().next_tasks(self.options.tasks_per_round)
                 self._produce_tasks(state, tasks, out)
 
-    def _produce_tasks(self, state: JobState, tasks: list[tuple[int, list[Any]]],
+    def _produce_tasks(self, state: JobState, tasks: list[tuple[int, list[Item]]],
                        out: Outbox) -> None:
         topic = self.config.task_topic(state.job["pool"])
         n = self.partitions(topic)
         base = partition_for(state.job_id, n)
         for task_id, items in tasks:
-            task = {
-                "job_id": state.job_id, "task_id": task_id, "attempt": 1,
-                "pool": state.job["pool"], "model": state.job["model"],
-                "top_k": state.job["top_k"], "items": [i.as_record() for i in items],
-                "issued_at": now_ms(), "deadline_ms": None,
-            }
+            task = new_task(state.job, task_id, [i.as_record() for i in items])
             out.add(topic, (base + task_id) % n, state.job_id.encode(),
                     self.codec.encode("Task", task))
             state.issued_tasks += 1
             state.issued_items += len(items)
         state.expanded = state.cursor().finished
         state.changed = True
-        out.ledger(self, *self.ledger.job_entry(state), state.partition)
+        out.ledger(*self.ledger.job_entry(state), state.partition)
 
-    def _on_result(self, result: dict[str, Any], out: Outbox) -> None:
+    def _on_result(self, result: TaskResult, out: Outbox) -> None:
         state = self.jobs.get(result["job_id"])
         if state is None:
             return  # a job of another replica's partition, or long finished
-        ok = sum(1 for item in result["items"] if item["status"] == "OK")
+        ok = sum(1 for item in result["items"] if item["status"] == ItemStatus.OK)
         errors = len(result["items"]) - ok
         if not state.record_result(result["task_id"], ok, errors):
             log.info("duplicate result dropped job=%s task=%d attempt=%d worker=%s",
                      state.job_id, result["task_id"], result["attempt"], result["worker"])
             return
-        key, value = self.ledger.task_entry(state.job_id, result["task_id"], "DONE",
+        key, value = self.ledger.task_entry(state.job_id, result["task_id"], LedgerStatus.DONE,
                                             len(result["items"]), result["worker"],
                                             result["attempt"])
-        out.ledger(self, key, value, state.partition)
+        out.ledger(key, value, state.partition)
 
     def _emit_events(self, out: Outbox) -> list[JobState]:
         finished = []
@@ -253,16 +236,16 @@ class Controller:
         interval_ms = self.options.progress_interval_s * 1000
         for state in self.jobs.values():
             if state.complete:
-                state.status = COMPLETED
-                out.event(self, state, "COMPLETED")
-                out.ledger(self, *self.ledger.job_entry(state), state.partition)
+                state.status = LedgerStatus.COMPLETED
+                out.event(state.event(JobEventType.COMPLETED))
+                out.ledger(*self.ledger.job_entry(state), state.partition)
                 finished.append(state)
                 log.info("job %s completed ok=%d error=%d", state.job_id, state.ok_items,
                          state.error_items)
             elif state.status == ACTIVE and state.changed and (
                     now - state.last_event_ms >= interval_ms):
-                out.event(self, state, "PROGRESS")
-                out.ledger(self, *self.ledger.job_entry(state), state.partition)
+                out.event(state.event(JobEventType.PROGRESS))
+                out.ledger(*self.ledger.job_entry(state), state.partition)
         return finished
 
     def _commit(self, out: Outbox) -> bool:
@@ -322,22 +305,28 @@ class Controller:
         self._init_transactions()
 
     def _init_transactions(self) -> None:
-        """Fence any earlier holder of the transactional id; a fresh producer per retry."""
-        for attempt in range(1, 1_000_000):
+        """Fence any earlier holder of the transactional id; a fresh producer per retry,
+        until it works or the controller is asked to stop."""
+        attempt = 0
+        while not self._stop.is_set():
+            attempt += 1
             if attempt > 1:
                 self._producer = self._new_producer()
             try:
                 self._producer.init_transactions(30)
                 return
             except KafkaException as exc:
-                if exc.args[0].fatal() and "fenc" in str(exc).lower():
+                if exc.args[0].code() in _FENCED:
                     raise KafkaSetupError(f"another controller took over: {exc}") from exc
                 log.warning("cannot init transactions (attempt %d): %s", attempt, exc)
-                time.sleep(min(attempt, 5))
+                self._stop.wait(min(attempt, 5))
 
     def _reset(self, assignment: list[TopicPartition]) -> None:
-        """Forget in-memory state, rebuild it from the ledger, rewind to committed offsets."""
-        for attempt in range(1, 1_000_000):
+        """Forget in-memory state, rebuild it from the ledger, rewind to committed offsets;
+        retried until it works or the controller is asked to stop."""
+        attempt = 0
+        while not self._stop.is_set():
+            attempt += 1
             try:
                 self.jobs.clear()
                 self._on_assign(self._consumer, assignment)
@@ -347,19 +336,19 @@ class Controller:
                 return
             except (KafkaException, KafkaSetupError) as exc:
                 log.warning("cannot rebuild state yet (attempt %d): %s", attempt, exc)
-                time.sleep(min(attempt, 5))
+                self._stop.wait(min(attempt, 5))
 
     # -- rebalance --------------------------------------------------------------------------
-    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        owned = sorted({tp.partition for tp in partitions if tp.topic == self.topics["jobs"]})
-        records = read_ledger(self.config, self.topics["controller-ledger"], owned)
+    def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        owned = sorted({tp.partition for tp in partitions if tp.topic == self.topics.jobs})
+        records = read_ledger(self.config, self.topics.ledger, owned, self.clients)
         for job_id, state in self.ledger.rebuild(records).items():
             if state.status == ACTIVE:
                 self.jobs[job_id] = state
         log.info("owning job partitions=%s active jobs rebuilt=%d", owned, len(self.jobs))
 
-    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        lost = {tp.partition for tp in partitions if tp.topic == self.topics["jobs"]}
+    def _on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        lost = {tp.partition for tp in partitions if tp.topic == self.topics.jobs}
         for job_id in [j for j, s in self.jobs.items() if s.partition in lost]:
             del self.jobs[job_id]
 
@@ -373,4 +362,5 @@ class Controller:
         path = state.job.get("output_path")
         if path:
             threading.Thread(target=write_job_output, name=f"output-{state.job_id}",
-                             args=(self.config, state.job_id, path), daemon=True).start()
+                             args=(self.config, state.job_id, path),
+                             kwargs={"clients": self.clients}, daemon=True).start()

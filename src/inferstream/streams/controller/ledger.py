@@ -8,27 +8,31 @@ describe, so replaying the partition rebuilds exactly the state those offsets be
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from inferstream.schemas import Codec
-from inferstream.streams.expansion import JobExpansion
-
-ACTIVE, COMPLETED, REJECTED = "ACTIVE", "COMPLETED", "REJECTED"
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
+from inferstream.schemas.records import (
+    Job,
+    JobEvent,
+    JobEventType,
+    LedgerEntry,
+    LedgerKind,
+    LedgerStatus,
+    new_ledger_entry,
+    now_ms,
+    read_job,
+    read_ledger_entry,
+)
+from inferstream.streams.controller.expansion import JobExpansion
 
 
 @dataclass
 class JobState:
     """One job owned by this controller."""
 
-    job: dict[str, Any]
+    job: Job
     partition: int
-    status: str = ACTIVE
+    status: LedgerStatus = LedgerStatus.ACTIVE
     accepted_at_ms: int = field(default_factory=now_ms)
     issued_tasks: int = 0
     issued_items: int = 0
@@ -56,11 +60,25 @@ class JobState:
 
     @property
     def complete(self) -> bool:
-        return self.status == ACTIVE and self.expanded and len(self.done) == self.issued_tasks
+        return (self.status == LedgerStatus.ACTIVE and self.expanded
+                and len(self.done) == self.issued_tasks)
 
     def rate_items_per_s(self) -> float:
         elapsed = max(1e-3, (now_ms() - self.accepted_at_ms) / 1000)
         return self.done_items / elapsed
+
+    def event(self, kind: JobEventType, reason: str | None = None) -> JobEvent:
+        """A JobEvent of `kind` with the job's counts now; marks them as reported."""
+        event = JobEvent(
+            job_id=self.job_id, type=kind, timestamp=now_ms(), model=self.job["model"],
+            reason=reason, total_items=self.total_items,
+            total_tasks=self.issued_tasks if self.expanded else None,
+            done_items=self.done_items, ok_items=self.ok_items, error_items=self.error_items,
+            rate_items_per_s=self.rate_items_per_s(),
+        )
+        self.last_event_ms = event["timestamp"]
+        self.changed = False
+        return event
 
     def cursor(self) -> JobExpansion:
         """The expansion cursor, resumed after the tasks already issued."""
@@ -70,7 +88,8 @@ class JobState:
 
     def record_result(self, task_id: int, ok: int, errors: int) -> bool:
         """Count a task's first result; False for a task already done (a duplicate)."""
-        if task_id in self.done or task_id >= self.issued_tasks or self.status != ACTIVE:
+        if (task_id in self.done or task_id >= self.issued_tasks
+                or self.status != LedgerStatus.ACTIVE):
             return False
         self.done.add(task_id)
         self.ok_items += ok
@@ -86,14 +105,12 @@ class LedgerCodec:
         self.codec = codec
 
     def job_entry(self, state: JobState) -> tuple[bytes, bytes]:
-        entry = _entry(state.job_id, -1, "JOB", state.status)
-        entry.update(
-            job=self._job_bytes(state),
-            issued_tasks=state.issued_tasks, issued_items=state.issued_items,
-            expanded=state.expanded, done_tasks=len(state.done),
-            ok_items=state.ok_items, error_items=state.error_items,
-            accepted_at=state.accepted_at_ms,
-        )
+        entry = new_ledger_entry(state.job_id, -1, LedgerKind.JOB, state.status)
+        entry["job"] = self._job_bytes(state)
+        entry["issued_tasks"], entry["issued_items"] = state.issued_tasks, state.issued_items
+        entry["expanded"], entry["done_tasks"] = state.expanded, len(state.done)
+        entry["ok_items"], entry["error_items"] = state.ok_items, state.error_items
+        entry["accepted_at"] = state.accepted_at_ms
         return state.job_id.encode(), self.codec.encode("LedgerEntry", entry)
 
     def _job_bytes(self, state: JobState) -> bytes:
@@ -101,10 +118,10 @@ class LedgerCodec:
             state.job_bytes = self.codec.encode("Job", state.job)
         return state.job_bytes
 
-    def task_entry(self, job_id: str, task_id: int, status: str, items: int,
+    def task_entry(self, job_id: str, task_id: int, status: LedgerStatus, items: int,
                    worker: str | None = None, attempt: int = 1) -> tuple[bytes, bytes]:
-        entry = _entry(job_id, task_id, "TASK", status)
-        entry.update(item_count=items, worker=worker, attempts=attempt)
+        entry = new_ledger_entry(job_id, task_id, LedgerKind.TASK, status)
+        entry["item_count"], entry["worker"], entry["attempts"] = items, worker, attempt
         return f"{job_id}/{task_id}".encode(), self.codec.encode("LedgerEntry", entry)
 
     def rebuild(self, records: list[tuple[bytes, int]]) -> dict[str, JobState]:
@@ -116,21 +133,22 @@ class LedgerCodec:
         states: dict[str, JobState] = {}
         done: dict[str, set[int]] = {}
         for value, partition in records:
-            entry = self.codec.decode(value, expected="LedgerEntry")
-            if entry["kind"] == "JOB":
+            entry = read_ledger_entry(self.codec, value)
+            if entry["kind"] == LedgerKind.JOB:
                 self._apply_job(states, entry, partition)
-            elif entry["status"] == "DONE":
+            elif entry["status"] == LedgerStatus.DONE:
                 done.setdefault(entry["job_id"], set()).add(entry["task_id"])
         for job_id, state in states.items():
             state.done = done.get(job_id, set())
         return states
 
-    def _apply_job(self, states: dict[str, JobState], entry: dict[str, Any],
+    def _apply_job(self, states: dict[str, JobState], entry: LedgerEntry,
                    partition: int) -> None:
         state = states.get(entry["job_id"])
         if state is None:
-            job = self.codec.decode(entry["job"], expected="Job")
-            state = states[entry["job_id"]] = JobState(job, partition, job_bytes=entry["job"])
+            job_bytes = entry["job"] or b""  # a JOB entry always carries its job
+            job = read_job(self.codec, job_bytes)
+            state = states[entry["job_id"]] = JobState(job, partition, job_bytes=job_bytes)
         state.status = entry["status"]
         state.accepted_at_ms = entry["accepted_at"]
         state.issued_tasks = entry["issued_tasks"]
@@ -139,12 +157,3 @@ class LedgerCodec:
         state.ok_items = entry["ok_items"]
         state.error_items = entry["error_items"]
         state.changed = False
-
-
-def _entry(job_id: str, task_id: int, kind: str, status: str) -> dict[str, Any]:
-    return {
-        "job_id": job_id, "task_id": task_id, "kind": kind, "status": status, "job": None,
-        "issued_tasks": 0, "issued_items": 0, "expanded": False, "done_tasks": 0,
-        "ok_items": 0, "error_items": 0, "attempts": 1, "worker": None, "item_count": 0,
-        "accepted_at": 0, "updated_at": now_ms(),
-    }

@@ -9,32 +9,30 @@
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Producer
-
 from inferstream.config import Config
 from inferstream.schemas import Codec, SchemaError
+from inferstream.schemas.records import InlineItem, JobEvent, JobEventType, now_ms, read_job_event
+from inferstream.schemas.records import Job as JobRecord
+from inferstream.streams.client.jobids import new_job_id
+from inferstream.streams.client.results import job_results, open_job_partition, output_lines
 from inferstream.streams.errors import (
     InlineTooLargeError,
     JobFailedError,
     JobRejectedError,
     JobTimeoutError,
 )
-from inferstream.streams.kafka import partition_for, producer_config
-from inferstream.streams.output import (
-    iter_partition,
-    job_results,
-    new_job_id,
-    open_job_partition,
-    output_lines,
-)
-from inferstream.streams.topics import LARGE_MESSAGE_BYTES
+from inferstream.streams.kafka.clients import REAL_CLIENTS, KafkaClients, SyncProducer
+from inferstream.streams.kafka.reader import PartitionReader
+from inferstream.streams.kafka.settings import partition_for, producer_config
+from inferstream.streams.kafka.topics import LARGE_MESSAGE_BYTES
 
-FINAL = ("COMPLETED", "REJECTED", "FAILED")
+#: Before the controller's first event a job is SUBMITTED; then its latest event's type.
+SUBMITTED = "SUBMITTED"
+FINAL = (JobEventType.COMPLETED, JobEventType.REJECTED, JobEventType.FAILED)
 
 
 @dataclass(frozen=True)
@@ -42,7 +40,7 @@ class JobStatus:
     """What the latest JobEvent of a job says."""
 
     job_id: str
-    state: str  # SUBMITTED, ACCEPTED, PROGRESS, COMPLETED, REJECTED, FAILED
+    state: str  # SUBMITTED or a JobEventType
     model: str | None = None
     total_items: int | None = None
     total_tasks: int | None = None
@@ -58,9 +56,9 @@ class JobStatus:
         return self.state in FINAL
 
     @classmethod
-    def from_event(cls, event: dict[str, Any]) -> JobStatus:
+    def from_event(cls, event: JobEvent) -> JobStatus:
         return cls(
-            job_id=event["job_id"], state=event["type"], model=event["model"],
+            job_id=event["job_id"], state=str(event["type"]), model=event["model"],
             total_items=event["total_items"], total_tasks=event["total_tasks"],
             done_items=event["done_items"], ok_items=event["ok_items"],
             error_items=event["error_items"], rate_items_per_s=event["rate_items_per_s"],
@@ -77,17 +75,19 @@ class Job:
     def __init__(self, client: Client, job_id: str) -> None:
         self.client = client
         self.job_id = job_id
-        self._status = JobStatus(job_id, "SUBMITTED")
+        self._status = JobStatus(job_id, SUBMITTED)
 
     def events(self, follow: bool = True, timeout_s: float | None = None
                ) -> Iterator[JobStatus]:
         """This job's events in order; with `follow`, waits for new ones until final."""
         config = self.client.config
-        consumer = open_job_partition(config, config.topic("job-events"), self.job_id)
+        consumer, partition = open_job_partition(config, config.topic("job-events"),
+                                                 self.job_id, self.client.clients)
         try:
-            for value in iter_partition(consumer, follow=follow, timeout_s=timeout_s):
+            for record in PartitionReader(consumer, [partition], follow=follow,
+                                          timeout_s=timeout_s):
                 try:
-                    event = self.client.codec.decode(value, expected="JobEvent")
+                    event = read_job_event(self.client.codec, record.value)
                 except SchemaError:
                     continue
                 if event["job_id"] != self.job_id:
@@ -112,42 +112,45 @@ class Job:
             if on_progress is not None:
                 on_progress(status)
         status = self._status
-        if status.state == "REJECTED":
+        if status.state == JobEventType.REJECTED:
             raise JobRejectedError(self.job_id, status.reason or "no reason given")
-        if status.state == "FAILED":
+        if status.state == JobEventType.FAILED:
             raise JobFailedError(self.job_id, status.reason or "no reason given")
-        if status.state != "COMPLETED":
+        if status.state != JobEventType.COMPLETED:
             raise JobTimeoutError(f"job {self.job_id} not finished after {timeout_s}s")
         return status
 
     def results(self) -> Iterator[dict[str, Any]]:
         """One output line per input item (see `streams.output`), in item order."""
         status = self._status if self._status.finished else self.progress()
-        total = status.total_tasks if status.state == "COMPLETED" else None
-        return output_lines(job_results(self.client.config, self.job_id, total, self.client.codec))
+        total = status.total_tasks if status.state == JobEventType.COMPLETED else None
+        client = self.client
+        return output_lines(job_results(client.config, self.job_id, total, client.codec,
+                                        client.clients))
 
 
 class Client:
     """Produces jobs and reads their events and results."""
 
-    def __init__(self, config: Config, codec: Codec | None = None) -> None:
+    def __init__(self, config: Config, codec: Codec | None = None,
+                 clients: KafkaClients = REAL_CLIENTS) -> None:
         self.config = config
         self.codec = codec or Codec(config.schema_registry_url)
-        self._producer: Producer | None = None
+        self.clients = clients
+        self._producer: SyncProducer | None = None
 
     def submit(self, model: str, inputs: list[str], *, chunk_size: int = 32, top_k: int = 5,
                inline: bool = False, pool: str | None = None, output_path: str | None = None,
                job_id: str | None = None) -> Job:
         """Produce a job; `inline` sends the files' bytes instead of their paths."""
         job_id = job_id or new_job_id()
-        record = {
-            "job_id": job_id, "model": model, "pool": pool or self.config.pool,
-            "top_k": top_k, "chunk_size": chunk_size,
-            "inputs": [] if inline else [_absolute(i) for i in inputs],
-            "inline_items": _read_inline(inputs) if inline else [],
-            "submitted_at": int(time.time() * 1000), "submitter": _whoami(),
-            "output_path": os.path.abspath(output_path) if output_path else None,
-        }
+        record = JobRecord(
+            job_id=job_id, model=model, pool=pool or self.config.pool, top_k=top_k,
+            chunk_size=chunk_size, inputs=[] if inline else [_absolute(i) for i in inputs],
+            inline_items=_read_inline(inputs) if inline else [], submitted_at=now_ms(),
+            submitter=_whoami(),
+            output_path=os.path.abspath(output_path) if output_path else None,
+        )
         value = self.codec.encode("Job", record)
         if len(value) > LARGE_MESSAGE_BYTES - 64 * 1024:
             raise InlineTooLargeError(
@@ -161,7 +164,7 @@ class Client:
 
     def _produce(self, topic: str, key: str, value: bytes) -> None:
         if self._producer is None:
-            self._producer = Producer(producer_config(self.config))
+            self._producer = self.clients.producer(producer_config(self.config))
         partitions = self._producer.list_topics(topic, timeout=30).topics[topic].partitions
         errors: list[Any] = []
         self._producer.produce(topic, value, key.encode(),
@@ -182,12 +185,12 @@ def _absolute(entry: str) -> str:
     return os.path.abspath(entry)
 
 
-def _read_inline(inputs: list[str]) -> list[dict[str, Any]]:
+def _read_inline(inputs: list[str]) -> list[InlineItem]:
     items = []
     for path in inputs:
         for name in _inline_files(path):
             with open(name, "rb") as handle:
-                items.append({"name": name, "data": handle.read()})
+                items.append(InlineItem(name=name, data=handle.read()))
     return items
 
 

@@ -13,17 +13,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any
 
-from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 
-from inferstream.config import Config
-from inferstream.streams.commits import (
+from inferstream.streams.errors import PartitionLostError
+from inferstream.streams.kafka.clients import AsyncProducer, Outgoing
+from inferstream.streams.worker.committers.base import (
     COMMIT_TIMEOUT_S,
-    Outgoing,
     Owner,
     PartitionCommitter,
-    PartitionLostError,
     PendingTask,
 )
 
@@ -33,10 +32,9 @@ log = logging.getLogger(__name__)
 class AtLeastOnceCommitter(PartitionCommitter):
     """Sends results through a shared producer, then commits the consumer offset."""
 
-    def __init__(self, config: Config, tp: TopicPartition, group_id: str,
-                 render: Callable[[PendingTask], list[Outgoing]], owner: Owner,
-                 producer: AIOKafkaProducer) -> None:
-        super().__init__(config, tp, group_id, render, owner)
+    def __init__(self, tp: Any, group_id: str, render: Callable[[PendingTask], list[Outgoing]],
+                 owner: Owner, producer: AsyncProducer) -> None:
+        super().__init__(tp, group_id, render, owner)
         self._shared = producer
 
     async def start(self) -> None:

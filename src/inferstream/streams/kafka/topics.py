@@ -5,15 +5,15 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin._config import ConfigResource
-from confluent_kafka.cimpl import NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from inferstream.config import Config
 from inferstream.streams.errors import KafkaSetupError
-from inferstream.streams.kafka import LIBRDKAFKA_LOG
+from inferstream.streams.kafka.clients import REAL_CLIENTS, KafkaClients
+from inferstream.streams.kafka.settings import LIBRDKAFKA_LOG
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +55,8 @@ def topic_specs(config: Config, pools: tuple[str, ...] | None = None) -> list[To
     return specs
 
 
-def admin_client(config: Config) -> AdminClient:
-    return AdminClient(config.confluent_config(logger=LIBRDKAFKA_LOG))
+def admin_client(config: Config, clients: KafkaClients = REAL_CLIENTS) -> Any:
+    return clients.admin(config.confluent_config(logger=LIBRDKAFKA_LOG))
 
 
 @dataclass
@@ -73,10 +73,11 @@ class TopicReport:
 
 
 def ensure_topics(
-    config: Config, pools: tuple[str, ...] | None = None, timeout_s: float = 30.0
+    config: Config, pools: tuple[str, ...] | None = None, timeout_s: float = 30.0,
+    clients: KafkaClients = REAL_CLIENTS,
 ) -> TopicReport:
     """Create the missing topics; report existing ones whose settings differ from the spec."""
-    admin = admin_client(config)
+    admin = admin_client(config, clients)
     specs = topic_specs(config, pools)
     existing = _list_topics(admin, timeout_s)
     report = TopicReport()
@@ -182,26 +183,36 @@ def _differences(spec: TopicSpec, meta: object, configs: dict[str, object], conf
     return found
 
 
+@dataclass(frozen=True)
+class TopicRow:
+    """One expected topic as `topics describe` shows it."""
+
+    topic: str
+    exists: bool
+    problems: list[str]
+    partitions: int = 0
+    replication: int = 0
+    compacted: bool = False
+
+
 def describe_topics(
-    config: Config, pools: tuple[str, ...] | None = None
-) -> list[dict[str, object]]:
+    config: Config, pools: tuple[str, ...] | None = None, clients: KafkaClients = REAL_CLIENTS
+) -> list[TopicRow]:
     """One row per expected topic: partitions, replication, cleanup policy, problems."""
-    admin = admin_client(config)
+    admin = admin_client(config, clients)
     specs = topic_specs(config, pools)
     existing = admin.list_topics(timeout=30).topics
     present = [s for s in specs if s.name in existing]
     problems = describe_mismatches(admin, present, config)
-    rows: list[dict[str, object]] = []
+    rows: list[TopicRow] = []
     for spec in specs:
         meta = existing.get(spec.name)
         if meta is None:
-            rows.append({"topic": spec.name, "exists": False, "problems": ["missing"]})
+            rows.append(TopicRow(spec.name, exists=False, problems=["missing"]))
             continue
         parts = meta.partitions
         replicas = len(next(iter(parts.values())).replicas) if parts else 0
-        rows.append({
-            "topic": spec.name, "exists": True, "partitions": len(parts),
-            "replication": replicas, "compacted": spec.compacted,
-            "problems": problems.get(spec.name, []),
-        })
+        rows.append(TopicRow(spec.name, exists=True, problems=problems.get(spec.name, []),
+                             partitions=len(parts), replication=replicas,
+                             compacted=spec.compacted))
     return rows

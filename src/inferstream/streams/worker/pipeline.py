@@ -15,29 +15,34 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
+from inferstream.config import WorkerConfig
 from inferstream.models import ItemError, LoadedModel, collate
-from inferstream.streams.hooks import WorkerHooks
+from inferstream.schemas.records import (
+    ItemResult,
+    Prediction,
+    Task,
+    TaskItem,
+    error_item,
+    ok_item,
+)
+from inferstream.streams.worker.hooks import WorkerHooks
 
 log = logging.getLogger(__name__)
-
-Prediction = tuple[int, str, float]
-
 
 @dataclass
 class TaskRun:
     """One task going through the data path, with the outcome of each item so far."""
 
-    task: dict[str, Any]
+    task: Task
     on_done: Callable[[TaskRun], None]
     started_at: float = field(default_factory=time.time)
     finished_at: float = 0.0
     decode_seconds: float = 0.0
     inference_seconds: float = 0.0
-    outcomes: list[dict[str, Any] | None] = field(default_factory=list)
+    outcomes: list[ItemResult | None] = field(default_factory=list)
     remaining: int = 0
     cancelled: bool = False
 
@@ -45,7 +50,7 @@ class TaskRun:
         self.outcomes = [None] * len(self.task["items"])
         self.remaining = len(self.outcomes)
 
-    def record(self, position: int, outcome: dict[str, Any]) -> None:
+    def record(self, position: int, outcome: ItemResult) -> None:
         self.outcomes[position] = outcome
         self.remaining -= 1
         if self.remaining == 0:
@@ -66,21 +71,17 @@ class _Slot:
     decoded: asyncio.Future[tuple[torch.Tensor | str, float]]
 
 
-@dataclass(frozen=True)
-class BatchingOptions:
-    max_batch: int = 32
-    max_wait_s: float = 0.01
-    decode_threads: int = 4
-    http_timeout_s: float = 10.0
-    max_item_bytes: int = 64 * 1024 * 1024
-
-
 class BatchingPipeline:
-    """Decode -> batch -> infer for the items of many tasks; calls `TaskRun.on_done`."""
+    """Decode -> batch -> infer for the items of many tasks; calls `TaskRun.on_done`.
 
-    def __init__(self, model: LoadedModel, options: BatchingOptions, hooks: WorkerHooks) -> None:
+    Uses `max_batch`, `max_wait_ms`, `decode_threads`, `http_timeout_s` and `max_item_bytes`
+    of the worker's settings.
+    """
+
+    def __init__(self, model: LoadedModel, options: WorkerConfig, hooks: WorkerHooks) -> None:
         self.model = model
         self.options = options
+        self.max_wait_s = options.max_wait_ms / 1000
         self.hooks = hooks
         self._decoders = ThreadPoolExecutor(options.decode_threads, "inferstream-decode")
         self._inference = ThreadPoolExecutor(1, "inferstream-infer")
@@ -99,7 +100,7 @@ class BatchingPipeline:
             self._queue.put_nowait(_Slot(run, position, future))
             self.items_in_flight += 1
 
-    def _decode(self, item: dict[str, Any]) -> tuple[torch.Tensor | str, float]:
+    def _decode(self, item: TaskItem) -> tuple[torch.Tensor | str, float]:
         """Fetch and preprocess one item; a bad item becomes its error reason (a str)."""
         started = time.perf_counter()
         try:
@@ -126,7 +127,7 @@ class BatchingPipeline:
     async def _next_batch(self) -> list[_Slot]:
         first = await self._queue.get()
         batch = [first]
-        deadline = time.monotonic() + self.options.max_wait_s
+        deadline = time.monotonic() + self.max_wait_s
         while len(batch) < self.options.max_batch:
             if self._queue.empty():
                 timeout = deadline - time.monotonic()
@@ -149,7 +150,7 @@ class BatchingPipeline:
         good = [(s, t) for s, t in zip(batch, decoded, strict=True) if isinstance(t, torch.Tensor)]
         for slot, reason in zip(batch, decoded, strict=True):
             if isinstance(reason, str):
-                self._finish(slot, _error(slot, reason))
+                self._finish(slot, error_item(_item(slot), reason))
         for slot, _ in good:
             if slot.run.cancelled:  # its partition was given up: nobody wants the outcome
                 self.items_in_flight -= 1
@@ -165,18 +166,21 @@ class BatchingPipeline:
         except Exception as exc:  # a failed forward pass fails its items, not the worker
             log.exception("inference failed for a batch of %d items", len(good))
             for slot, _ in good:
-                self._finish(slot, _error(slot, f"inference failed: {type(exc).__name__}: {exc}"))
+                self._finish(slot, error_item(
+                    _item(slot), f"inference failed: {type(exc).__name__}: {exc}"))
             return
         seconds = time.perf_counter() - started
         self.hooks.after_batch(len(good), seconds)
         for (slot, _), preds in zip(good, predictions, strict=True):
             slot.run.inference_seconds += seconds / len(good)
-            self._finish(slot, _ok(slot, preds[: slot.run.task["top_k"]]))
+            self._finish(slot, ok_item(_item(slot), preds[: slot.run.task["top_k"]]))
 
     def _forward(self, tensors: list[torch.Tensor], top_k: int) -> list[list[Prediction]]:
-        return self.model.predict(collate(tensors, self.model.device), top_k)
+        predictions = self.model.predict(collate(tensors, self.model.device), top_k)
+        return [[Prediction(class_id=c, label=label, score=float(s)) for c, label, s in item]
+                for item in predictions]
 
-    def _finish(self, slot: _Slot, outcome: dict[str, Any]) -> None:
+    def _finish(self, slot: _Slot, outcome: ItemResult) -> None:
         self.items_in_flight -= 1
         slot.run.record(slot.position, outcome)
 
@@ -185,15 +189,5 @@ class BatchingPipeline:
         self._inference.shutdown(wait=False, cancel_futures=True)
 
 
-def _item_fields(slot: _Slot) -> dict[str, Any]:
-    item = slot.run.task["items"][slot.position]
-    return {"index": item["index"], "name": item["name"]}
-
-
-def _ok(slot: _Slot, predictions: list[Prediction]) -> dict[str, Any]:
-    top_k = [{"class_id": c, "label": label, "score": float(s)} for c, label, s in predictions]
-    return {**_item_fields(slot), "status": "OK", "top_k": top_k, "error": None}
-
-
-def _error(slot: _Slot, reason: str) -> dict[str, Any]:
-    return {**_item_fields(slot), "status": "ERROR", "top_k": [], "error": reason}
+def _item(slot: _Slot) -> TaskItem:
+    return slot.run.task["items"][slot.position]

@@ -12,7 +12,6 @@ import os
 import signal
 import socket
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
@@ -21,41 +20,25 @@ from aiokafka.errors import KafkaError
 from inferstream.config import Config
 from inferstream.models import LoadedModel
 from inferstream.schemas import Codec, SchemaError
-from inferstream.streams.at_least_once import AtLeastOnceCommitter
-from inferstream.streams.batching import BatchingOptions, BatchingPipeline, TaskRun
-from inferstream.streams.commits import (
+from inferstream.schemas.records import ItemStatus, TaskResult, read_task
+from inferstream.streams.errors import KafkaSetupError, PartitionLostError
+from inferstream.streams.kafka.clients import (
+    REAL_CLIENTS,
+    AsyncConsumer,
+    AsyncProducer,
+    KafkaClients,
     Outgoing,
-    PartitionCommitter,
-    PartitionLostError,
-    PendingTask,
 )
-from inferstream.streams.errors import KafkaSetupError
-from inferstream.streams.hooks import WorkerHooks
-from inferstream.streams.kafka import aiokafka_kwargs, dead_letter_record, partition_for
-from inferstream.streams.ownership import Ownership
+from inferstream.streams.kafka.deadletters import dead_letter
+from inferstream.streams.kafka.settings import aiokafka_kwargs, partition_for
+from inferstream.streams.worker.committers.at_least_once import AtLeastOnceCommitter
+from inferstream.streams.worker.committers.base import PartitionCommitter, PendingTask
+from inferstream.streams.worker.committers.exactly_once import TransactionalCommitter
+from inferstream.streams.worker.hooks import WorkerHooks
+from inferstream.streams.worker.ownership import Ownership
+from inferstream.streams.worker.pipeline import BatchingPipeline, TaskRun
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class WorkerOptions:
-    model_name: str
-    batching: BatchingOptions = field(default_factory=BatchingOptions)
-    worker_id: str = ""
-    #: exit after this many seconds with nothing to do (bounded mode for tests); None: never
-    idle_exit_s: float | None = None
-    session_timeout_ms: int = 10_000
-    heartbeat_interval_ms: int = 1_000
-    max_poll_interval_ms: int = 300_000
-    instance_id: str | None = None
-    #: "exactly-once" (results and offsets in one transaction) or "at-least-once"
-    guarantee: str = "exactly-once"
-    #: how long a revoked partition may take to finish and commit its in-flight tasks
-    revoke_grace_s: float = 10.0
-
-    @property
-    def max_in_flight_items(self) -> int:
-        return 4 * self.batching.max_batch + 64
 
 
 def worker_group(config: Config) -> str:
@@ -67,24 +50,30 @@ def default_worker_id() -> str:
 
 
 class Worker:
-    """Consumes the pool's task topic, runs the data path, commits results exactly once."""
+    """Consumes the pool's task topic, runs the data path, commits results exactly once.
 
-    def __init__(self, config: Config, options: WorkerOptions, model: LoadedModel,
-                 hooks: WorkerHooks | None = None, codec: Codec | None = None) -> None:
+    Settings: `config.worker`. `run()` returns after SIGTERM (or `request_stop`) once the
+    in-flight tasks are committed, or in bounded mode after `idle_exit_s` with nothing to do.
+    """
+
+    def __init__(self, config: Config, model: LoadedModel, *, hooks: WorkerHooks | None = None,
+                 codec: Codec | None = None, clients: KafkaClients = REAL_CLIENTS) -> None:
         self.config = config
-        self.options = options
-        self.worker_id = options.worker_id or default_worker_id()
+        self.options = config.worker
+        self.model_name = model.name
+        self.worker_id = self.options.worker_id or default_worker_id()
         self.hooks = hooks or WorkerHooks()
         self.codec = codec or Codec(config.schema_registry_url)
-        self.pipeline = BatchingPipeline(model, options.batching, self.hooks)
+        self.clients = clients
+        self.pipeline = BatchingPipeline(model, self.options, self.hooks)
         self.group_id = worker_group(config)
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
-        self._consumer: AIOKafkaConsumer | None = None
+        self._consumer: AsyncConsumer | None = None
         self._results_partitions = 1
         self._dlq_partitions = 1
         self._commit_tasks: set[asyncio.Task[None]] = set()
-        self._shared_producer: AIOKafkaProducer | None = None
+        self._shared_producer: AsyncProducer | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
     def request_stop(self) -> None:
@@ -97,7 +86,7 @@ class Worker:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
         if self.options.guarantee == "at-least-once":
-            self._shared_producer = AIOKafkaProducer(**aiokafka_kwargs(
+            self._shared_producer = self.clients.aio_producer(aiokafka_kwargs(
                 self.config, AIOKafkaProducer, enable_idempotence=True,
                 max_request_size=16 * 1024 * 1024))
             await self._shared_producer.start()
@@ -115,9 +104,9 @@ class Worker:
             batch_loop.cancel()
             await self._shutdown()
 
-    def _new_consumer(self) -> AIOKafkaConsumer:
+    def _new_consumer(self) -> AsyncConsumer:
         opts = self.options
-        consumer = AIOKafkaConsumer(**aiokafka_kwargs(
+        consumer = self.clients.aio_consumer(aiokafka_kwargs(
             self.config, AIOKafkaConsumer,
             group_id=self.group_id,
             client_id=self.worker_id,
@@ -135,7 +124,7 @@ class Worker:
 
     async def _partition_counts(self, *topics: str) -> list[int]:
         """Partitions of each topic, asked through one short-lived plain producer."""
-        probe = AIOKafkaProducer(**aiokafka_kwargs(self.config, AIOKafkaProducer))
+        probe = self.clients.aio_producer(aiokafka_kwargs(self.config, AIOKafkaProducer))
         await probe.start()
         try:
             counts = []
@@ -214,7 +203,7 @@ class Worker:
             self.ownership.retake_later(tp)
             return
         try:
-            task = self.codec.decode(value or b"", expected="Task")
+            task = read_task(self.codec, value or b"")
         except SchemaError as exc:
             self.hooks.after_dead_letter(str(exc))
             dead = self._dead_letter(tp, offset, value, f"undecodable task record: {exc}")
@@ -227,10 +216,9 @@ class Worker:
 
     def _dead_letter(self, tp: TopicPartition, offset: int, value: bytes | None,
                      reason: str) -> Outgoing:
-        record = dead_letter_record(tp.topic, tp.partition, offset, reason, value,
-                                    self.worker_id)
-        partition = tp.partition % self._dlq_partitions
-        return self.config.topic("dlq"), partition, b"", self.codec.encode("DeadLetter", record)
+        return dead_letter(self.codec, self.config.topic("dlq"), self._dlq_partitions,
+                           topic=tp.topic, partition=tp.partition, offset=offset, reason=reason,
+                           value=value, consumer=self.worker_id)
 
     # -- results ----------------------------------------------------------------------------
     def _render(self, pending: PendingTask) -> list[Outgoing]:
@@ -238,23 +226,24 @@ class Worker:
             return pending.outgoing
         run = pending.run
         task = run.task
-        result = {
-            "job_id": task["job_id"], "task_id": task["task_id"], "attempt": task["attempt"],
-            "worker": self.worker_id, "model": self.options.model_name,
-            "items": run.outcomes,
-            "started_at": int(run.started_at * 1000), "finished_at": int(run.finished_at * 1000),
-            "decode_seconds": run.decode_seconds, "inference_seconds": run.inference_seconds,
-        }
+        result = TaskResult(
+            job_id=task["job_id"], task_id=task["task_id"], attempt=task["attempt"],
+            worker=self.worker_id, model=self.model_name,
+            items=[outcome for outcome in run.outcomes if outcome is not None],
+            started_at=int(run.started_at * 1000), finished_at=int(run.finished_at * 1000),
+            decode_seconds=run.decode_seconds, inference_seconds=run.inference_seconds,
+        )
         partition = partition_for(task["job_id"], self._results_partitions)
         value = self.codec.encode("TaskResult", result)
         return [(self.config.topic("results"), partition, task["job_id"].encode(), value)]
 
     def _schedule_commit(self, committer: PartitionCommitter) -> None:
-        task = asyncio.get_running_loop().create_task(self._commit(committer))
+        task = asyncio.get_running_loop().create_task(self.commit_partition(committer))
         self._commit_tasks.add(task)
         task.add_done_callback(self._commit_tasks.discard)
 
-    async def _commit(self, committer: PartitionCommitter) -> None:
+    async def commit_partition(self, committer: PartitionCommitter) -> None:
+        """Commit what is ready in `committer`; a lost partition is retaken if still ours."""
         try:
             committed = await committer.commit_ready()
         except PartitionLostError as exc:
@@ -263,7 +252,7 @@ class Worker:
             return
         for pending in committed:
             if pending.run is not None:
-                ok = sum(1 for o in pending.run.outcomes if o and o["status"] == "OK")
+                ok = sum(1 for o in pending.run.outcomes if o and o["status"] == ItemStatus.OK)
                 self.hooks.after_task(ok, len(pending.run.outcomes) - ok)
         self._wake.set()
 
@@ -282,15 +271,17 @@ class Worker:
 
     def _new_committer(self, tp: TopicPartition) -> PartitionCommitter:
         if self._shared_producer is not None:
-            return AtLeastOnceCommitter(self.config, tp, self.group_id, self._render, self,
+            return AtLeastOnceCommitter(tp, self.group_id, self._render, self,
                                         self._shared_producer)
-        return PartitionCommitter(self.config, tp, self.group_id, self._render, self)
+        return TransactionalCommitter(self.config, self.clients, tp, self.group_id,
+                                      self._render, self)
 
     # -- stopping ---------------------------------------------------------------------------
     async def _drain(self) -> None:
         """Graceful stop: finish every in-flight task and commit it."""
         await self.ownership.release(set(self.ownership.committers),
-                                     self.options.max_poll_interval_ms / 1000, self._commit,
+                                     self.options.max_poll_interval_ms / 1000,
+                                     self.commit_partition,
                                      rebalance=False)
 
     async def _shutdown(self) -> None:
@@ -308,7 +299,7 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
         await self.worker.ownership.release(set(revoked), self.worker.options.revoke_grace_s,
-                                            self.worker._commit)  # noqa: SLF001
+                                            self.worker.commit_partition)
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         await self.worker.ownership.acquire(set(assigned))

@@ -1,0 +1,53 @@
+"""`inferstream worker`: one inference worker of a pool; its settings are `WorkerConfig`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import faulthandler
+import signal
+
+from inferstream.config import Config
+from inferstream.errors import ConfigError
+
+
+def dump_stacks_on_usr1() -> None:
+    """`kill -USR1 PID` prints every thread's stack to stderr: where a hung process waits."""
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+
+def resolve_device(spec: str) -> str:
+    """`auto` is the first GPU when torch sees one, else the CPU; anything else is checked."""
+    import torch
+
+    if spec == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(spec)
+    except RuntimeError as exc:
+        raise ConfigError(f"--device {spec!r} is not auto, cpu, cuda or cuda:N") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {spec}: torch sees no CUDA device on this machine")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise ConfigError(f"--device {spec}: only {torch.cuda.device_count()} CUDA devices")
+    return str(device)
+
+
+def run(args: argparse.Namespace, config: Config) -> int:
+    from prometheus_client import CollectorRegistry
+
+    from inferstream.metrics import WorkerMetrics, serve_metrics
+    from inferstream.models import load_model
+    from inferstream.streams.worker.worker import Worker
+
+    settings = config.worker
+    if not settings.model:
+        raise ConfigError("the worker needs a model: --model NAME (or INFERSTREAM_WORKER_MODEL)")
+    dump_stacks_on_usr1()
+    model = load_model(settings.model, device=resolve_device(settings.device),
+                       weights=settings.weights, random_weights=settings.random_weights)
+    metrics = WorkerMetrics(CollectorRegistry(), settings.model)
+    if settings.metrics_port:
+        serve_metrics(metrics.registry, settings.metrics_port)
+    asyncio.run(Worker(config, model, hooks=metrics).run())
+    return 0

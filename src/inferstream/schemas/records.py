@@ -1,0 +1,261 @@
+"""Typed records: one TypedDict per Avro record of `schemas/*.avsc`, status enums, builders.
+
+`dict[str, Any]` stops at the codec: what crosses Kafka is built here (one `new_*` builder
+per record kind) and read back through the `read_*` functions, which also turn enum symbols
+into the enums below. `tests/unit/test_records.py` fails when a type here and its `.avsc`
+disagree on a field's name or on whether it may be null.
+"""
+
+from __future__ import annotations
+
+import time
+from enum import StrEnum
+from typing import TypedDict, cast
+
+from inferstream.schemas.codec import Codec
+
+
+def now_ms() -> int:
+    """Milliseconds since the Unix epoch: the unit of every timestamp field."""
+    return int(time.time() * 1000)
+
+
+# -- enums ------------------------------------------------------------------------------------
+class ItemStatus(StrEnum):
+    OK = "OK"
+    ERROR = "ERROR"
+
+
+class JobEventType(StrEnum):
+    ACCEPTED = "ACCEPTED"
+    REJECTED = "REJECTED"
+    PROGRESS = "PROGRESS"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+
+
+class LedgerKind(StrEnum):
+    JOB = "JOB"
+    TASK = "TASK"
+
+
+class LedgerStatus(StrEnum):
+    """Job statuses (ACTIVE, COMPLETED, REJECTED, FAILED) and task statuses (ISSUED, DONE)."""
+
+    ACTIVE = "ACTIVE"
+    COMPLETED = "COMPLETED"
+    REJECTED = "REJECTED"
+    FAILED = "FAILED"
+    ISSUED = "ISSUED"
+    DONE = "DONE"
+
+
+# -- records ----------------------------------------------------------------------------------
+class InlineItem(TypedDict):
+    name: str
+    data: bytes
+
+
+class Job(TypedDict):
+    job_id: str
+    model: str
+    pool: str
+    top_k: int
+    chunk_size: int
+    inputs: list[str]
+    inline_items: list[InlineItem]
+    submitted_at: int
+    submitter: str
+    output_path: str | None
+
+
+class TaskItem(TypedDict):
+    index: int
+    name: str
+    data: bytes | None
+
+
+class Task(TypedDict):
+    job_id: str
+    task_id: int
+    attempt: int
+    pool: str
+    model: str
+    top_k: int
+    items: list[TaskItem]
+    issued_at: int
+    deadline_ms: int | None
+
+
+class Prediction(TypedDict):
+    class_id: int
+    label: str
+    score: float
+
+
+class ItemResult(TypedDict):
+    index: int
+    name: str
+    status: ItemStatus
+    top_k: list[Prediction]
+    error: str | None
+
+
+class TaskResult(TypedDict):
+    job_id: str
+    task_id: int
+    attempt: int
+    worker: str
+    model: str
+    items: list[ItemResult]
+    started_at: int
+    finished_at: int
+    decode_seconds: float
+    inference_seconds: float
+
+
+class JobEvent(TypedDict):
+    job_id: str
+    type: JobEventType
+    timestamp: int
+    model: str | None
+    reason: str | None
+    total_items: int | None
+    total_tasks: int | None
+    done_items: int
+    ok_items: int
+    error_items: int
+    rate_items_per_s: float | None
+
+
+class LedgerEntry(TypedDict):
+    job_id: str
+    task_id: int
+    kind: LedgerKind
+    status: LedgerStatus
+    job: bytes | None
+    issued_tasks: int
+    issued_items: int
+    expanded: bool
+    done_tasks: int
+    ok_items: int
+    error_items: int
+    attempts: int
+    worker: str | None
+    item_count: int
+    accepted_at: int
+    updated_at: int
+
+
+class DeadLetter(TypedDict):
+    origin_topic: str
+    origin_partition: int
+    origin_offset: int
+    reason: str
+    key: bytes | None
+    value: bytes
+    timestamp: int
+    consumer: str
+
+
+class SysInfoSample(TypedDict):
+    worker: str
+    pool: str
+    host: str
+    timestamp: int
+    model: str | None
+    device: str
+    cpu_percent: float
+    memory_bytes: int
+    gpu_utilization: float | None
+    gpu_memory_bytes: int | None
+    throughput_items_per_s: float
+    latency_seconds_p50: float | None
+    queue_depth: int
+    assigned_partitions: list[int]
+    extra: dict[str, float]
+
+
+class PolicyEntry(TypedDict):
+    worker: str
+    pool: str
+    model: str | None
+    capacity_items_per_s: float
+    weight: float
+    strategy: str
+    updated_at: int
+
+
+#: Every TypedDict above by the name of its Avro record (top-level and nested).
+RECORD_TYPES: dict[str, type] = {
+    "Job": Job, "InlineItem": InlineItem, "Task": Task, "TaskItem": TaskItem,
+    "TaskResult": TaskResult, "ItemResult": ItemResult, "Prediction": Prediction,
+    "JobEvent": JobEvent, "LedgerEntry": LedgerEntry, "DeadLetter": DeadLetter,
+    "SysInfoSample": SysInfoSample, "PolicyEntry": PolicyEntry,
+}
+
+
+# -- builders ---------------------------------------------------------------------------------
+def new_task(job: Job, task_id: int, items: list[TaskItem], attempt: int = 1) -> Task:
+    """Task `task_id` of `job`, issued now."""
+    return Task(job_id=job["job_id"], task_id=task_id, attempt=attempt, pool=job["pool"],
+                model=job["model"], top_k=job["top_k"], items=items, issued_at=now_ms(),
+                deadline_ms=None)
+
+
+def ok_item(item: TaskItem, top_k: list[Prediction]) -> ItemResult:
+    return ItemResult(index=item["index"], name=item["name"], status=ItemStatus.OK,
+                      top_k=top_k, error=None)
+
+
+def error_item(item: TaskItem, reason: str) -> ItemResult:
+    return ItemResult(index=item["index"], name=item["name"], status=ItemStatus.ERROR,
+                      top_k=[], error=reason)
+
+
+def new_dead_letter(topic: str, partition: int, offset: int, reason: str,
+                    value: bytes | None, consumer: str, key: bytes | None = None,
+                    timestamp_ms: int = 0) -> DeadLetter:
+    """An unreadable record with where it came from and why (`timestamp_ms` 0: now)."""
+    return DeadLetter(origin_topic=topic, origin_partition=partition, origin_offset=offset,
+                      reason=reason, key=key, value=value or b"",
+                      timestamp=timestamp_ms if timestamp_ms > 0 else now_ms(),
+                      consumer=consumer)
+
+
+def new_ledger_entry(job_id: str, task_id: int, kind: LedgerKind,
+                     status: LedgerStatus) -> LedgerEntry:
+    """A ledger entry with every count at zero; the caller fills in what it knows."""
+    return LedgerEntry(job_id=job_id, task_id=task_id, kind=kind, status=status, job=None,
+                       issued_tasks=0, issued_items=0, expanded=False, done_tasks=0,
+                       ok_items=0, error_items=0, attempts=1, worker=None, item_count=0,
+                       accepted_at=0, updated_at=now_ms())
+
+
+# -- typed reads ------------------------------------------------------------------------------
+def read_job(codec: Codec, value: bytes) -> Job:
+    return cast(Job, codec.decode(value, expected="Job"))
+
+
+def read_task(codec: Codec, value: bytes) -> Task:
+    return cast(Task, codec.decode(value, expected="Task"))
+
+
+def read_task_result(codec: Codec, value: bytes) -> TaskResult:
+    result = cast(TaskResult, codec.decode(value, expected="TaskResult"))
+    for item in result["items"]:
+        item["status"] = ItemStatus(item["status"])
+    return result
+
+
+def read_job_event(codec: Codec, value: bytes) -> JobEvent:
+    event = cast(JobEvent, codec.decode(value, expected="JobEvent"))
+    event["type"] = JobEventType(event["type"])
+    return event
+
+
+def read_ledger_entry(codec: Codec, value: bytes) -> LedgerEntry:
+    entry = cast(LedgerEntry, codec.decode(value, expected="LedgerEntry"))
+    entry["kind"] = LedgerKind(entry["kind"])
+    entry["status"] = LedgerStatus(entry["status"])
+    return entry

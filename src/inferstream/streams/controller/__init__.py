@@ -1,0 +1,1 @@
+"""The controller role: divide jobs into tasks, collect one result per task."""

@@ -1,0 +1,70 @@
+"""Kafka client settings every role shares: the partitioner all clients agree on, the
+confluent-kafka producer and consumer settings, aiokafka keyword arguments."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any
+
+from aiokafka.partitioner import murmur2
+from confluent_kafka import KafkaError
+
+from inferstream.config import Config
+
+#: librdkafka's "reached the end of the partition" event (enable.partition.eof).
+PARTITION_EOF: int = KafkaError._PARTITION_EOF  # noqa: SLF001
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """The partition of `key`, exactly as the Java client and aiokafka's default choose it.
+
+    confluent-kafka's default partitioner (CRC32) disagrees with Java's murmur2, so every
+    record that must be co-partitioned by job id (jobs, results, job-events, ledger) is
+    produced to the partition this function names.
+    """
+    return int(murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+
+
+def aiokafka_kwargs(config: Config, cls: type, **extra: Any) -> dict[str, Any]:
+    """aiokafka keyword arguments for `cls`, pass-through keys it does not accept dropped."""
+    accepted = set(inspect.signature(cls).parameters)
+    kwargs = {k: v for k, v in config.aiokafka_config().items() if k in accepted}
+    kwargs.update(extra)
+    return kwargs
+
+
+#: librdkafka's own log lines go through Python logging under this name.
+LIBRDKAFKA_LOG = logging.getLogger("inferstream.librdkafka")
+
+
+def producer_config(config: Config, **extra: Any) -> dict[str, Any]:
+    """confluent-kafka producer settings: idempotent, acks=all, Java-compatible partitioner."""
+    return config.confluent_config(
+        **{
+            "logger": LIBRDKAFKA_LOG,
+            "enable.idempotence": True,
+            "acks": "all",
+            "partitioner": "murmur2_random",
+            "message.max.bytes": 16 * 1024 * 1024,
+            "linger.ms": 5,
+            **extra,
+        }
+    )
+
+
+def consumer_config(config: Config, group_id: str | None, **extra: Any) -> dict[str, Any]:
+    """confluent-kafka consumer settings: manual commits, read_committed."""
+    settings: dict[str, Any] = {
+        "logger": LIBRDKAFKA_LOG,
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+        "auto.offset.reset": "earliest",
+        "fetch.message.max.bytes": 16 * 1024 * 1024,
+    }
+    if group_id is not None:
+        settings["group.id"] = group_id
+    else:
+        settings["group.id"] = "inferstream-reader-unused"
+    settings.update(extra)
+    return config.confluent_config(**settings)

@@ -1,0 +1,1 @@
+"""The worker role: consume tasks, run the pipeline, commit results exactly once."""
