@@ -38,7 +38,13 @@ from inferstream.streams.controller.ledger import JobState, LedgerCodec
 from inferstream.streams.controller.outbox import ControllerTopics, Outbox
 from inferstream.streams.controller.replay import read_ledger
 from inferstream.streams.errors import InputError, KafkaSetupError, StuckCallError
-from inferstream.streams.kafka.clients import REAL_CLIENTS, KafkaClients, Message
+from inferstream.streams.kafka.clients import (
+    REAL_CLIENTS,
+    KafkaClients,
+    Message,
+    SyncConsumer,
+    SyncProducer,
+)
 from inferstream.streams.kafka.deadline import call_with_deadline
 from inferstream.streams.kafka.settings import consumer_config, partition_for, producer_config
 
@@ -49,7 +55,6 @@ CALL_GRACE_S = 5.0
 #: librdkafka's errors for a producer whose transactional id has a newer owner
 _FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED,  # noqa: SLF001
            KafkaError.INVALID_PRODUCER_EPOCH}
-ACTIVE = LedgerStatus.ACTIVE
 
 
 def controller_group(config: Config) -> str:
@@ -73,13 +78,13 @@ class Controller:
             dlq=config.topic("dlq"))
         self._partitions: dict[str, int] = {}
         self._stop = threading.Event()
-        self._consumer = clients.consumer(consumer_config(
+        self._consumer: SyncConsumer = clients.consumer(consumer_config(
             config, controller_group(config), **{"partition.assignment.strategy": "range"}))
         self.transactional_id = (self.options.transactional_id
                                  or f"{config.topic_prefix}controller")
         self._producer = self._new_producer()
 
-    def _new_producer(self) -> Any:
+    def _new_producer(self) -> SyncProducer:
         return self.clients.producer(producer_config(self.config, **{
             "transactional.id": self.transactional_id}))
 
@@ -99,7 +104,7 @@ class Controller:
                     faulthandler.dump_traceback_later(self.options.watchdog_s)
                 busy = self._round()
                 faulthandler.cancel_dump_traceback_later()
-                if busy or any(j.status == ACTIVE for j in self.jobs.values()):
+                if busy or any(j.status == LedgerStatus.ACTIVE for j in self.jobs.values()):
                     idle_since = time.monotonic()
                 elif self._idle(idle_since):
                     break
@@ -196,7 +201,7 @@ class Controller:
 
     def _issue_tasks(self, out: Outbox) -> None:
         for state in self.jobs.values():
-            if state.status == ACTIVE and not state.expanded:
+            if state.status == LedgerStatus.ACTIVE and not state.expanded:
                 tasks = state.cursor().next_tasks(self.options.tasks_per_round)
                 self._produce_tasks(state, tasks, out)
 
@@ -242,7 +247,7 @@ class Controller:
                 finished.append(state)
                 log.info("job %s completed ok=%d error=%d", state.job_id, state.ok_items,
                          state.error_items)
-            elif state.status == ACTIVE and state.changed and (
+            elif state.status == LedgerStatus.ACTIVE and state.changed and (
                     now - state.last_event_ms >= interval_ms):
                 out.event(state.event(JobEventType.PROGRESS))
                 out.ledger(*self.ledger.job_entry(state), state.partition)
@@ -343,7 +348,7 @@ class Controller:
         owned = sorted({tp.partition for tp in partitions if tp.topic == self.topics.jobs})
         records = read_ledger(self.config, self.topics.ledger, owned, self.clients)
         for job_id, state in self.ledger.rebuild(records).items():
-            if state.status == ACTIVE:
+            if state.status == LedgerStatus.ACTIVE:
                 self.jobs[job_id] = state
         log.info("owning job partitions=%s active jobs rebuilt=%d", owned, len(self.jobs))
 
@@ -355,7 +360,7 @@ class Controller:
     def _forget_finished(self) -> None:
         horizon = now_ms() - self.options.retain_finished_s * 1000
         for job_id in [j for j, s in self.jobs.items()
-                       if s.status != ACTIVE and s.last_event_ms < horizon]:
+                       if s.status != LedgerStatus.ACTIVE and s.last_event_ms < horizon]:
             del self.jobs[job_id]
 
     def _write_output(self, state: JobState) -> None:

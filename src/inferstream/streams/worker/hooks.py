@@ -24,30 +24,3 @@ class WorkerHooks:
 
     def on_assignment(self, partitions: int) -> None:
         """The worker now owns `partitions` partitions of the task topic."""
-
-
-class HookChain(WorkerHooks):
-    """Calls every hook in order."""
-
-    def __init__(self, *hooks: WorkerHooks) -> None:
-        self.hooks = hooks
-
-    def after_decode(self, seconds: float, ok: bool) -> None:
-        for hook in self.hooks:
-            hook.after_decode(seconds, ok)
-
-    def after_batch(self, size: int, seconds: float) -> None:
-        for hook in self.hooks:
-            hook.after_batch(size, seconds)
-
-    def after_task(self, ok_items: int, error_items: int) -> None:
-        for hook in self.hooks:
-            hook.after_task(ok_items, error_items)
-
-    def after_dead_letter(self, reason: str) -> None:
-        for hook in self.hooks:
-            hook.after_dead_letter(reason)
-
-    def on_assignment(self, partitions: int) -> None:
-        for hook in self.hooks:
-            hook.on_assignment(partitions)

@@ -81,10 +81,6 @@ class PartitionCommitter(ABC):
         self._pending.append(pending)
 
     @property
-    def in_flight(self) -> int:
-        return len(self._pending)
-
-    @property
     def busy(self) -> bool:
         """Tasks wait to be committed, or a commit is under way."""
         return not self.lost and (bool(self._pending) or self._lock.locked())
