@@ -93,6 +93,9 @@ class ControllerConfig:
         90.0, "a round running this long has every thread's stack dumped once")
     commit_timeout_s: float = setting(
         20.0, "librdkafka timeout of send_offsets and abort; a commit gets twice this")
+    call_grace_s: float = setting(
+        5.0, "a librdkafka call this long past its own timeout is given up on as stuck "
+        "(librdkafka#5456)")
 
 
 @dataclass(frozen=True)
@@ -258,6 +261,7 @@ def _validate_controller(controller: ControllerConfig) -> None:
     for name in ("progress_interval_s", "idle_exit_s", "retain_finished_s", "watchdog_s"):
         _at_least(f"controller.{name}", getattr(controller, name), 0)
     _at_least("controller.commit_timeout_s", controller.commit_timeout_s, 0.001)
+    _at_least("controller.call_grace_s", controller.call_grace_s, 0.001)
 
 
 def parse_kafka_config(pairs: list[str] | tuple[str, ...]) -> tuple[tuple[str, str], ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 
 from inferstream.commands.worker import dump_stacks_on_usr1
 from inferstream.config import Config
@@ -12,5 +13,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     from inferstream.streams.controller.controller import Controller
 
     dump_stacks_on_usr1()
-    Controller(config).run()
+    controller = Controller(config)
+    signal.signal(signal.SIGTERM, lambda *_: controller.request_stop())
+    controller.run()
     return 0

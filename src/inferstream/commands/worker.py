@@ -6,9 +6,13 @@ import argparse
 import asyncio
 import faulthandler
 import signal
+from typing import TYPE_CHECKING
 
 from inferstream.config import Config
 from inferstream.errors import ConfigError
+
+if TYPE_CHECKING:
+    from inferstream.streams.worker.worker import Worker
 
 
 def dump_stacks_on_usr1() -> None:
@@ -49,5 +53,13 @@ def run(args: argparse.Namespace, config: Config) -> int:
     metrics = WorkerMetrics(CollectorRegistry(), settings.model)
     if settings.metrics_port:
         serve_metrics(metrics.registry, settings.metrics_port)
-    asyncio.run(Worker(config, model, hooks=metrics).run())
+    asyncio.run(_serve(Worker(config, model, hooks=metrics)))
     return 0
+
+
+async def _serve(worker: Worker) -> None:
+    """SIGTERM and SIGINT make the worker drain: finish, commit, leave the group, return."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, worker.request_stop)
+    await worker.run()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import faulthandler
 import logging
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -50,8 +49,6 @@ from inferstream.streams.kafka.settings import consumer_config, partition_for, p
 
 log = logging.getLogger(__name__)
 
-#: how long past its own timeout a librdkafka call may run before it counts as stuck
-CALL_GRACE_S = 5.0
 #: librdkafka's errors for a producer whose transactional id has a newer owner
 _FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED,  # noqa: SLF001
            KafkaError.INVALID_PRODUCER_EPOCH}
@@ -92,7 +89,6 @@ class Controller:
         self._stop.set()
 
     def run(self) -> None:
-        signal.signal(signal.SIGTERM, lambda *_: self.request_stop())
         self._load_partition_counts()
         self._init_transactions()
         self._consumer.subscribe([self.topics.jobs, self.topics.results],
@@ -270,10 +266,10 @@ class Controller:
             self._recover(exc)
             return False
 
-    @staticmethod
-    def _bounded(call: Callable[..., object], timeout_s: float, *args: Any) -> None:
-        """`call(*args, timeout_s)`, given up on (StuckCallError) CALL_GRACE_S after that."""
-        call_with_deadline(call, *args, timeout_s, deadline_s=timeout_s + CALL_GRACE_S)
+    def _bounded(self, call: Callable[..., object], timeout_s: float, *args: Any) -> None:
+        """`call(*args, timeout_s)`, given up on (StuckCallError) `call_grace_s` after that."""
+        call_with_deadline(call, *args, timeout_s,
+                           deadline_s=timeout_s + self.options.call_grace_s)
 
     def _produce(self, topic: str, partition: int, key: bytes, value: bytes) -> None:
         while True:

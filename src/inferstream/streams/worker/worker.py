@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import socket
 import time
 from typing import Any
@@ -82,9 +81,6 @@ class Worker:
         self._wake.set()
 
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.request_stop)
         if self.options.guarantee == "at-least-once":
             self._shared_producer = self.clients.aio_producer(aiokafka_kwargs(
                 self.config, AIOKafkaProducer, enable_idempotence=True,
@@ -131,7 +127,7 @@ class Worker:
             for topic in topics:
                 try:
                     partitions = await asyncio.wait_for(probe.partitions_for(topic), 30)
-                except TimeoutError as exc:
+                except (TimeoutError, KafkaError) as exc:  # aiokafka: KafkaTimeoutError
                     raise KafkaSetupError(
                         f"topic {topic} not found; run `inferstream topics create`"
                     ) from exc

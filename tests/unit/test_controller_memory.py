@@ -1,0 +1,263 @@
+"""The controller on the in-memory transport: its rounds from job to COMPLETED, exact counts
+with duplicate results, a job taken over from the ledger by another replica, and a
+transaction that is stuck, fails, or fails after taking effect."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from inferstream.config import Config, ControllerConfig, WorkerConfig
+from inferstream.models import load_model
+from inferstream.schemas import Codec
+from inferstream.schemas.records import (
+    JobEventType,
+    LedgerKind,
+    LedgerStatus,
+    Prediction,
+    TaskResult,
+    ok_item,
+    read_job_event,
+    read_ledger_entry,
+    read_task,
+)
+from inferstream.streams.client.client import Client, Job
+from inferstream.streams.controller.controller import Controller
+from inferstream.streams.kafka.settings import partition_for
+from inferstream.streams.kafka.topics import topic_specs
+from inferstream.streams.worker.worker import Worker
+from inferstream.testing import MemoryBroker, MemoryKafkaClients
+from inferstream.testing.clients.sync_producer import MemoryProducer
+
+MODEL = "sim:ms=0"
+CODEC = Codec(None)
+STATE = KafkaError._STATE
+
+
+def make_config(**controller: Any) -> Config:
+    settings = {"idle_exit_s": 0.3, "watchdog_s": None, "progress_interval_s": 0.0,
+                **controller}
+    return Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2,
+                  worker=WorkerConfig(model=MODEL, max_wait_ms=1.0, worker_id="w1",
+                                      decode_threads=2),
+                  controller=ControllerConfig(**settings))
+
+
+@pytest.fixture
+def clients() -> MemoryKafkaClients:
+    broker = MemoryBroker()
+    broker.create_topics(topic_specs(make_config()))
+    return MemoryKafkaClients(broker)
+
+
+def submit(clients: MemoryKafkaClients, config: Config, items: int, chunk_size: int = 3
+           ) -> Job:
+    names = [f"item-{i:02d}" for i in range(items)]
+    return Client(config, CODEC, clients).submit(MODEL, names, chunk_size=chunk_size)
+
+
+def item_names(items: int) -> list[str]:
+    return [os.path.abspath(f"item-{i:02d}") for i in range(items)]
+
+
+def events(broker: MemoryBroker, config: Config, kind: JobEventType) -> list[Any]:
+    found = [read_job_event(CODEC, v) for v in broker.values(config.topic("job-events"))]
+    return [event for event in found if event["type"] == kind]
+
+
+def done_entries(broker: MemoryBroker, config: Config) -> Counter[int]:
+    """How many DONE ledger entries each task has."""
+    entries = [read_ledger_entry(CODEC, v)
+               for v in broker.values(config.topic("controller-ledger"))]
+    return Counter(e["task_id"] for e in entries
+                   if e["kind"] == LedgerKind.TASK and e["status"] == LedgerStatus.DONE)
+
+
+def issued_tasks(broker: MemoryBroker, config: Config) -> Counter[int]:
+    return Counter(read_task(CODEC, v)["task_id"] for v in broker.values(config.task_topic()))
+
+
+def assert_completed_exactly(broker: MemoryBroker, config: Config, job: Job, items: int,
+                             tasks: int) -> None:
+    """One ACCEPTED and one COMPLETED event with exact counts; one DONE per task."""
+    assert len(events(broker, config, JobEventType.ACCEPTED)) == 1
+    (completed,) = events(broker, config, JobEventType.COMPLETED)
+    assert (completed["total_items"], completed["done_items"]) == (items, items)
+    assert completed["total_tasks"] == tasks
+    assert done_entries(broker, config) == dict.fromkeys(range(tasks), 1)
+    assert issued_tasks(broker, config) == dict.fromkeys(range(tasks), 1)
+    assert sorted(line["item"] for line in job.results()) == item_names(items)
+
+
+class Responder(threading.Thread):
+    """Stands in for the worker pool: answers each task with `copies` identical results
+    (more than one: what an at-least-once worker may leave); after `pause_after` tasks it
+    waits for `resume`."""
+
+    def __init__(self, clients: MemoryKafkaClients, config: Config, copies: int = 1,
+                 pause_after: int | None = None) -> None:
+        super().__init__(name="responder", daemon=True)
+        self.clients, self.config, self.copies = clients, config, copies
+        self.pause_after = pause_after
+        self.paused, self.resume, self.done = threading.Event(), threading.Event(), \
+            threading.Event()
+        self.answered = 0
+
+    def run(self) -> None:
+        consumer = self.clients.consumer({"group.id": "responders",
+                                          "auto.offset.reset": "earliest"})
+        consumer.subscribe([self.config.task_topic()])
+        producer = self.clients.producer({})
+        while not self.done.is_set():
+            for message in consumer.consume(100, timeout=0.05):
+                if message.error() is None:
+                    self._answer(producer, message.value() or b"")
+        consumer.close()
+
+    def _answer(self, producer: Any, value: bytes) -> None:
+        if self.answered == self.pause_after:
+            self.paused.set()
+            self.resume.wait(10)
+        task = read_task(CODEC, value)
+        top = [Prediction(class_id=1, label="goldfish", score=0.9)]
+        result = TaskResult(
+            job_id=task["job_id"], task_id=task["task_id"], attempt=task["attempt"],
+            worker="responder", model=task["model"],
+            items=[ok_item(item, top) for item in task["items"]], started_at=0,
+            finished_at=0, decode_seconds=0.0, inference_seconds=0.0)
+        topic = self.config.topic("results")
+        partition = partition_for(task["job_id"], self.config.partitions)
+        for _ in range(self.copies):
+            producer.produce(topic, CODEC.encode("TaskResult", result),
+                             task["job_id"].encode(), partition=partition)
+        self.answered += 1
+
+
+@pytest.fixture
+def responders() -> Iterator[list[Responder]]:
+    started: list[Responder] = []
+    yield started
+    for responder in started:
+        responder.done.set()
+        responder.resume.set()
+        responder.join(5)
+
+
+def respond(responders: list[Responder], *args: Any, **kwargs: Any) -> Responder:
+    responder = Responder(*args, **kwargs)
+    responder.start()
+    responders.append(responder)
+    return responder
+
+
+def test_a_job_goes_from_submission_to_completed(clients: MemoryKafkaClients) -> None:
+    """Submitted through the Client, divided into tasks, run by a worker, collected."""
+    config = make_config()
+    job = submit(clients, config, items=10, chunk_size=3)
+    worker = Worker(config, load_model(MODEL), codec=CODEC, clients=clients)
+    runner = asyncio.Runner()
+    loop = runner.get_loop()
+    thread = threading.Thread(target=runner.run, args=(worker.run(),), name="worker")
+    thread.start()
+    try:
+        Controller(config, codec=CODEC, clients=clients).run()
+    finally:
+        loop.call_soon_threadsafe(worker.request_stop)
+        thread.join(10)
+        runner.close()
+
+    status = job.wait(timeout_s=5)
+    assert (status.total_items, status.ok_items, status.total_tasks) == (10, 10, 4)
+    tasks = [read_task(CODEC, v) for v in clients.broker.values(config.task_topic())]
+    assert sorted(len(t["items"]) for t in tasks) == [1, 3, 3, 3]
+    assert_completed_exactly(clients.broker, config, job, items=10, tasks=4)
+    assert {line["worker"] for line in job.results()} == {"w1"}
+
+
+def test_a_second_result_for_a_done_task_is_dropped(clients: MemoryKafkaClients,
+                                                    responders: list[Responder]) -> None:
+    config = make_config()
+    job = submit(clients, config, items=8, chunk_size=2)
+    respond(responders, clients, config, copies=2)
+    Controller(config, codec=CODEC, clients=clients).run()
+
+    assert len(clients.broker.values(config.topic("results"))) == 2 * 4
+    assert_completed_exactly(clients.broker, config, job, items=8, tasks=4)
+
+
+def test_another_controller_resumes_a_job_from_the_ledger(clients: MemoryKafkaClients,
+                                                          responders: list[Responder]) -> None:
+    """The first replica stops mid-job; the next one rebuilds the job from its ledger and
+    finishes it, without accepting it again or re-issuing its tasks."""
+    config = make_config(tasks_per_round=1)
+    job = submit(clients, config, items=6, chunk_size=1)
+    responder = respond(responders, clients, config, pause_after=2)
+    first = Controller(config, codec=CODEC, clients=clients)
+    threading.Thread(target=lambda: responder.paused.wait(10) and first.request_stop(),
+                     daemon=True).start()
+    first.run()
+    assert events(clients.broker, config, JobEventType.COMPLETED) == []
+
+    responder.resume.set()
+    Controller(config, codec=CODEC, clients=clients).run()
+    assert_completed_exactly(clients.broker, config, job, items=6, tasks=6)
+
+
+def controller_producers(clients: MemoryKafkaClients) -> list[MemoryProducer]:
+    return [p for p in clients.of_type(MemoryProducer) if p.transactional_id == "t.controller"]
+
+
+def test_a_stuck_send_offsets_replaces_the_producer(clients: MemoryKafkaClients,
+                                                    responders: list[Responder]) -> None:
+    """librdkafka#5456: send_offsets_to_transaction can block past its timeout for good. The
+    controller gives up on it, fences the stuck producer with a new one and rolls back."""
+    config = make_config(commit_timeout_s=0.1, call_grace_s=0.1)
+    never = threading.Event()
+    stuck = clients.broker.inject("t.controller", "send_offsets", fail=None, stall=never)
+    job = submit(clients, config, items=6)
+    respond(responders, clients, config)
+    try:
+        Controller(config, codec=CODEC, clients=clients).run()
+    finally:
+        never.set()  # the stuck call returns (fenced) on its abandoned thread
+
+    assert stuck.reached.is_set()
+    assert len(controller_producers(clients)) == 2
+    assert clients.broker.epoch("t.controller") == 1
+    assert_completed_exactly(clients.broker, config, job, items=6, tasks=2)
+
+
+def test_a_failed_abort_replaces_the_producer(clients: MemoryKafkaClients,
+                                              responders: list[Responder]) -> None:
+    config = make_config()
+    commit = clients.broker.inject("t.controller", "commit")
+    abort = clients.broker.inject("t.controller", "abort",
+                                  error=KafkaException(KafkaError(STATE, "cannot abort")))
+    job = submit(clients, config, items=6)
+    respond(responders, clients, config)
+    Controller(config, codec=CODEC, clients=clients).run()
+
+    assert commit.reached.is_set() and abort.reached.is_set()
+    assert len(controller_producers(clients)) == 2
+    assert_completed_exactly(clients.broker, config, job, items=6, tasks=2)
+
+
+def test_a_commit_that_failed_after_taking_effect_is_not_redone(
+        clients: MemoryKafkaClients, responders: list[Responder]) -> None:
+    """The commit went through but reported a timeout: the controller rolls back to what
+    was committed, which includes that round, and issues nothing twice."""
+    config = make_config()
+    fault = clients.broker.inject("t.controller", "commit", fail="after")
+    job = submit(clients, config, items=9)
+    respond(responders, clients, config)
+    Controller(config, codec=CODEC, clients=clients).run()
+
+    assert fault.reached.is_set()
+    assert_completed_exactly(clients.broker, config, job, items=9, tasks=3)
