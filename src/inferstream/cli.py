@@ -45,7 +45,7 @@ def add_setting_flags(parser: argparse.ArgumentParser | Any, cls: type,
                                   "help": f"{meta.get('help', '')}{shown}"}
         if hints[f.name] is bool:
             kwargs.update(action="store_const", const=True)
-        elif f.name == "kafka_config":
+        elif typing.get_origin(hints[f.name]) is tuple:  # kafka_config, worker.models
             kwargs.update(action="append", metavar=meta.get("metavar"))
         else:
             choices = meta.get("choices")

@@ -44,7 +44,13 @@ def setting(default: Any, help: str, *, flag: str | None = None,
 class WorkerConfig:
     """`inferstream worker`: one member of a pool's consumer group ([worker] in TOML)."""
 
-    model: str = setting("", "registry name, e.g. efficientnet_lite0 (required)")
+    models: tuple[str, ...] = setting(
+        (), "a model to serve, by registry name, e.g. efficientnet_lite0 (repeatable; "
+        "at least one)", flag="--model", metavar="NAME")
+    load_on_demand: bool = setting(
+        False, "also load other registry models when a task asks for them")
+    max_loaded_models: int = setting(
+        2, "most models loaded at once with load_on_demand (idle ones are unloaded first)")
     device: str = setting("auto", "auto, cpu, cuda or cuda:N")
     max_batch: int = setting(32, "most items per model batch")
     max_wait_ms: float = setting(10.0, "longest wait for a batch to fill after its first item")
@@ -52,7 +58,7 @@ class WorkerConfig:
     http_timeout_s: float = setting(10.0, "timeout of one http(s) item fetch")
     max_item_bytes: int = setting(64 * 1024 * 1024, "largest item the worker reads")
     metrics_port: int | None = setting(None, "serve /metrics on this port")
-    weights: str | None = setting(None, "weights file of a torchvision model")
+    weights: str | None = setting(None, "weights file of the (first) torchvision model")
     random_weights: bool = setting(False,
                                    "random weights when none are found (benchmarks only)")
     worker_id: str = setting("", "name in results and metrics (empty: host-pid)")
@@ -135,6 +141,10 @@ class Config:
 
     def task_topic(self, pool: str | None = None) -> str:
         return self.topic(f"tasks.{pool or self.pool}")
+
+    def worker_group(self, pool: str | None = None) -> str:
+        """The consumer group of a pool's workers."""
+        return f"{self.topic_prefix}{pool or self.pool}.workers"
 
     # -- client settings -----------------------------------------------------------------
     def confluent_config(self, **extra: Any) -> dict[str, Any]:
@@ -246,6 +256,7 @@ def _validate_worker(worker: WorkerConfig) -> None:
     if worker.guarantee not in GUARANTEES:
         raise ConfigError(f"worker.guarantee {worker.guarantee!r} is not one of {GUARANTEES}")
     for name in ("max_batch", "decode_threads", "max_item_bytes", "session_timeout_ms",
+                 "max_loaded_models",
                  "heartbeat_interval_ms", "max_poll_interval_ms"):
         _at_least(f"worker.{name}", getattr(worker, name), 1)
     for name in ("max_wait_ms", "http_timeout_s", "idle_exit_s", "revoke_grace_s"):
@@ -326,6 +337,8 @@ def _file_table(path: str, table: dict[str, Any], names: list[str], prefix: str
                           f"{sorted(prefix + u for u in unknown)}")
     values = {k: v for k, v in table.items() if k in names}
     for name, value in values.items():
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            continue  # a list of names (worker.models)
         if name != "kafka_config" and not isinstance(value, str | int | float | bool):
             raise ConfigError(f"config file {path}: {prefix}{name} must be a string, "
                               "a number or a boolean")
@@ -344,6 +357,9 @@ def _typed(name: str, kind: Any, value: Any) -> Any:
     """`value` (a string from the environment, a TOML scalar, a flag) as the field's type."""
     optional = isinstance(kind, types.UnionType) and type(None) in typing.get_args(kind)
     base = next((a for a in typing.get_args(kind) if a is not type(None)), kind)
+    if typing.get_origin(kind) is tuple and typing.get_args(kind) == (str, ...):
+        names = value.split(",") if isinstance(value, str) else value
+        return tuple(str(n).strip() for n in names if str(n).strip())
     if value is None or typing.get_origin(kind) is tuple or (optional and value == ""):
         return None if value == "" else value
     if base is bool:

@@ -13,7 +13,7 @@ _SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 
 class WorkerMetrics(WorkerHooks):
     """The worker's metrics, fed through its hooks."""
 
-    def __init__(self, registry: CollectorRegistry, model: str) -> None:
+    def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         self.items = Counter(
             "inferstream_items_processed_total", "Items processed, by outcome",
@@ -43,19 +43,26 @@ class WorkerMetrics(WorkerHooks):
             "inferstream_assigned_partitions", "Task partitions owned by this worker",
             registry=registry,
         )
-        self.model = model
+        self.declined = Counter(
+            "inferstream_tasks_declined_total",
+            "Tasks declined because the worker does not serve their model", ["model"],
+            registry=registry,
+        )
 
-    def after_decode(self, seconds: float, ok: bool) -> None:
-        self.decode.labels(self.model).observe(seconds)
+    def after_decode(self, model: str, seconds: float, ok: bool) -> None:
+        self.decode.labels(model).observe(seconds)
 
-    def after_batch(self, size: int, seconds: float) -> None:
-        self.batch_size.labels(self.model).observe(size)
-        self.inference.labels(self.model).observe(seconds)
+    def after_batch(self, model: str, size: int, seconds: float) -> None:
+        self.batch_size.labels(model).observe(size)
+        self.inference.labels(model).observe(seconds)
 
-    def after_task(self, ok_items: int, error_items: int) -> None:
-        self.tasks.labels(self.model).inc()
-        self.items.labels(self.model, "ok").inc(ok_items)
-        self.items.labels(self.model, "error").inc(error_items)
+    def after_task(self, model: str, ok_items: int, error_items: int) -> None:
+        self.tasks.labels(model).inc()
+        self.items.labels(model, "ok").inc(ok_items)
+        self.items.labels(model, "error").inc(error_items)
+
+    def after_decline(self, model: str) -> None:
+        self.declined.labels(model).inc()
 
     def after_dead_letter(self, reason: str) -> None:
         self.dead_letters.labels(reason.split(":")[0]).inc()

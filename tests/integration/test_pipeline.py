@@ -70,6 +70,30 @@ def test_real_photos_get_real_labels_and_bad_items_get_errors(
         assert line["top_k"] == []
 
 
+@pytest.mark.timeout(600)
+def test_a_mixed_pool_answers_every_item_with_its_jobs_model(
+    procs: Processes, tmp_path: Path
+) -> None:
+    """Issue 9.1: a sim worker beside an efficientnet_lite0 worker declines the lite0 job's
+    tasks; every item gets lite0's label (or error), none a simulated one."""
+    paths = write_photos(tmp_path / "photos")
+    procs.controller()
+    procs.worker("efficientnet_lite0", "--max-batch", "4", name="worker-lite")
+    procs.worker("sim:ms=1", name="worker-sim")
+    procs.wait_for_group("worker-lite", "worker-sim")
+    output = tmp_path / "out.jsonl"
+    done = procs.run("submit", "--model", "efficientnet_lite0", "--input",
+                     *[str(p) for p in paths.values()], "--chunk-size", "1", "--wait",
+                     "--output", str(output), "--timeout", "400", timeout=500)
+    assert done.returncode == 0, done.stderr
+    by_item = {line["item"]: line for line in read_lines(output)}
+    assert len(by_item) == len(paths)
+    assert {line["worker"] for line in by_item.values()} == {"worker-lite"}
+    assert by_item[str(paths["coffee"])]["top_k"][0]["class_id"] == 967  # type: ignore[index]
+    assert by_item[str(paths["corrupt"])]["status"] == "error"
+    assert "declined" in procs.log("worker-sim")
+
+
 def _job_lines(config: Config, job_id: str) -> list[dict[str, object]]:
     return list(Client(config).job(job_id).results())
 

@@ -24,10 +24,10 @@ class Recorder(WorkerHooks):
         self.batches: list[int] = []
         self.decoded: list[bool] = []
 
-    def after_batch(self, size: int, seconds: float) -> None:
+    def after_batch(self, model: str, size: int, seconds: float) -> None:
         self.batches.append(size)
 
-    def after_decode(self, seconds: float, ok: bool) -> None:
+    def after_decode(self, model: str, seconds: float, ok: bool) -> None:
         self.decoded.append(ok)
 
 

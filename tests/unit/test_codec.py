@@ -124,7 +124,19 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "key": None,
         "value": b'{"not": "avro"}',
         "timestamp": T0 + 7,
+        "origin_timestamp": T0 + 3,
         "consumer": "worker-a",
+    },
+    "TaskDeclined": {
+        "job_id": "20261202-093000-ab12cd34",
+        "task_id": 7,
+        "attempt": 1,
+        "worker": "cpu-2",
+        "model": "googlenet",
+        "served_models": ["sim:ms=5"],
+        "reason": "worker cpu-2 serves sim:ms=5, not googlenet",
+        "task": b"\xc3\x01task",
+        "declined_at": T0 + 9,
     },
     "LedgerEntry": {
         "job_id": "20261202-093000-ab12cd34",
@@ -184,6 +196,13 @@ def test_golden_bytes_round_trip(codec: Codec, name: str) -> None:
     assert codec.decode(golden.read_bytes()) == record
     assert codec.decode(encoded, expected=name) == record
     assert codec.decode_named(encoded) == (name, record)
+
+
+def test_records_of_an_earlier_schema_version_still_decode(codec: Codec) -> None:
+    """DeadLetter v1 (value not nullable, no origin_timestamp): its golden bytes read as the
+    current record, with the new field at its default."""
+    old = codec.decode((GOLDEN / "DeadLetter.v1.bin").read_bytes(), expected="DeadLetter")
+    assert old == {**EXAMPLES["DeadLetter"], "origin_timestamp": None}
 
 
 @pytest.mark.parametrize("name", SCHEMA_NAMES)

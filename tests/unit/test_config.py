@@ -298,9 +298,9 @@ def test_role_flags_on_the_cli_and_in_config_show(capsys: pytest.CaptureFixture[
     args = build_parser().parse_args(["worker", "--model", "sim:ms=1", "--max-batch", "7",
                                       "--idle-exit", "2", "--random-weights"])
     config = config_from_args(args)
-    assert (config.worker.model, config.worker.max_batch, config.worker.idle_exit_s,
+    assert (config.worker.models, config.worker.max_batch, config.worker.idle_exit_s,
             config.worker.random_weights, config.worker.decode_threads) == (
-        "sim:ms=1", 7, 2.0, True, 3)
+        ("sim:ms=1",), 7, 2.0, True, 3)
     assert main(["config", "show"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["worker"]["decode_threads"] == 3
@@ -342,3 +342,15 @@ def test_worker_without_a_model_is_a_one_line_error(capsys: pytest.CaptureFixtur
     err = capsys.readouterr().err
     assert "inferstream: error: the worker needs a model: --model NAME" in err
     assert "Traceback" not in err
+
+
+def test_a_worker_serves_every_model_named(tmp_path: Path) -> None:
+    """`--model` repeats; the environment and the file take a list."""
+    from inferstream.cli import build_parser, config_from_args
+
+    args = build_parser().parse_args(["worker", "--model", "a", "--model", "sim:ms=1"])
+    assert config_from_args(args).worker.models == ("a", "sim:ms=1")
+    env = load_config({}, {"INFERSTREAM_WORKER_MODELS": "alexnet, googlenet"})
+    assert env.worker.models == ("alexnet", "googlenet")
+    path = write_toml(tmp_path, '[worker]\nmodels = ["resnet50", "sim:ms=2"]\n')
+    assert load_config({"config_file": path}, {}).worker.models == ("resnet50", "sim:ms=2")

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -45,7 +47,7 @@ def make_config(**controller: Any) -> Config:
     settings = {"idle_exit_s": 0.3, "watchdog_s": None, "progress_interval_s": 0.0,
                 **controller}
     return Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2,
-                  worker=WorkerConfig(model=MODEL, max_wait_ms=1.0, worker_id="w1",
+                  worker=WorkerConfig(models=(MODEL,), max_wait_ms=1.0, worker_id="w1",
                                       decode_threads=2),
                   controller=ControllerConfig(**settings))
 
@@ -261,3 +263,70 @@ def test_a_commit_that_failed_after_taking_effect_is_not_redone(
 
     assert fault.reached.is_set()
     assert_completed_exactly(clients.broker, config, job, items=9, tasks=3)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_counts_equal_the_output_when_another_replica_takes_over_at_a_random_point(
+        clients: MemoryKafkaClients, responders: list[Responder], seed: int) -> None:
+    """Issue 9.2: a replica that takes over rebuilds the job's counts from the ledger, whose
+    last JOB entry (written at expansion and on PROGRESS) is older than its DONE entries."""
+    tasks = 20
+    stop_after = random.Random(seed).randint(1, tasks - 1)
+    config = make_config(progress_interval_s=600.0)
+    job = submit(clients, config, items=2 * tasks, chunk_size=2)
+    responder = respond(responders, clients, config, pause_after=stop_after)
+    first = Controller(config, codec=CODEC, clients=clients)
+    thread = threading.Thread(target=first.run, name="first-replica")
+    thread.start()
+    while len(done_entries(clients.broker, config)) < stop_after and thread.is_alive():
+        time.sleep(0.01)
+    first.request_stop()
+    thread.join(10)
+    responder.resume.set()
+    Controller(config, codec=CODEC, clients=clients).run()
+
+    (completed,) = events(clients.broker, config, JobEventType.COMPLETED)
+    lines = list(job.results())
+    ok_lines = sum(1 for line in lines if line["status"] == "ok")
+    assert len(lines) == 2 * tasks
+    assert (completed["done_items"], completed["ok_items"]) == (2 * tasks, ok_lines)
+
+
+def test_an_unreadable_job_record_keyed_by_a_job_id_is_rejected_with_the_reason(
+        clients: MemoryKafkaClients) -> None:
+    """Issue 9.3: the submitter of a job whose record cannot be read learns why, instead of
+    waiting for a job that stays SUBMITTED; the dead letter keeps null and empty apart."""
+    config = make_config()
+    jobs = config.topic("jobs")
+    clients.broker.produce(jobs, 0, b"20261202-000000-deadbeef", b"not avro", timestamp_ms=5)
+    clients.broker.produce(jobs, 1, b"20261202-000000-0000feed", None, timestamp_ms=6)
+    clients.broker.produce(jobs, 1, None, b"", timestamp_ms=7)
+    Controller(config, codec=CODEC, clients=clients).run()
+
+    rejected = {e["job_id"]: e for e in events(clients.broker, config, JobEventType.REJECTED)}
+    assert set(rejected) == {"20261202-000000-deadbeef", "20261202-000000-0000feed"}
+    assert "the job record could not be read: " in (
+        rejected["20261202-000000-deadbeef"]["reason"] or "")
+    status = Client(config, CODEC, clients).job("20261202-000000-deadbeef").progress()
+    assert status.state == JobEventType.REJECTED
+    letters = sorted((CODEC.decode(v, expected="DeadLetter")
+                      for v in clients.broker.values(config.topic("dlq"))),
+                     key=lambda d: d["origin_offset"] + 10 * d["origin_partition"])
+    assert [d["value"] for d in letters] == [b"not avro", None, b""]
+    assert [d["origin_timestamp"] for d in letters] == [5, 6, 7]
+    assert all(d["timestamp"] > 1_000_000_000_000 for d in letters)  # dead-lettered now
+
+
+def test_accepted_has_no_rate_until_an_item_is_done(clients: MemoryKafkaClients) -> None:
+    """Issue 9.3: the schema says rate_items_per_s is null until measured."""
+    config = make_config()
+    submit(clients, config, items=3)
+    controller = Controller(config, codec=CODEC, clients=clients)
+    thread = threading.Thread(target=controller.run, name="controller")
+    thread.start()
+    while not events(clients.broker, config, JobEventType.ACCEPTED) and thread.is_alive():
+        time.sleep(0.01)
+    controller.request_stop()
+    thread.join(10)
+    (accepted,) = events(clients.broker, config, JobEventType.ACCEPTED)
+    assert accepted["rate_items_per_s"] is None

@@ -29,7 +29,7 @@ CODEC = Codec(None)
 
 
 def make_config(**worker: Any) -> Config:
-    settings = {"model": MODEL, "idle_exit_s": 0.3, "max_wait_ms": 1.0, "worker_id": "w1",
+    settings = {"models": (MODEL,), "idle_exit_s": 0.3, "max_wait_ms": 1.0, "worker_id": "w1",
                 "decode_threads": 2, **worker}
     return Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2,
                   worker=WorkerConfig(**settings))
@@ -132,7 +132,7 @@ class StartsAnotherWorker(WorkerHooks):
     def __init__(self, other: Worker, started: list[asyncio.Task[None]]) -> None:
         self.other, self.started = other, started
 
-    def after_task(self, ok_items: int, error_items: int) -> None:
+    def after_task(self, model: str, ok_items: int, error_items: int) -> None:
         if not self.started:
             self.started.append(asyncio.get_running_loop().create_task(self.other.run()))
 
@@ -142,7 +142,7 @@ def test_a_rebalance_mid_batch_leaves_one_result_per_task(broker: MemoryBroker,
                                                           grace_s: float) -> None:
     """A second worker joins while the first has tasks in flight: the first commits them
     within its revoke grace (or abandons them, and their next owner redoes them)."""
-    config = make_config(model="sim:ms=1", revoke_grace_s=grace_s, max_batch=1)
+    config = make_config(models=("sim:ms=1",), revoke_grace_s=grace_s, max_batch=1)
     put_tasks(broker, config, 48)  # more items than the first worker takes in at once
     second = new_worker(named(config, "w2"), broker)
     started: list[asyncio.Task[None]] = []

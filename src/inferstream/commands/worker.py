@@ -41,19 +41,25 @@ def run(args: argparse.Namespace, config: Config) -> int:
     from prometheus_client import CollectorRegistry
 
     from inferstream.metrics import WorkerMetrics, serve_metrics
-    from inferstream.models import load_model
+    from inferstream.models import LoadedModel, load_model
     from inferstream.streams.worker.worker import Worker
 
     settings = config.worker
-    if not settings.model:
-        raise ConfigError("the worker needs a model: --model NAME (or INFERSTREAM_WORKER_MODEL)")
+    if not settings.models:
+        raise ConfigError("the worker needs a model: --model NAME (or INFERSTREAM_WORKER_MODELS)")
     dump_stacks_on_usr1()
-    model = load_model(settings.model, device=resolve_device(settings.device),
-                       weights=settings.weights, random_weights=settings.random_weights)
-    metrics = WorkerMetrics(CollectorRegistry(), settings.model)
+    device = resolve_device(settings.device)
+
+    def loader(name: str) -> LoadedModel:
+        weights = settings.weights if name == settings.models[0] else None
+        return load_model(name, device=device, weights=weights,
+                          random_weights=settings.random_weights)
+
+    models = [loader(name) for name in dict.fromkeys(settings.models)]
+    metrics = WorkerMetrics(CollectorRegistry())
     if settings.metrics_port:
         serve_metrics(metrics.registry, settings.metrics_port)
-    asyncio.run(_serve(Worker(config, model, hooks=metrics)))
+    asyncio.run(_serve(Worker(config, models, hooks=metrics, loader=loader)))
     return 0
 
 

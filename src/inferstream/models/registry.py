@@ -16,8 +16,9 @@ from inferstream.models.decode import DEFAULT_MAX_PIXELS
 from inferstream.models.efficientnet_lite import efficientnet_lite0
 from inferstream.models.errors import UnknownModelError
 from inferstream.models.preprocess import ImagePreprocessor, Preprocessing
-from inferstream.models.sim import SIM_PREFIX, SimModel, SimParams, parse_sim_name
+from inferstream.models.sim import SimModel, SimParams, parse_sim_name
 from inferstream.models.weights import find_weights, load_state_dict
+from inferstream.schemas.records import SIM_PREFIX
 
 TORCHVISION_MODELS = ("alexnet", "googlenet", "resnet50", "mobilenet_v3_large", "efficientnet_b0")
 LITE0 = "efficientnet_lite0"

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 
 from inferstream.models.base import LoadedModel, Prediction, check_top_k, imagenet_labels
+from inferstream.schemas.records import SIM_PREFIX
 
-SIM_PREFIX = "sim:"
 _HASH_MASK = (1 << 63) - 1  # fits a signed int64 tensor
 
 

@@ -37,6 +37,7 @@ SCHEMA_NAMES: tuple[str, ...] = (
     "Job",
     "Task",
     "TaskResult",
+    "TaskDeclined",
     "JobEvent",
     "SysInfoSample",
     "PolicyEntry",
@@ -61,6 +62,14 @@ def load_schema(name: str) -> dict[str, Any]:
     """Return the current schema `name` ("Job", "Task", ...) as JSON; a fresh copy per call."""
     schema: dict[str, Any] = json.loads(_schema_text(name))
     return schema
+
+
+def history_schemas() -> list[dict[str, Any]]:
+    """Earlier versions of the schemas (`schemas/history/<Name>.v<N>.avsc`), which records
+    already on the topics may have been written with: every codec reads them."""
+    folder = resources.files(__package__).joinpath("history")
+    return [json.loads(f.read_text(encoding="utf-8")) for f in sorted(
+        folder.iterdir(), key=lambda f: f.name) if f.name.endswith(".avsc")]
 
 
 def schema_fingerprint(schema: Any) -> bytes:
@@ -107,6 +116,8 @@ class Codec:
         self._by_id: dict[int, _Writer] = {}
         for name in SCHEMA_NAMES:
             self._add_current(name)
+        for schema in history_schemas():
+            self._learn(schema)
 
     def _add_current(self, name: str) -> None:
         schema = load_schema(name)

@@ -13,6 +13,17 @@ from enum import StrEnum
 from typing import TypedDict, cast
 
 from inferstream.schemas.codec import Codec
+from inferstream.schemas.errors import SchemaError
+
+#: Simulated models: `sim:ms=N,...`, whose parameters describe a node's speed, not a model.
+SIM_PREFIX = "sim:"
+
+
+def serves(model: str, task_model: str) -> bool:
+    """Whether a result of `model` answers a Task asking for `task_model`: the same name,
+    or any simulated model for a simulated task."""
+    return model == task_model or (model.startswith(SIM_PREFIX)
+                                   and task_model.startswith(SIM_PREFIX))
 
 
 def now_ms() -> int:
@@ -114,6 +125,18 @@ class TaskResult(TypedDict):
     inference_seconds: float
 
 
+class TaskDeclined(TypedDict):
+    job_id: str
+    task_id: int
+    attempt: int
+    worker: str
+    model: str
+    served_models: list[str]
+    reason: str
+    task: bytes
+    declined_at: int
+
+
 class JobEvent(TypedDict):
     job_id: str
     type: JobEventType
@@ -153,8 +176,9 @@ class DeadLetter(TypedDict):
     origin_offset: int
     reason: str
     key: bytes | None
-    value: bytes
+    value: bytes | None
     timestamp: int
+    origin_timestamp: int | None
     consumer: str
 
 
@@ -190,6 +214,7 @@ class PolicyEntry(TypedDict):
 RECORD_TYPES: dict[str, type] = {
     "Job": Job, "InlineItem": InlineItem, "Task": Task, "TaskItem": TaskItem,
     "TaskResult": TaskResult, "ItemResult": ItemResult, "Prediction": Prediction,
+    "TaskDeclined": TaskDeclined,
     "JobEvent": JobEvent, "LedgerEntry": LedgerEntry, "DeadLetter": DeadLetter,
     "SysInfoSample": SysInfoSample, "PolicyEntry": PolicyEntry,
 }
@@ -215,12 +240,12 @@ def error_item(item: TaskItem, reason: str) -> ItemResult:
 
 def new_dead_letter(topic: str, partition: int, offset: int, reason: str,
                     value: bytes | None, consumer: str, key: bytes | None = None,
-                    timestamp_ms: int = 0) -> DeadLetter:
-    """An unreadable record with where it came from and why (`timestamp_ms` 0: now)."""
+                    origin_timestamp_ms: int | None = None) -> DeadLetter:
+    """An unreadable record with where it came from and why, dead-lettered now; its value
+    as read (None stays None: a tombstone is not an empty record)."""
     return DeadLetter(origin_topic=topic, origin_partition=partition, origin_offset=offset,
-                      reason=reason, key=key, value=value or b"",
-                      timestamp=timestamp_ms if timestamp_ms > 0 else now_ms(),
-                      consumer=consumer)
+                      reason=reason, key=key, value=value, timestamp=now_ms(),
+                      origin_timestamp=origin_timestamp_ms, consumer=consumer)
 
 
 def new_ledger_entry(job_id: str, task_id: int, kind: LedgerKind,
@@ -243,6 +268,19 @@ def read_task(codec: Codec, value: bytes) -> Task:
 
 def read_task_result(codec: Codec, value: bytes) -> TaskResult:
     result = cast(TaskResult, codec.decode(value, expected="TaskResult"))
+    for item in result["items"]:
+        item["status"] = ItemStatus(item["status"])
+    return result
+
+
+def read_result(codec: Codec, value: bytes) -> TaskResult | TaskDeclined:
+    """A record of the results topic: a TaskResult, or a worker's TaskDeclined."""
+    name, record = codec.decode_named(value)
+    if name == "TaskDeclined":
+        return cast(TaskDeclined, record)
+    if name != "TaskResult":
+        raise SchemaError(f"expected a TaskResult or TaskDeclined record, got a {name} record")
+    result = cast(TaskResult, record)
     for item in result["items"]:
         item["status"] = ItemStatus(item["status"])
     return result

@@ -106,6 +106,13 @@ class MemoryBroker:
             group = self.groups.group(group_id)
             return [m.member_id for m in sorted(group.members.values(), key=lambda m: m.seq)]
 
+    def describe_group(self, group_id: str) -> list[tuple[str, str, list[tuple[str, int]]]]:
+        """(member id, client id, assigned partitions) of each member, in join order."""
+        with self._lock:
+            group = self.groups.group(group_id)
+            return [(m.member_id, m.client_id, list(m.assignment))
+                    for m in sorted(group.members.values(), key=lambda m: m.seq)]
+
     def expire_member(self, group_id: str, member_id: str) -> None:
         """The member's session times out: the others rebalance without it."""
         with self._changing():

@@ -27,6 +27,7 @@ class Member:
     topics: tuple[str, ...]
     assignment: list[Key] = field(default_factory=list)
     generation: int = -1  # the generation `assignment` belongs to
+    client_id: str = ""
     joined: bool = False  # has revoked and waits for this rebalance's assignment
     told: int = -1  # the latest generation whose assignment its consumer has been given
 
@@ -68,7 +69,7 @@ class GroupCoordinator:
             group.strategy = strategy
         seq = next(self._seq)
         member_id = f"{client_id or 'consumer'}-{seq}"
-        group.members[member_id] = Member(member_id, seq, topics)
+        group.members[member_id] = Member(member_id, seq, topics, client_id=client_id)
         self._rebalance(group)
         return member_id
 

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
@@ -23,18 +23,21 @@ from inferstream.schemas import Codec, SchemaError
 from inferstream.schemas.records import (
     ItemStatus,
     Job,
+    JobEvent,
     JobEventType,
     LedgerStatus,
+    TaskDeclined,
     TaskResult,
     new_task,
     now_ms,
     read_job,
-    read_task_result,
+    read_result,
 )
 from inferstream.streams.client.results import write_job_output
+from inferstream.streams.controller.declines import PoolView, describe_with, redirect
 from inferstream.streams.controller.expansion import Item, check_inputs
 from inferstream.streams.controller.ledger import JobState, LedgerCodec
-from inferstream.streams.controller.outbox import ControllerTopics, Outbox
+from inferstream.streams.controller.outbox import ControllerTopics, Outbox, PartitionCounts
 from inferstream.streams.controller.replay import read_ledger
 from inferstream.streams.errors import InputError, KafkaSetupError, StuckCallError
 from inferstream.streams.kafka.clients import (
@@ -45,7 +48,12 @@ from inferstream.streams.kafka.clients import (
     SyncProducer,
 )
 from inferstream.streams.kafka.deadline import call_with_deadline
-from inferstream.streams.kafka.settings import consumer_config, partition_for, producer_config
+from inferstream.streams.kafka.settings import (
+    LIBRDKAFKA_LOG,
+    consumer_config,
+    partition_for,
+    producer_config,
+)
 
 log = logging.getLogger(__name__)
 
@@ -73,13 +81,15 @@ class Controller:
             jobs=config.topic("jobs"), results=config.topic("results"),
             events=config.topic("job-events"), ledger=config.topic("controller-ledger"),
             dlq=config.topic("dlq"))
-        self._partitions: dict[str, int] = {}
         self._stop = threading.Event()
         self._consumer: SyncConsumer = clients.consumer(consumer_config(
             config, controller_group(config), **{"partition.assignment.strategy": "range"}))
         self.transactional_id = (self.options.transactional_id
                                  or f"{config.topic_prefix}controller")
+        self._counts = PartitionCounts(self._consumer, self.topics)
         self._producer = self._new_producer()
+        admin = clients.admin(config.confluent_config(logger=LIBRDKAFKA_LOG))
+        self.pools = PoolView(describe_with(admin))
 
     def _new_producer(self) -> SyncProducer:
         return self.clients.producer(producer_config(self.config, **{
@@ -89,7 +99,7 @@ class Controller:
         self._stop.set()
 
     def run(self) -> None:
-        self._load_partition_counts()
+        self._counts.load()
         self._init_transactions()
         self._consumer.subscribe([self.topics.jobs, self.topics.results],
                                  on_assign=self._on_assign, on_revoke=self._on_revoke)
@@ -113,24 +123,8 @@ class Controller:
         limit = self.options.idle_exit_s
         return limit is not None and time.monotonic() - since >= limit
 
-    def _load_partition_counts(self) -> None:
-        metadata = self._consumer.list_topics(timeout=30).topics
-        t = self.topics
-        for name in {t.jobs, t.results, t.events, t.ledger, t.dlq}:
-            if name not in metadata or metadata[name].error is not None:
-                raise KafkaSetupError(f"topic {name} is missing; run `inferstream topics create`")
-            self._partitions[name] = len(metadata[name].partitions)
-        co = {self._partitions[name] for name in (t.jobs, t.results, t.ledger)}
-        if len(co) != 1:
-            raise KafkaSetupError("jobs, results and controller-ledger need equal partition counts")
-
     def partitions(self, topic: str) -> int:
-        if topic not in self._partitions:
-            meta = self._consumer.list_topics(topic, timeout=10).topics.get(topic)
-            if meta is None or meta.error is not None or not meta.partitions:
-                raise KafkaSetupError(f"topic {topic} does not exist")
-            self._partitions[topic] = len(meta.partitions)
-        return self._partitions[topic]
+        return self._counts.of(topic)
 
     # -- one round: consume, decide, commit ------------------------------------------------
     def _round(self) -> bool:
@@ -156,10 +150,28 @@ class Controller:
             if message.topic() == self.topics.jobs:
                 self._on_job(read_job(self.codec, message.value() or b""),
                              message.partition() or 0, out)
+                return
+            record = read_result(self.codec, message.value() or b"")
+            if "served_models" in record:
+                self._on_declined(cast(TaskDeclined, record), out)
             else:
-                self._on_result(read_task_result(self.codec, message.value() or b""), out)
+                self._on_result(record, out)
         except SchemaError as exc:
             out.dead_letter(message, f"undecodable record: {exc}")
+            if message.topic() == self.topics.jobs:
+                self._reject_unreadable(message, str(exc), out)
+
+    def _reject_unreadable(self, message: Message, reason: str, out: Outbox) -> None:
+        """A job record that cannot be read, keyed by what looks like a job id: tell whoever
+        waits for that job, with a REJECTED event, instead of leaving it SUBMITTED forever."""
+        job_id = _job_id_of(message.key())
+        if job_id is None or job_id in self.jobs:
+            return
+        out.event(JobEvent(
+            job_id=job_id, type=JobEventType.REJECTED, timestamp=now_ms(), model=None,
+            reason=f"the job record could not be read: {reason}", total_items=None,
+            total_tasks=None, done_items=0, ok_items=0, error_items=0, rate_items_per_s=None))
+        log.info("job %s rejected: its record could not be read (%s)", job_id, reason)
 
     def _on_job(self, job: Job, partition: int, out: Outbox) -> None:
         if job["job_id"] in self.jobs:
@@ -216,7 +228,16 @@ class Controller:
         state.changed = True
         out.ledger(*self.ledger.job_entry(state), state.partition)
 
+    def _on_declined(self, declined: TaskDeclined, out: Outbox) -> None:
+        state = self.jobs.get(declined["job_id"])
+        if (state is None or state.status != LedgerStatus.ACTIVE
+                or declined["task_id"] in state.done):
+            return
+        out.records.append(redirect(self.pools, self.config, self.codec, declined,
+                                    self.partitions))
+
     def _on_result(self, result: TaskResult, out: Outbox) -> None:
+        self.pools.record_result(result["worker"], result["model"])
         state = self.jobs.get(result["job_id"])
         if state is None:
             return  # a job of another replica's partition, or long finished
@@ -226,9 +247,9 @@ class Controller:
             log.info("duplicate result dropped job=%s task=%d attempt=%d worker=%s",
                      state.job_id, result["task_id"], result["attempt"], result["worker"])
             return
-        key, value = self.ledger.task_entry(state.job_id, result["task_id"], LedgerStatus.DONE,
-                                            len(result["items"]), result["worker"],
-                                            result["attempt"])
+        key, value = self.ledger.task_entry(
+            state.job_id, result["task_id"], LedgerStatus.DONE, ok=ok, errors=errors,
+            worker=result["worker"], attempt=result["attempt"])
         out.ledger(key, value, state.partition)
 
     def _emit_events(self, out: Outbox) -> list[JobState]:
@@ -365,3 +386,12 @@ class Controller:
             threading.Thread(target=write_job_output, name=f"output-{state.job_id}",
                              args=(self.config, state.job_id, path),
                              kwargs={"clients": self.clients}, daemon=True).start()
+
+
+def _job_id_of(key: bytes | None) -> str | None:
+    """The job id a jobs record is keyed by, if its key is one (printable text)."""
+    try:
+        text = (key or b"").decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return text if 0 < len(text) <= 256 and text.isprintable() else None

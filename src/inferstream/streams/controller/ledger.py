@@ -63,7 +63,10 @@ class JobState:
         return (self.status == LedgerStatus.ACTIVE and self.expanded
                 and len(self.done) == self.issued_tasks)
 
-    def rate_items_per_s(self) -> float:
+    def rate_items_per_s(self) -> float | None:
+        """Items per second since acceptance; None until the first item is done."""
+        if not self.done_items:
+            return None
         elapsed = max(1e-3, (now_ms() - self.accepted_at_ms) / 1000)
         return self.done_items / elapsed
 
@@ -118,10 +121,14 @@ class LedgerCodec:
             state.job_bytes = self.codec.encode("Job", state.job)
         return state.job_bytes
 
-    def task_entry(self, job_id: str, task_id: int, status: LedgerStatus, items: int,
-                   worker: str | None = None, attempt: int = 1) -> tuple[bytes, bytes]:
+    def task_entry(self, job_id: str, task_id: int, status: LedgerStatus, *, ok: int = 0,
+                   errors: int = 0, worker: str | None = None,
+                   attempt: int = 1) -> tuple[bytes, bytes]:
+        """A task's entry; a DONE entry carries the task's own ok and error counts, from
+        which a replay rebuilds the job's counts."""
         entry = new_ledger_entry(job_id, task_id, LedgerKind.TASK, status)
-        entry["item_count"], entry["worker"], entry["attempts"] = items, worker, attempt
+        entry["item_count"], entry["worker"], entry["attempts"] = ok + errors, worker, attempt
+        entry["ok_items"], entry["error_items"] = ok, errors
         return f"{job_id}/{task_id}".encode(), self.codec.encode("LedgerEntry", entry)
 
     def rebuild(self, records: list[tuple[bytes, int]]) -> dict[str, JobState]:
@@ -131,15 +138,21 @@ class LedgerCodec:
         entries of its early tasks, so done tasks are collected first and merged last.
         """
         states: dict[str, JobState] = {}
-        done: dict[str, set[int]] = {}
+        done: dict[str, dict[int, tuple[int, int]]] = {}
         for value, partition in records:
             entry = read_ledger_entry(self.codec, value)
             if entry["kind"] == LedgerKind.JOB:
                 self._apply_job(states, entry, partition)
             elif entry["status"] == LedgerStatus.DONE:
-                done.setdefault(entry["job_id"], set()).add(entry["task_id"])
+                counts = (entry["ok_items"], entry["error_items"])
+                done.setdefault(entry["job_id"], {})[entry["task_id"]] = counts
         for job_id, state in states.items():
-            state.done = done.get(job_id, set())
+            # The counts come from the same entries as the set of done tasks: a JOB entry
+            # is written less often than DONE entries, so its counts may be older.
+            tasks = done.get(job_id, {})
+            state.done = set(tasks)
+            state.ok_items = sum(ok for ok, _ in tasks.values())
+            state.error_items = sum(errors for _, errors in tasks.values())
         return states
 
     def _apply_job(self, states: dict[str, JobState], entry: LedgerEntry,
@@ -154,6 +167,4 @@ class LedgerCodec:
         state.issued_tasks = entry["issued_tasks"]
         state.issued_items = entry["issued_items"]
         state.expanded = entry["expanded"]
-        state.ok_items = entry["ok_items"]
-        state.error_items = entry["error_items"]
         state.changed = False

@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
+
 from inferstream.schemas import Codec
 from inferstream.schemas.records import JobEvent
-from inferstream.streams.kafka.clients import Message, Outgoing
+from inferstream.streams.errors import KafkaSetupError
+from inferstream.streams.kafka.clients import Message, Outgoing, SyncConsumer
 from inferstream.streams.kafka.deadletters import dead_letter
 from inferstream.streams.kafka.settings import partition_for
 
@@ -21,6 +24,34 @@ class ControllerTopics:
     events: str
     ledger: str
     dlq: str
+
+
+class PartitionCounts:
+    """Partition counts of the topics a controller writes, asked once each."""
+
+    def __init__(self, consumer: SyncConsumer, topics: ControllerTopics) -> None:
+        self.consumer = consumer
+        self.topics = topics
+        self._counts: dict[str, int] = {}
+
+    def load(self) -> None:
+        """Check the controller's own topics exist and are co-partitioned."""
+        metadata = self.consumer.list_topics(timeout=30).topics
+        t = self.topics
+        for name in {t.jobs, t.results, t.events, t.ledger, t.dlq}:
+            if name not in metadata or metadata[name].error is not None:
+                raise KafkaSetupError(f"topic {name} is missing; run `inferstream topics create`")
+            self._counts[name] = len(metadata[name].partitions)
+        if len({self._counts[name] for name in (t.jobs, t.results, t.ledger)}) != 1:
+            raise KafkaSetupError("jobs, results and controller-ledger need equal partition counts")
+
+    def of(self, topic: str) -> int:
+        if topic not in self._counts:
+            meta = self.consumer.list_topics(topic, timeout=10).topics.get(topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                raise KafkaSetupError(f"topic {topic} does not exist")
+            self._counts[topic] = len(meta.partitions)
+        return self._counts[topic]
 
 
 @dataclass
@@ -50,9 +81,10 @@ class Outbox:
 
     def dead_letter(self, message: Message, reason: str) -> None:
         """The unreadable record, with where it came from, to the dead-letter topic."""
-        _, timestamp_ms = message.timestamp()
+        kind, timestamp_ms = message.timestamp()
         self.records.append(dead_letter(
             self.codec, self.topics.dlq, self.partitions(self.topics.dlq),
             topic=message.topic() or "", partition=message.partition() or 0,
             offset=message.offset() or 0, reason=reason, value=message.value(),
-            consumer="controller", key=message.key(), timestamp_ms=timestamp_ms))
+            consumer="controller", key=message.key(),
+            origin_timestamp_ms=timestamp_ms if kind != TIMESTAMP_NOT_AVAILABLE else None))

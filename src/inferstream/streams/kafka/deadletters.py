@@ -13,9 +13,9 @@ from inferstream.streams.kafka.clients import Outgoing
 
 def dead_letter(codec: Codec, dlq_topic: str, dlq_partitions: int, *, topic: str,
                 partition: int, offset: int, reason: str, value: bytes | None, consumer: str,
-                key: bytes | None = None, timestamp_ms: int = 0) -> Outgoing:
+                key: bytes | None = None, origin_timestamp_ms: int | None = None) -> Outgoing:
     """The dead letter of the record at `topic`/`partition`/`offset`, ready to produce."""
     record = new_dead_letter(topic, partition, offset, reason, value, consumer, key=key,
-                             timestamp_ms=timestamp_ms)
+                             origin_timestamp_ms=origin_timestamp_ms)
     return (dlq_topic, partition % dlq_partitions, key or b"",
             codec.encode("DeadLetter", record))

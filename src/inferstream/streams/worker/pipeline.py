@@ -45,6 +45,8 @@ class TaskRun:
     outcomes: list[ItemResult | None] = field(default_factory=list)
     remaining: int = 0
     cancelled: bool = False
+    #: the model that runs the task (set by the pipeline it is submitted to)
+    model: str = ""
 
     def __post_init__(self) -> None:
         self.outcomes = [None] * len(self.task["items"])
@@ -91,6 +93,7 @@ class BatchingPipeline:
     def submit(self, run: TaskRun) -> None:
         """Start decoding every item of `run`; outcomes arrive through the batch loop."""
         loop = asyncio.get_running_loop()
+        run.model = self.model.name
         if not run.outcomes:
             run.finished_at = time.time()
             run.on_done(run)
@@ -115,7 +118,7 @@ class BatchingPipeline:
             log.exception("unexpected error decoding item %r", item["name"])
             tensor = f"internal error: {type(exc).__name__}: {exc}"
         seconds = time.perf_counter() - started
-        self.hooks.after_decode(seconds, not isinstance(tensor, str))
+        self.hooks.after_decode(self.model.name, seconds, not isinstance(tensor, str))
         return tensor, seconds
 
     async def run_forever(self) -> None:
@@ -170,7 +173,7 @@ class BatchingPipeline:
                     _item(slot), f"inference failed: {type(exc).__name__}: {exc}"))
             return
         seconds = time.perf_counter() - started
-        self.hooks.after_batch(len(good), seconds)
+        self.hooks.after_batch(self.model.name, len(good), seconds)
         for (slot, _), preds in zip(good, predictions, strict=True):
             slot.run.inference_seconds += seconds / len(good)
             self._finish(slot, ok_item(_item(slot), preds[: slot.run.task["top_k"]]))

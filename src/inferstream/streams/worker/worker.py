@@ -11,15 +11,23 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
 from inferstream.config import Config
-from inferstream.models import LoadedModel
+from inferstream.models import LoadedModel, ModelError
 from inferstream.schemas import Codec, SchemaError
-from inferstream.schemas.records import ItemStatus, TaskResult, read_task
+from inferstream.schemas.records import (
+    ItemStatus,
+    Task,
+    TaskDeclined,
+    TaskResult,
+    now_ms,
+    read_task,
+)
 from inferstream.streams.errors import KafkaSetupError, PartitionLostError
 from inferstream.streams.kafka.clients import (
     REAL_CLIENTS,
@@ -27,6 +35,7 @@ from inferstream.streams.kafka.clients import (
     AsyncProducer,
     KafkaClients,
     Outgoing,
+    Record,
 )
 from inferstream.streams.kafka.deadletters import dead_letter
 from inferstream.streams.kafka.settings import aiokafka_kwargs, partition_for
@@ -35,13 +44,14 @@ from inferstream.streams.worker.committers.base import PartitionCommitter, Pendi
 from inferstream.streams.worker.committers.exactly_once import TransactionalCommitter
 from inferstream.streams.worker.hooks import WorkerHooks
 from inferstream.streams.worker.ownership import Ownership
-from inferstream.streams.worker.pipeline import BatchingPipeline, TaskRun
+from inferstream.streams.worker.pipeline import TaskRun
+from inferstream.streams.worker.served import ModelLoader, ServedModels
 
 log = logging.getLogger(__name__)
 
 
 def worker_group(config: Config) -> str:
-    return f"{config.topic_prefix}{config.pool}.workers"
+    return config.worker_group()
 
 
 def default_worker_id() -> str:
@@ -55,16 +65,18 @@ class Worker:
     in-flight tasks are committed, or in bounded mode after `idle_exit_s` with nothing to do.
     """
 
-    def __init__(self, config: Config, model: LoadedModel, *, hooks: WorkerHooks | None = None,
-                 codec: Codec | None = None, clients: KafkaClients = REAL_CLIENTS) -> None:
+    def __init__(self, config: Config, models: LoadedModel | Sequence[LoadedModel], *,
+                 hooks: WorkerHooks | None = None, codec: Codec | None = None,
+                 clients: KafkaClients = REAL_CLIENTS, loader: ModelLoader | None = None
+                 ) -> None:
         self.config = config
         self.options = config.worker
-        self.model_name = model.name
         self.worker_id = self.options.worker_id or default_worker_id()
         self.hooks = hooks or WorkerHooks()
         self.codec = codec or Codec(config.schema_registry_url)
         self.clients = clients
-        self.pipeline = BatchingPipeline(model, self.options, self.hooks)
+        loaded = [models] if isinstance(models, LoadedModel) else list(models)
+        self.served = ServedModels(self.options, loaded, self.hooks, loader)
         self.group_id = worker_group(config)
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
@@ -92,12 +104,11 @@ class Worker:
         await self._consumer.start()
         self._results_partitions, self._dlq_partitions = await self._partition_counts(
             self.config.topic("results"), self.config.topic("dlq"))
-        batch_loop = asyncio.create_task(self.pipeline.run_forever(), name="batch-loop")
+        self.served.start()
         try:
             await self._consume_loop()
             await self._drain()
         finally:
-            batch_loop.cancel()
             await self._shutdown()
 
     def _new_consumer(self) -> AsyncConsumer:
@@ -141,7 +152,7 @@ class Worker:
         assert self._consumer is not None  # noqa: S101
         idle_since = time.monotonic()
         while not self._stopping.is_set():
-            room = self.options.max_in_flight_items - self.pipeline.items_in_flight
+            room = self.options.max_in_flight_items - self.served.items_in_flight
             if room <= 0:
                 self._wake.clear()
                 await _wait(self._wake, 0.2)
@@ -154,7 +165,7 @@ class Worker:
                 continue
             for tp, records in batches.items():
                 for record in records:
-                    self._accept(tp, record.offset, record.value)
+                    self._accept(tp, record)
             if batches or self._busy():
                 idle_since = time.monotonic()
             elif self._idle_for(idle_since):
@@ -182,7 +193,7 @@ class Worker:
         return got_any
 
     def _busy(self) -> bool:
-        return self.pipeline.items_in_flight > 0 or any(
+        return self.served.items_in_flight > 0 or any(
             c.busy for c in self.ownership.committers.values()
         )
 
@@ -190,8 +201,9 @@ class Worker:
         limit = self.options.idle_exit_s
         return limit is not None and time.monotonic() - since >= limit
 
-    def _accept(self, tp: TopicPartition, offset: int, value: bytes | None) -> None:
-        """Hand one task record to the data path, or to the dead-letter topic if unreadable."""
+    def _accept(self, tp: TopicPartition, record: Record) -> None:
+        """Hand one task record to the pipeline of its model; decline it when no model of
+        this worker serves it; dead-letter it when it cannot be read."""
         committer = self.ownership.active(tp)
         if committer is None:
             # Revoked while the fetch was in flight (the new owner reads it again), or our
@@ -199,22 +211,66 @@ class Worker:
             self.ownership.retake_later(tp)
             return
         try:
-            task = read_task(self.codec, value or b"")
+            task = read_task(self.codec, record.value or b"")
         except SchemaError as exc:
             self.hooks.after_dead_letter(str(exc))
-            dead = self._dead_letter(tp, offset, value, f"undecodable task record: {exc}")
-            committer.append(PendingTask(offset, None, [dead]))
-            self._schedule_commit(committer)
+            dead = self._dead_letter(tp, record, f"undecodable task record: {exc}")
+            self._commit_outgoing(committer, PendingTask(record.offset, None, [dead]))
+            return
+        refusal = self.served.refusal(task["model"])
+        if refusal is not None:
+            self._decline(committer, PendingTask(record.offset, None, []), task, refusal)
             return
         run = TaskRun(task, on_done=lambda _run: self._schedule_commit(committer))
-        committer.append(PendingTask(offset, run, []))
-        self.pipeline.submit(run)
+        pending = PendingTask(record.offset, run, [])
+        committer.append(pending)
+        pipeline = self.served.find(task["model"])
+        if pipeline is not None:
+            pipeline.submit(run)
+        else:
+            self._spawn(self._load_then_submit(committer, pending, task))
 
-    def _dead_letter(self, tp: TopicPartition, offset: int, value: bytes | None,
-                     reason: str) -> Outgoing:
+    async def _load_then_submit(self, committer: PartitionCommitter, pending: PendingTask,
+                                task: Task) -> None:
+        """Load the task's model on demand, then run it; decline it if it cannot load."""
+        try:
+            pipeline = await self.served.load(task["model"])
+        except ModelError as exc:
+            pending.run = None
+            self._decline(committer, pending, task, f"cannot load {task['model']}: {exc}",
+                          queued=True)
+            return
+        if pending.run is not None and not pending.run.cancelled:
+            pipeline.submit(pending.run)
+
+    def _decline(self, committer: PartitionCommitter, pending: PendingTask, task: Task,
+                 reason: str, queued: bool = False) -> None:
+        """Answer the task with a TaskDeclined, committed with its offset like a result."""
+        self.hooks.after_decline(task["model"])
+        log.info("declined job=%s task=%d model=%s: %s", task["job_id"], task["task_id"],
+                 task["model"], reason)
+        declined = TaskDeclined(
+            job_id=task["job_id"], task_id=task["task_id"], attempt=task["attempt"],
+            worker=self.worker_id, model=task["model"], served_models=self.served.names,
+            reason=f"worker {self.worker_id} {reason}", task=self.codec.encode("Task", task),
+            declined_at=now_ms())
+        partition = partition_for(task["job_id"], self._results_partitions)
+        pending.outgoing = [(self.config.topic("results"), partition, task["job_id"].encode(),
+                             self.codec.encode("TaskDeclined", declined))]
+        if queued:
+            self._schedule_commit(committer)
+        else:
+            self._commit_outgoing(committer, pending)
+
+    def _commit_outgoing(self, committer: PartitionCommitter, pending: PendingTask) -> None:
+        committer.append(pending)
+        self._schedule_commit(committer)
+
+    def _dead_letter(self, tp: TopicPartition, record: Record, reason: str) -> Outgoing:
         return dead_letter(self.codec, self.config.topic("dlq"), self._dlq_partitions,
-                           topic=tp.topic, partition=tp.partition, offset=offset, reason=reason,
-                           value=value, consumer=self.worker_id)
+                           topic=tp.topic, partition=tp.partition, offset=record.offset,
+                           reason=reason, value=record.value, consumer=self.worker_id,
+                           origin_timestamp_ms=record.timestamp)
 
     # -- results ----------------------------------------------------------------------------
     def _render(self, pending: PendingTask) -> list[Outgoing]:
@@ -224,7 +280,7 @@ class Worker:
         task = run.task
         result = TaskResult(
             job_id=task["job_id"], task_id=task["task_id"], attempt=task["attempt"],
-            worker=self.worker_id, model=self.model_name,
+            worker=self.worker_id, model=run.model,
             items=[outcome for outcome in run.outcomes if outcome is not None],
             started_at=int(run.started_at * 1000), finished_at=int(run.finished_at * 1000),
             decode_seconds=run.decode_seconds, inference_seconds=run.inference_seconds,
@@ -234,7 +290,10 @@ class Worker:
         return [(self.config.topic("results"), partition, task["job_id"].encode(), value)]
 
     def _schedule_commit(self, committer: PartitionCommitter) -> None:
-        task = asyncio.get_running_loop().create_task(self.commit_partition(committer))
+        self._spawn(self.commit_partition(committer))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
         self._commit_tasks.add(task)
         task.add_done_callback(self._commit_tasks.discard)
 
@@ -249,7 +308,7 @@ class Worker:
         for pending in committed:
             if pending.run is not None:
                 ok = sum(1 for o in pending.run.outcomes if o and o["status"] == ItemStatus.OK)
-                self.hooks.after_task(ok, len(pending.run.outcomes) - ok)
+                self.hooks.after_task(pending.run.model, ok, len(pending.run.outcomes) - ok)
         self._wake.set()
 
     # -- what the committers ask of their owner (commits.Owner) ----------------------------
@@ -286,7 +345,7 @@ class Worker:
             await self._consumer.stop()  # leaves the group
         if self._shared_producer is not None:
             await self._shared_producer.stop()
-        self.pipeline.close()
+        self.served.close()
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import TIMESTAMP_CREATE_TIME, KafkaError, KafkaException
+from confluent_kafka import TIMESTAMP_CREATE_TIME, KafkaError, KafkaException, TopicPartition
 
 from inferstream.testing.broker import MemoryBroker
 from inferstream.testing.errors import (
@@ -172,6 +172,39 @@ class MemoryAdmin:
             future.set_result({k: ConfigValue(k, v) for k, v in configs.items()})
             described[resource] = future
         return described
+
+
+    def describe_consumer_groups(self, group_ids: list[str], **_: Any
+                                 ) -> dict[str, Future[Any]]:
+        """Group ids to futures of a ConsumerGroupDescription-shaped object: `.members`,
+        each with `member_id`, `client_id` and `assignment.topic_partitions`."""
+        described: dict[str, Future[Any]] = {}
+        for group_id in group_ids:
+            members = [GroupMember(member_id, client_id, MemberAssignment(
+                [TopicPartition(topic, partition) for topic, partition in assigned]))
+                for member_id, client_id, assigned in self._broker.describe_group(group_id)]
+            future: Future[Any] = Future()
+            future.set_result(GroupDescription(group_id, members))
+            described[group_id] = future
+        return described
+
+
+@dataclass(frozen=True)
+class MemberAssignment:
+    topic_partitions: list[TopicPartition]
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    member_id: str
+    client_id: str
+    assignment: MemberAssignment
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group_id: str
+    members: list[GroupMember]
 
 
 @dataclass(frozen=True)
