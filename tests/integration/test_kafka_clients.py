@@ -54,6 +54,7 @@ def schema_topics(config: Config) -> dict[str, str]:
         "Job": config.topic("jobs"),
         "Task": config.task_topic(),
         "TaskResult": config.topic("results"),
+        "TaskDeclined": config.topic("results"),  # beside the results it stands in for
         "JobEvent": config.topic("job-events"),
         "SysInfoSample": config.topic("sysinfo"),
         "PolicyEntry": config.topic("policy"),  # compacted: records need keys

@@ -4,6 +4,7 @@ job's model; a task whose model no live worker serves fails with the reason (iss
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import threading
 from collections.abc import Sequence
@@ -108,3 +109,33 @@ def test_items_fail_with_the_reason_when_no_live_worker_serves_the_model(
         assert "no live worker of pool 'default' serves model 'efficientnet_lite0'" in (
             line["error"] or "")
         assert "sim-1 serves sim:ms=0" in (line["error"] or "")
+
+
+def test_a_worker_loads_another_model_on_demand_and_unloads_the_idle_one(
+        clients: MemoryKafkaClients, lite0: LoadedModel, tmp_path: Path) -> None:
+    """With load_on_demand a sim worker also answers an efficientnet_lite0 job; with
+    max_loaded_models=1 the idle sim model is unloaded to make room."""
+    loaded: list[str] = []
+
+    def loader(name: str) -> LoadedModel:
+        loaded.append(name)
+        return lite0 if name == LITE0 else load_model(name)
+
+    job = Client(make_config(), CODEC, clients).submit(LITE0, write_photos(tmp_path),
+                                                       chunk_size=1)
+    config = make_config("flex-1")
+    config = dataclasses.replace(config, worker=dataclasses.replace(
+        config.worker, load_on_demand=True, max_loaded_models=1))
+    worker = Worker(config, load_model("sim:ms=0"), codec=CODEC, clients=clients,
+                    loader=loader)
+    thread = threading.Thread(target=asyncio.run, args=(worker.run(),), name="worker")
+    thread.start()
+    try:
+        Controller(make_config(), codec=CODEC, clients=clients).run()
+    finally:
+        thread.join(30)
+
+    labels = {Path(line["item"]).stem: line["top_k"][0]["label"] for line in job.results()}
+    assert labels == {"chelsea": "tiger cat", "coffee": "espresso"}
+    assert loaded == [LITE0]
+    assert worker.served.names == [LITE0]
