@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import signal
 from pathlib import Path
 
@@ -161,3 +162,37 @@ def test_bad_jobs_are_rejected_with_the_reason(
                      "--timeout", "120")
     assert done.returncode != 0
     assert "rejected" in done.stderr and reason in done.stderr, done.stderr
+
+
+@pytest.mark.timeout(900)
+def test_counts_equal_the_output_after_controller_kills_at_random_points(
+    procs: Processes, config: Config, tmp_path: Path
+) -> None:
+    """Issue 9.2: kill -9 the controller at random points of a job and start another; the
+    final counts equal the output (they came out 2872/3000 for a 3,000-line output)."""
+    rng = random.Random(9)
+    listing = tmp_path / "items.txt"
+    names = [f"item-{i:05d}" for i in range(3000)]
+    listing.write_text("\n".join(names) + "\n")
+    quick = ["--kafka-config", "session.timeout.ms=6000",
+             "--kafka-config", "heartbeat.interval.ms=1000"]
+    controller = procs.controller(*quick)
+    procs.worker("sim:ms=2", name="worker-1")
+    procs.worker("sim:ms=2", name="worker-2")
+    procs.wait_for_group("worker-1", "worker-2")
+    job = Client(config).submit("sim:ms=2", [f"@{listing}"], chunk_size=10)
+    killed_at = []
+    for fraction in sorted(rng.uniform(0.1, 0.8) for _ in range(3)):
+        for status in job.events(timeout_s=300):
+            if status.done_items >= fraction * len(names):
+                break
+        killed_at.append(status.done_items)
+        controller.kill()  # SIGKILL
+        controller.wait(timeout=30)
+        controller = procs.controller(*quick)
+    status = job.wait(timeout_s=600)
+    assert min(killed_at) < len(names), killed_at  # at least one kill fell inside the job
+    lines = _job_lines(config, job.job_id)
+    assert sorted(line["item"] for line in lines) == names
+    ok_lines = sum(1 for line in lines if line["status"] == "ok")
+    assert (status.done_items, status.ok_items, status.error_items) == (3000, ok_lines, 0)
