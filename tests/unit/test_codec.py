@@ -106,6 +106,21 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "queue_depth": 64,
         "assigned_partitions": [0, 3, 5],
         "extra": {"temperature_c": 61.0},
+        "interval_s": 2.0,
+        "host_cpu_percent": 37.5,
+        "host_memory_available_bytes": 90 << 30,
+        "accelerator": "NVIDIA H200",
+        "gpu_memory_total_bytes": 141 << 30,
+        "latency_seconds_p95": 0.034,
+        "consumer_lag": 12,
+        "served_models": ["googlenet"],
+        "models": [{"model": "googlenet", "version": "IMAGENET1K_V1", "items": 2900,
+                    "items_per_s": 1450.0, "batch_latency_seconds_p50": 0.021,
+                    "batch_latency_seconds_p95": 0.034, "item_seconds": 0.00066,
+                    "mean_batch_size": 31.5}],
+        "calibration": {"model": "googlenet", "items_per_s": 1510.0, "batch_size": 32,
+                        "seconds": 0.0212, "measured_at": T0 + 1},
+        "software": {"inferstream": "0.1.0", "torch": "2.14.1", "cuda": "12.8"},
     },
     "PolicyEntry": {
         "worker": "worker-a",
@@ -113,8 +128,14 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "model": None,
         "capacity_items_per_s": 1450.0,
         "weight": 0.25,
-        "strategy": "capacity",
+        "strategy": "throughput",
         "updated_at": T0 + 6,
+        "kind": "WORKER",
+        "share": 0.25,
+        "health": "HEALTHY",
+        "batch_size": 32,
+        "task_size": 1450,
+        "models": ["googlenet"],
     },
     "DeadLetter": {
         "origin_topic": "inferstream.tasks.gpu",
@@ -196,6 +217,29 @@ def test_golden_bytes_round_trip(codec: Codec, name: str) -> None:
     assert codec.decode(golden.read_bytes()) == record
     assert codec.decode(encoded, expected=name) == record
     assert codec.decode_named(encoded) == (name, record)
+
+
+V2_DEFAULTS = {
+    "SysInfoSample": {"interval_s": 2.0, "host_cpu_percent": None,
+                      "host_memory_available_bytes": None, "accelerator": None,
+                      "gpu_memory_total_bytes": None, "latency_seconds_p95": None,
+                      "consumer_lag": None, "served_models": [], "models": [],
+                      "calibration": None, "software": {}},
+    "PolicyEntry": {"kind": "WORKER", "share": 0.0, "health": "HEALTHY", "batch_size": None,
+                    "task_size": None, "models": []},
+}
+
+
+@pytest.mark.parametrize("name", sorted(V2_DEFAULTS))
+def test_a_v1_sample_and_policy_entry_read_with_the_new_fields_at_their_defaults(
+        codec: Codec, name: str) -> None:
+    """Samples and policy entries written before v2 (tests/unit/golden/<Name>.v1.bin) still
+    read, as the current record with every added field at its default."""
+    old = codec.decode((GOLDEN / f"{name}.v1.bin").read_bytes(), expected=name)
+    current = EXAMPLES[name]
+    assert set(old) == set(current)
+    assert {k: old[k] for k in V2_DEFAULTS[name]} == V2_DEFAULTS[name]
+    assert old["worker"] == current["worker"]
 
 
 def test_records_of_an_earlier_schema_version_still_decode(codec: Codec) -> None:

@@ -87,6 +87,7 @@ def test_the_status_enums_have_the_symbols_of_their_schemas() -> None:
     ours: dict[str, type[StrEnum]] = {
         "ItemStatus": rec.ItemStatus, "JobEventType": rec.JobEventType,
         "LedgerKind": rec.LedgerKind, "LedgerStatus": rec.LedgerStatus,
+        "PolicyKind": rec.PolicyKind, "WorkerHealth": rec.WorkerHealth,
     }
     assert set(ours) == set(enums)
     for name, enum in ours.items():

@@ -61,6 +61,17 @@ class LedgerStatus(StrEnum):
     DONE = "DONE"
 
 
+class PolicyKind(StrEnum):
+    WORKER = "WORKER"
+    POOL = "POOL"
+
+
+class WorkerHealth(StrEnum):
+    HEALTHY = "HEALTHY"
+    STALE = "STALE"
+    GONE = "GONE"
+
+
 # -- records ----------------------------------------------------------------------------------
 class InlineItem(TypedDict):
     name: str
@@ -182,6 +193,25 @@ class DeadLetter(TypedDict):
     consumer: str
 
 
+class ModelPerformance(TypedDict):
+    model: str
+    version: str | None
+    items: int
+    items_per_s: float
+    batch_latency_seconds_p50: float | None
+    batch_latency_seconds_p95: float | None
+    item_seconds: float | None
+    mean_batch_size: float | None
+
+
+class Calibration(TypedDict):
+    model: str
+    items_per_s: float
+    batch_size: int
+    seconds: float
+    measured_at: int
+
+
 class SysInfoSample(TypedDict):
     worker: str
     pool: str
@@ -198,6 +228,17 @@ class SysInfoSample(TypedDict):
     queue_depth: int
     assigned_partitions: list[int]
     extra: dict[str, float]
+    interval_s: float
+    host_cpu_percent: float | None
+    host_memory_available_bytes: int | None
+    accelerator: str | None
+    gpu_memory_total_bytes: int | None
+    latency_seconds_p95: float | None
+    consumer_lag: int | None
+    served_models: list[str]
+    models: list[ModelPerformance]
+    calibration: Calibration | None
+    software: dict[str, str]
 
 
 class PolicyEntry(TypedDict):
@@ -208,6 +249,12 @@ class PolicyEntry(TypedDict):
     weight: float
     strategy: str
     updated_at: int
+    kind: PolicyKind
+    share: float
+    health: WorkerHealth
+    batch_size: int | None
+    task_size: int | None
+    models: list[str]
 
 
 #: Every TypedDict above by the name of its Avro record (top-level and nested).
@@ -216,7 +263,8 @@ RECORD_TYPES: dict[str, type] = {
     "TaskResult": TaskResult, "ItemResult": ItemResult, "Prediction": Prediction,
     "TaskDeclined": TaskDeclined,
     "JobEvent": JobEvent, "LedgerEntry": LedgerEntry, "DeadLetter": DeadLetter,
-    "SysInfoSample": SysInfoSample, "PolicyEntry": PolicyEntry,
+    "SysInfoSample": SysInfoSample, "ModelPerformance": ModelPerformance,
+    "Calibration": Calibration, "PolicyEntry": PolicyEntry,
 }
 
 
