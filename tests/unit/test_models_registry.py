@@ -14,11 +14,11 @@ from inferstream.models import (
     TorchModel,
     UnknownModelError,
     WeightsNotFoundError,
-    collate,
     get_model_spec,
     known_models,
     load_model,
 )
+from inferstream.models.collate import collate
 from inferstream.models.registry import torchvision_weights_filename
 from inferstream.models.weights import find_weights
 

@@ -18,7 +18,7 @@ from typing import Any, cast
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from inferstream.config import Config
-from inferstream.models import UnknownModelError, get_model_spec
+from inferstream.models import UnknownModelError, check_model_name
 from inferstream.schemas import Codec, SchemaError
 from inferstream.schemas.records import (
     ItemStatus,
@@ -196,7 +196,7 @@ class Controller:
 
     def _validate(self, job: Job) -> str | None:
         try:
-            get_model_spec(job["model"])
+            check_model_name(job["model"])
             check_inputs(job)
             self.partitions(self.config.task_topic(job["pool"]))
         except (UnknownModelError, InputError) as exc:
