@@ -10,7 +10,16 @@ import pytest
 
 from inferstream.config import Config
 from inferstream.schemas import Codec
-from inferstream.schemas.records import Prediction, TaskItem, TaskResult, ok_item
+from inferstream.schemas.records import (
+    JobEvent,
+    JobEventType,
+    Prediction,
+    TaskItem,
+    TaskResult,
+    error_item,
+    now_ms,
+    ok_item,
+)
 from inferstream.streams.client.client import Client
 from inferstream.streams.client.jobids import new_job_id
 from inferstream.streams.client.results import job_results, output_lines, write_lines
@@ -34,7 +43,8 @@ def clients() -> MemoryKafkaClients:
 
 
 def put_results(clients: MemoryKafkaClients, config: Config, job_id: str, tasks: int,
-                chunk: int, order: list[int] | None = None, worker: str = "w1") -> None:
+                chunk: int, order: list[int] | None = None, worker: str = "w1",
+                ok: bool = True) -> None:
     """One TaskResult per task (in `order`, default task order), as workers commit them."""
     producer = clients.producer({})
     topic = config.topic("results")
@@ -42,7 +52,9 @@ def put_results(clients: MemoryKafkaClients, config: Config, job_id: str, tasks:
         items = [TaskItem(index=i, name=f"/data/images/n{i:07d}.JPEG", data=None)
                  for i in range(task_id * chunk, (task_id + 1) * chunk)]
         result = TaskResult(job_id=job_id, task_id=task_id, attempt=1, worker=worker,
-                            model="sim:ms=0", items=[ok_item(i, TOP) for i in items],
+                            model="sim:ms=0",
+                            items=[ok_item(i, TOP) if ok else error_item(i, "not an image")
+                                   for i in items],
                             started_at=0, finished_at=0, decode_seconds=0.0,
                             inference_seconds=0.0)
         producer.produce(topic, CODEC.encode("TaskResult", result), job_id.encode(),
@@ -72,11 +84,25 @@ class _Discard(io.StringIO):
         return len(text)
 
 
+def put_event(clients: MemoryKafkaClients, config: Config, job_id: str, kind: JobEventType,
+              tasks: int = 0, chunk: int = 0, ok: bool = True) -> None:
+    """The job's event as the controller writes it (ACCEPTED, COMPLETED, ...)."""
+    items = tasks * chunk
+    event = JobEvent(job_id=job_id, type=kind, timestamp=now_ms(), model="sim:ms=0",
+                     reason=None, total_items=items, total_tasks=tasks, done_items=items,
+                     ok_items=items if ok else 0, error_items=0 if ok else items,
+                     rate_items_per_s=None)
+    clients.producer({}).produce(config.topic("job-events"), CODEC.encode("JobEvent", event),
+                                 job_id.encode(),
+                                 partition=partition_for(job_id, config.partitions))
+
+
 def test_results_come_in_item_order_with_the_first_result_of_each_task(
         clients: MemoryKafkaClients) -> None:
     config, job_id = make_config(), new_job_id()
     put_results(clients, config, job_id, tasks=4, chunk=2, order=[2, 0, 3, 1])
     put_results(clients, config, job_id, tasks=4, chunk=2, order=[0, 2], worker="late")
+    put_event(clients, config, job_id, JobEventType.COMPLETED, tasks=4, chunk=2)
     lines = list(Client(config, CODEC, clients).job(job_id).results())
     assert [line["item"] for line in lines] == [f"/data/images/n{i:07d}.JPEG"
                                                 for i in range(8)]

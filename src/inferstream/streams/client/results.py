@@ -21,7 +21,7 @@ from inferstream.schemas.records import TaskResult, read_task_result
 from inferstream.streams.client.jobids import job_time_ms
 from inferstream.streams.client.spool import ResultSpool
 from inferstream.streams.kafka.clients import REAL_CLIENTS, KafkaClients, SyncConsumer
-from inferstream.streams.kafka.reader import PartitionReader, reader_consumer
+from inferstream.streams.kafka.reader import PartitionReader, reader_consumer, topic_partitions
 from inferstream.streams.kafka.settings import partition_for
 
 #: How far before the time in a job id its records may lie (clock skew between hosts).
@@ -35,7 +35,7 @@ def open_job_partition(config: Config, topic: str, job_id: str,
     """A consumer assigned to the partition of `job_id` in `topic`, from about its
     submission, and that partition."""
     consumer = reader_consumer(config, clients)
-    partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+    partitions = topic_partitions(consumer, topic)
     tp = TopicPartition(topic, partition_for(job_id, len(partitions)), OFFSET_BEGINNING)
     since = job_time_ms(job_id)
     if since is not None:

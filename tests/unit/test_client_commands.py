@@ -1,0 +1,176 @@
+"""The client's commands as a user meets them, on the in-memory transport: what `submit
+--wait` says while it waits, `status` and `results` of jobs unknown or not yet accepted,
+one-line errors for bad options, and the exit code of a job whose every item failed."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from inferstream.cli import main
+from inferstream.config import Config, ControllerConfig
+from inferstream.schemas import Codec
+from inferstream.schemas.records import Job as JobRecord
+from inferstream.schemas.records import JobEventType, read_job_event
+from inferstream.streams.client import client as client_module
+from inferstream.streams.client.client import Client, Job
+from inferstream.streams.client.jobids import new_job_id
+from inferstream.streams.controller.controller import Controller
+from inferstream.streams.errors import JobTimeoutError
+from inferstream.streams.kafka.topics import topic_specs
+from inferstream.testing import MemoryBroker, MemoryKafkaClients
+from tests.unit.test_client_results import put_event, put_results
+
+CODEC = Codec(None)
+MODEL = "sim:ms=0"
+CONNECTION = ["--topic-prefix", "t.", "--partitions", "2"]
+Cli = Callable[..., tuple[int, str, str]]
+
+
+def make_config() -> Config:
+    return Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2,
+                  controller=ControllerConfig(watchdog_s=None, progress_interval_s=0.0))
+
+
+@pytest.fixture
+def clients() -> MemoryKafkaClients:
+    broker = MemoryBroker()
+    broker.create_topics(topic_specs(make_config()))
+    return MemoryKafkaClients(broker)
+
+
+@pytest.fixture
+def cli(clients: MemoryKafkaClients, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> Cli:
+    """`inferstream ARGS...` on the in-memory broker: (exit code, stdout, stderr)."""
+    monkeypatch.setattr(client_module, "Client",
+                        functools.partial(Client, codec=CODEC, clients=clients))
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = main([*argv, *CONNECTION])
+        out, err = capsys.readouterr()
+        return code, out, err
+    return run
+
+
+@pytest.fixture
+def controller(clients: MemoryKafkaClients) -> Iterator[Controller]:
+    """A controller replica running on its own thread until the test ends."""
+    replica = Controller(make_config(), codec=CODEC, clients=clients)
+    thread = threading.Thread(target=replica.run, name="controller", daemon=True)
+    thread.start()
+    yield replica
+    replica.request_stop()
+    thread.join(10)
+
+
+def submit(clients: MemoryKafkaClients, items: int = 3) -> Job:
+    return Client(make_config(), CODEC, clients).submit(MODEL, [f"i{n}" for n in range(items)])
+
+
+def test_wait_says_when_no_controller_has_accepted_the_job(
+        clients: MemoryKafkaClients) -> None:
+    job = submit(clients)
+    notices: list[str] = []
+    with pytest.raises(JobTimeoutError, match="it goes on"):
+        job.wait(timeout_s=0.6, on_notice=notices.append, quiet_s=0.1)
+    assert len(notices) == 1
+    assert f"no controller has accepted job {job.job_id}" in notices[0]
+    assert "`inferstream controller`" in notices[0]
+
+
+def test_wait_says_when_the_pool_has_no_live_worker(clients: MemoryKafkaClients,
+                                                    controller: Controller) -> None:
+    job = submit(clients)
+    notices: list[str] = []
+    with pytest.raises(JobTimeoutError):
+        job.wait(timeout_s=1.2, on_notice=notices.append, quiet_s=0.3)
+    assert [n for n in notices if "no controller" not in n] == [
+        f"no worker in pool 'default' has taken a task of job {job.job_id} after 0 s: the "
+        f"pool has no live worker; start one with "
+        f"`inferstream worker --pool default --model {MODEL}`"]
+
+
+def test_status_of_an_unknown_job_is_an_error(cli: Cli) -> None:
+    code, out, err = cli("status", "20260101-000000-deadbeef")
+    assert code == 2 and out == ""
+    assert err.startswith("inferstream: error: no job 20260101-000000-deadbeef on topic t.jobs")
+    assert err.count("\n") == 1
+
+
+def test_status_lists_jobs_submitted_but_not_yet_accepted(clients: MemoryKafkaClients,
+                                                          cli: Cli) -> None:
+    job = submit(clients)
+    code, out, _ = cli("status")
+    assert code == 0
+    assert out.split() == [job.job_id, "submitted", MODEL, "not", "yet", "accepted", "by",
+                           "a", "controller"]
+    code, out, _ = cli("status", job.job_id)
+    assert code == 0 and "submitted" in out
+
+
+def test_results_of_an_unknown_or_unaccepted_job_is_an_error(clients: MemoryKafkaClients,
+                                                             cli: Cli) -> None:
+    code, out, err = cli("results", new_job_id())
+    assert (code, out) == (2, "") and "no job" in err
+    job = submit(clients)
+    code, out, err = cli("results", job.job_id)
+    assert (code, out) == (2, "") and "has not been accepted by a controller yet" in err
+
+
+def test_a_job_whose_every_item_failed_exits_non_zero(clients: MemoryKafkaClients,
+                                                      cli: Cli) -> None:
+    config, job_id = make_config(), new_job_id()
+    put_results(clients, config, job_id, tasks=2, chunk=2, ok=False)
+    put_event(clients, config, job_id, JobEventType.COMPLETED, tasks=2, chunk=2, ok=False)
+    code, out, err = cli("results", job_id)
+    assert code == 1
+    assert len(out.splitlines()) == 4
+    assert f"every item of job {job_id} failed (4 errors)" in err
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--chunk-size", "0"), ("--top-k", "0"),
+                                             ("--chunk-size", "-3"), ("--top-k", "-1")])
+def test_a_chunk_size_or_top_k_below_one_is_a_one_line_error(
+        clients: MemoryKafkaClients, cli: Cli, flag: str, value: str) -> None:
+    code, out, err = cli("submit", "--model", MODEL, "--input", "a.jpg", flag, value)
+    assert (code, out) == (2, "")
+    assert err == f"inferstream: error: {flag} must be >= 1, got {value}\n"
+    assert clients.broker.values(make_config().topic("jobs")) == []
+
+
+def test_ctrl_c_during_submit_wait_says_the_job_goes_on(
+        cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(*_args: Any, **_kwargs: Any) -> None:
+        raise KeyboardInterrupt
+    monkeypatch.setattr(Job, "wait", interrupted)
+    code, out, err = cli("submit", "--model", MODEL, "--input", "a.jpg", "--wait")
+    job_id = out.strip()
+    assert code == 130
+    assert f"job {job_id} goes on" in err
+    assert f"`inferstream status {job_id}`" in err
+    assert f"`inferstream results {job_id} --output FILE`" in err
+
+
+@pytest.mark.parametrize(("option", "value"), [("top_k", 0), ("chunk_size", -2)])
+def test_the_controller_rejects_a_foreign_job_with_an_option_below_one(
+        clients: MemoryKafkaClients, option: str, value: int) -> None:
+    """A job record from another producer, not checked by inferstream's Client."""
+    config = make_config()
+    fields: dict[str, Any] = {"top_k": 5, "chunk_size": 4, option: value}
+    foreign = JobRecord(job_id=new_job_id(), model=MODEL, pool="default", inputs=["/a.jpg"],
+                        inline_items=[], submitted_at=0, submitter="other", output_path=None,
+                        **fields)
+    clients.producer({}).produce(config.topic("jobs"), CODEC.encode("Job", foreign),
+                                 foreign["job_id"].encode(), partition=0)
+    bounded = dataclasses.replace(config, controller=dataclasses.replace(
+        config.controller, idle_exit_s=0.3))
+    Controller(bounded, codec=CODEC, clients=clients).run()
+    events = [read_job_event(CODEC, v) for v in clients.broker.values(config.topic("job-events"))]
+    assert [(e["type"], e["reason"]) for e in events] == [
+        (JobEventType.REJECTED, f"{option} must be >= 1, got {value}")]
