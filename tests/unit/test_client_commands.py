@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from inferstream.cli import main
 from inferstream.config import Config, ControllerConfig
 from inferstream.schemas import Codec
 from inferstream.schemas.records import Job as JobRecord
-from inferstream.schemas.records import JobEventType, read_job_event
+from inferstream.schemas.records import JobEventType, read_job, read_job_event
 from inferstream.streams.client import client as client_module
 from inferstream.streams.client.client import Client, Job
 from inferstream.streams.client.jobids import new_job_id
@@ -174,3 +175,17 @@ def test_the_controller_rejects_a_foreign_job_with_an_option_below_one(
     events = [read_job_event(CODEC, v) for v in clients.broker.values(config.topic("job-events"))]
     assert [(e["type"], e["reason"]) for e in events] == [
         (JobEventType.REJECTED, f"{option} must be >= 1, got {value}")]
+
+
+def test_item_names_are_absolute_with_and_without_inline(
+        clients: MemoryKafkaClients, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "photos").mkdir()
+    (tmp_path / "photos" / "cat.jpg").write_bytes(b"not really a jpeg")
+    monkeypatch.chdir(tmp_path)
+    client = Client(make_config(), CODEC, clients)
+    client.submit(MODEL, ["photos"], inline=True)
+    client.submit(MODEL, ["photos", "@list.txt"])
+    inline, named = [read_job(CODEC, v)
+                     for v in clients.broker.values(make_config().topic("jobs"))]
+    assert [i["name"] for i in inline["inline_items"]] == [str(tmp_path / "photos" / "cat.jpg")]
+    assert named["inputs"] == [str(tmp_path / "photos"), f"@{tmp_path / 'list.txt'}"]

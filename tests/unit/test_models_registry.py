@@ -73,6 +73,7 @@ def test_missing_weights_error_names_every_place(dirs: dict[str, Path]) -> None:
     message = str(info.value)
     for folder in (dirs["arg"], dirs["env"], dirs["torch"] / "hub" / "checkpoints"):
         assert str(folder / "resnet50-0676ba61.pth") in message
+    assert "`inferstream worker --weights FILE`" in message
     assert "--random-weights" in message
 
 

@@ -34,10 +34,12 @@ def submit_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-k", type=int, default=5,
                         help="best predictions kept per item, >= 1 (default: %(default)s)")
     parser.add_argument("--inline", action="store_true",
-                        help="send image bytes through Kafka (no shared filesystem needed)")
-    parser.add_argument("--wait", action="store_true", help="follow progress until done")
+                        help="send image bytes through Kafka (no shared filesystem needed; "
+                        "default: off, send paths)")
+    parser.add_argument("--wait", action="store_true",
+                        help="follow progress until done (default: off)")
     parser.add_argument("--output", metavar="FILE",
-                        help="write the output here (implies --wait)")
+                        help="write the output here (implies --wait; default: none)")
     parser.add_argument("--timeout", type=float, metavar="SECONDS",
                         help="with --wait: give up waiting after SECONDS (default: wait on)")
 
@@ -97,7 +99,7 @@ def _all_failed(job_id: str, ok: int, errors: int) -> int:
 def status_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job", nargs="?",
                         help="job id (default: every job submitted in the last day)")
-    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--json", action="store_true", help="print JSON (default: off)")
 
 
 def status(args: argparse.Namespace, config: Config) -> int:
