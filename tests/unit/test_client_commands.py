@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,12 +18,20 @@ from inferstream.cli import main
 from inferstream.config import Config, ControllerConfig
 from inferstream.schemas import Codec
 from inferstream.schemas.records import Job as JobRecord
-from inferstream.schemas.records import JobEventType, read_job, read_job_event
+from inferstream.schemas.records import (
+    JobEventType,
+    TaskResult,
+    error_item,
+    read_job,
+    read_job_event,
+    read_task,
+)
 from inferstream.streams.client import client as client_module
 from inferstream.streams.client.client import Client, Job
 from inferstream.streams.client.jobids import new_job_id
 from inferstream.streams.controller.controller import Controller
 from inferstream.streams.errors import JobTimeoutError
+from inferstream.streams.kafka.settings import partition_for
 from inferstream.streams.kafka.topics import topic_specs
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from tests.unit.test_client_results import put_event, put_results
@@ -189,3 +198,52 @@ def test_item_names_are_absolute_with_and_without_inline(
                      for v in clients.broker.values(make_config().topic("jobs"))]
     assert [i["name"] for i in inline["inline_items"]] == [str(tmp_path / "photos" / "cat.jpg")]
     assert named["inputs"] == [str(tmp_path / "photos"), f"@{tmp_path / 'list.txt'}"]
+
+
+def test_an_output_file_that_cannot_be_written_is_a_one_line_error_before_submitting(
+        clients: MemoryKafkaClients, cli: Cli, tmp_path: Path) -> None:
+    target = str(tmp_path / "missing" / "out.jsonl")
+    code, out, err = cli("submit", "--model", MODEL, "--input", "a.jpg", "--output", target)
+    assert (code, out) == (2, "")
+    assert err == f"inferstream: error: --output {target}: cannot write in {tmp_path}/missing\n"
+    assert clients.broker.values(make_config().topic("jobs")) == []
+
+
+def answer_with_errors(clients: MemoryKafkaClients, stop: threading.Event) -> None:
+    """Stands in for a pool whose every item fails: each task's items get an error."""
+    config = make_config()
+    consumer = clients.consumer({"group.id": "failing", "auto.offset.reset": "earliest"})
+    consumer.subscribe([config.task_topic()])
+    producer = clients.producer({})
+    while not stop.is_set():
+        for message in consumer.consume(100, timeout=0.05):
+            if message.error() is not None:
+                continue
+            task = read_task(CODEC, message.value() or b"")
+            result = TaskResult(job_id=task["job_id"], task_id=task["task_id"],
+                                attempt=task["attempt"], worker="w1", model=task["model"],
+                                items=[error_item(i, "not an image") for i in task["items"]],
+                                started_at=0, finished_at=0, decode_seconds=0.0,
+                                inference_seconds=0.0)
+            producer.produce(config.topic("results"), CODEC.encode("TaskResult", result),
+                             task["job_id"].encode(),
+                             partition=partition_for(task["job_id"], config.partitions))
+    consumer.close()
+
+
+def test_submit_wait_exits_non_zero_when_every_item_failed(
+        clients: MemoryKafkaClients, cli: Cli, controller: Controller, tmp_path: Path) -> None:
+    stop = threading.Event()
+    pool = threading.Thread(target=answer_with_errors, args=(clients, stop), daemon=True)
+    pool.start()
+    try:
+        code, out, err = cli("submit", "--model", MODEL, "--input", "a.jpg", "b.jpg",
+                             "--output", str(tmp_path / "out.jsonl"), "--timeout", "20")
+    finally:
+        stop.set()
+        pool.join(5)
+    job_id = out.strip()
+    assert code == 1
+    assert f"every item of job {job_id} failed (2 errors)" in err
+    lines = (tmp_path / "out.jsonl").read_text().splitlines()
+    assert [json.loads(line)["error"] for line in lines] == ["not an image"] * 2

@@ -7,6 +7,7 @@ codes: 0 done, 1 a job whose every item failed, 2 an error (see `cli.main`), 130
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,8 @@ def submit(args: argparse.Namespace, config: Config) -> int:
 def run_submit(args: argparse.Namespace, client: Client) -> int:
     from inferstream.streams.errors import InvalidJobError
 
+    if args.output:
+        _check_writable(args.output)  # before the job runs, not after
     try:
         job = client.submit(args.model, args.input, chunk_size=args.chunk_size,
                             top_k=args.top_k, inline=args.inline)
@@ -149,6 +152,8 @@ def results(args: argparse.Namespace, config: Config) -> int:
 
 
 def run_results(args: argparse.Namespace, client: Client) -> int:
+    if args.output:
+        _check_writable(args.output)
     tally = _Tally(client.job(args.job).results())
     _write_output(tally, args.output, args.format)
     return _all_failed(args.job, tally.ok, tally.errors)
@@ -168,6 +173,15 @@ class _Tally:
             else:
                 self.errors += 1
             yield line
+
+
+def _check_writable(path: str) -> None:
+    """ConfigError naming `path` unless a file can be written there."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise ConfigError(f"--output {path} is a directory")
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise ConfigError(f"--output {path}: cannot write in {folder}")
 
 
 def _write_output(lines: Any, path: str | None, fmt: str) -> None:
