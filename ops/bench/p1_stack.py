@@ -172,7 +172,8 @@ class Pipeline:
         wall = time.perf_counter() - t0
         if status.ok_items != images:
             raise BenchError(f"job {job.job_id}: {status.ok_items} ok of {images}")
-        results = job_results(self.config, job.job_id, status.total_tasks, self.client.codec)
+        results = list(job_results(self.config, job.job_id, status.total_tasks,
+                                    self.client.codec))
         return {"wall_s": wall, "rate": images / wall, "job_id": job.job_id,
                 **task_timing(results, submitted)}
 

@@ -39,8 +39,7 @@ def add_setting_flags(parser: argparse.ArgumentParser | Any, cls: type,
         meta = f.metadata
         flag = meta.get("flag") or "--" + f.name.replace("_", "-")
         dest = f"{section}{_SECTION_SEP}{f.name}" if section else f.name
-        quiet = f.default in (None, "", (), False)
-        shown = "" if quiet else f" (default: {f.default})"
+        shown = "" if "(empty: " in meta.get("help", "") else f" (default: {_shown(f.default)})"
         kwargs: dict[str, Any] = {"dest": dest, "default": None,
                                   "help": f"{meta.get('help', '')}{shown}"}
         if hints[f.name] is bool:
@@ -54,10 +53,19 @@ def add_setting_flags(parser: argparse.ArgumentParser | Any, cls: type,
         parser.add_argument(flag, **kwargs)
 
 
+def _shown(default: Any) -> str:
+    """A default as --help shows it."""
+    if default is None or default == ():
+        return "none"
+    if isinstance(default, bool):
+        return "on" if default else "off"
+    return str(default) if default != "" else "empty"
+
+
 def _connection_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("connection (also INFERSTREAM_<NAME> or a TOML file)")
     group.add_argument("--config", dest="config_file", metavar="FILE",
-                       help="TOML settings file (or INFERSTREAM_CONFIG)")
+                       help="TOML settings file (or INFERSTREAM_CONFIG; default: none)")
     add_setting_flags(group, Config)
     group.add_argument("--log-level", default="INFO", help="(default: INFO)")
 

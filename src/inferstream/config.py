@@ -58,7 +58,7 @@ class WorkerConfig:
     http_timeout_s: float = setting(10.0, "timeout of one http(s) item fetch")
     max_item_bytes: int = setting(64 * 1024 * 1024, "largest item the worker reads")
     metrics_port: int | None = setting(None, "serve /metrics on this port")
-    weights: str | None = setting(None, "weights file of the (first) torchvision model")
+    weights: str | None = setting(None, "weights file of the first --model (empty: searched)")
     random_weights: bool = setting(False,
                                    "random weights when none are found (benchmarks only)")
     worker_id: str = setting("", "name in results and metrics (empty: host-pid)")

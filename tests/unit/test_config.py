@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -9,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from inferstream.cli import main
+from inferstream.cli import build_parser, main
 from inferstream.config import MASK, Config, load_config, parse_kafka_config
 from inferstream.errors import ConfigError
+from inferstream.models import known_models
 from inferstream.streams.kafka.settings import producer_config
 
 SECRET = "hunter2-very-secret"  # noqa: S105 (a test value that must never be printed)
@@ -354,3 +356,22 @@ def test_a_worker_serves_every_model_named(tmp_path: Path) -> None:
     assert env.worker.models == ("alexnet", "googlenet")
     path = write_toml(tmp_path, '[worker]\nmodels = ["resnet50", "sim:ms=2"]\n')
     assert load_config({"config_file": path}, {}).worker.models == ("resnet50", "sim:ms=2")
+
+
+def test_help_of_every_command_shows_each_option_default() -> None:
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    silent = [f"{name} {' '.join(action.option_strings)}"
+              for name, child in commands.choices.items() for action in child._actions
+              if action.option_strings and not action.required
+              and "-h" not in action.option_strings
+              and not re.search(r"default|\(empty: ", action.help or "")]
+    assert silent == []
+
+
+def test_submit_help_names_the_models(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["submit", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for name in (*known_models(), "sim:ms=N[,jitter=F]"):
+        assert name in text

@@ -10,7 +10,8 @@ import torch
 from PIL import Image
 from skimage import data as photos
 
-from inferstream.models import LoadedModel, collate, load_model
+from inferstream.models import LoadedModel, load_model
+from inferstream.models.collate import collate
 from inferstream.models.efficientnet_lite import SamePadConv2d
 
 CAT_CLASSES = {281, 282, 285}  # tabby, tiger cat, Egyptian cat

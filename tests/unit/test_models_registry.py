@@ -14,11 +14,11 @@ from inferstream.models import (
     TorchModel,
     UnknownModelError,
     WeightsNotFoundError,
-    collate,
     get_model_spec,
     known_models,
     load_model,
 )
+from inferstream.models.collate import collate
 from inferstream.models.registry import torchvision_weights_filename
 from inferstream.models.weights import find_weights
 
@@ -73,6 +73,7 @@ def test_missing_weights_error_names_every_place(dirs: dict[str, Path]) -> None:
     message = str(info.value)
     for folder in (dirs["arg"], dirs["env"], dirs["torch"] / "hub" / "checkpoints"):
         assert str(folder / "resnet50-0676ba61.pth") in message
+    assert "`inferstream worker --weights FILE`" in message
     assert "--random-weights" in message
 
 

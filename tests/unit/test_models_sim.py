@@ -9,11 +9,11 @@ from inferstream.models import (
     Prediction,
     SimModel,
     SimParams,
-    collate,
     get_model_spec,
     load_model,
 )
 from inferstream.models import sim as sim_module
+from inferstream.models.collate import collate
 
 
 def predict(model: SimModel, items: list[bytes], top_k: int = 3) -> list[Prediction]:

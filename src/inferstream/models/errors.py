@@ -33,8 +33,9 @@ class WeightsNotFoundError(ModelError):
         places = "\n  ".join(self.searched)
         super().__init__(
             f"no weights for model {model!r}; searched:\n  {places}\n"
-            "put the file in one of those places, pass weights=FILE, "
-            "or use --random-weights for benchmarks"
+            "put the file in one of those places (or in $INFERSTREAM_WEIGHTS_DIR), name it "
+            "with `inferstream worker --weights FILE` (weights=FILE in Python), "
+            "or use `inferstream worker --random-weights` for benchmarks"
         )
 
 

@@ -14,14 +14,12 @@ from PIL import Image
 from inferstream.models.base import LoadedModel, TorchModel, imagenet_labels
 from inferstream.models.decode import DEFAULT_MAX_PIXELS
 from inferstream.models.efficientnet_lite import efficientnet_lite0
-from inferstream.models.errors import UnknownModelError
+from inferstream.models.names import LITE0, SimParams, check_model_name, parse_sim_name
 from inferstream.models.preprocess import ImagePreprocessor, Preprocessing
-from inferstream.models.sim import SimModel, SimParams, parse_sim_name
+from inferstream.models.sim import SimModel
 from inferstream.models.weights import find_weights, load_state_dict
 from inferstream.schemas.records import SIM_PREFIX
 
-TORCHVISION_MODELS = ("alexnet", "googlenet", "resnet50", "mobilenet_v3_large", "efficientnet_b0")
-LITE0 = "efficientnet_lite0"
 LITE0_WEIGHTS_FILE = "efficientnet-lite0-57934424.pth"
 
 # The Lite weights were trained in TensorFlow's EfficientNet-Lite: pixels scaled as
@@ -47,23 +45,14 @@ class ModelSpec:
     sim: SimParams | None = None
 
 
-def known_models() -> tuple[str, ...]:
-    """Every fixed name in the registry (plus any `sim:ms=N[,jitter=F]`)."""
-    return (*TORCHVISION_MODELS, LITE0)
-
-
 def get_model_spec(name: str) -> ModelSpec:
     """The spec of a registry name; UnknownModelError lists the names that exist."""
+    check_model_name(name)
     if name.startswith(SIM_PREFIX):
-        try:
-            return ModelSpec(name, "sim", None, parse_sim_name(name))
-        except ValueError as exc:
-            raise UnknownModelError(name, known_models(), detail=str(exc)) from None
+        return ModelSpec(name, "sim", None, parse_sim_name(name))
     if name == LITE0:
         return ModelSpec(name, "efficientnet_lite", LITE0_PREPROCESSING)
-    if name in TORCHVISION_MODELS:
-        return ModelSpec(name, "torchvision", _torchvision_preprocessing(name))
-    raise UnknownModelError(name, known_models())
+    return ModelSpec(name, "torchvision", _torchvision_preprocessing(name))
 
 
 def load_model(

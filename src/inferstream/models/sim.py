@@ -7,43 +7,17 @@ returns the same prediction for the same bytes wherever and however often it run
 from __future__ import annotations
 
 import hashlib
-import math
 import random
 import time
-from dataclasses import dataclass
 
 import torch
 
 from inferstream.models.base import LoadedModel, Prediction, check_top_k, imagenet_labels
-from inferstream.schemas.records import SIM_PREFIX
+from inferstream.models.names import SimParams, parse_sim_name
+
+__all__ = ["SimModel", "SimParams", "parse_sim_name"]
 
 _HASH_MASK = (1 << 63) - 1  # fits a signed int64 tensor
-
-
-@dataclass(frozen=True)
-class SimParams:
-    """Per-item time `ms` in milliseconds and its uniform relative `jitter` (0.1 = ±10%)."""
-
-    ms: float
-    jitter: float = 0.0
-
-
-def parse_sim_name(name: str) -> SimParams:
-    """Parse `sim:ms=N[,jitter=F]`; ValueError says what is wrong."""
-    if not name.startswith(SIM_PREFIX):
-        raise ValueError(f"not a simulated model name: {name!r}")
-    fields: dict[str, float] = {}
-    for part in name[len(SIM_PREFIX) :].split(","):
-        key, sep, value = part.partition("=")
-        if not sep or key.strip() not in ("ms", "jitter"):
-            raise ValueError(f"expected ms=N or jitter=F, got {part!r}")
-        fields[key.strip()] = float(value)
-    if "ms" not in fields:
-        raise ValueError("ms=N is required")
-    params = SimParams(**fields)
-    if not (0 <= params.ms < math.inf and 0 <= params.jitter <= 1):
-        raise ValueError("need ms >= 0 and 0 <= jitter <= 1")
-    return params
 
 
 class SimModel(LoadedModel):

@@ -48,3 +48,31 @@ class InputError(InferstreamError):
 class PartitionLostError(InferstreamError):
     """A worker's task partition is no longer its own: fenced by a new owner, revoked, or
     given up on after repeated commit failures. Its uncommitted tasks go to the next owner."""
+
+
+class UnknownJobError(InferstreamError):
+    """No record of the job id: neither its submission nor any event of it."""
+
+    def __init__(self, job_id: str, jobs_topic: str) -> None:
+        super().__init__(f"no job {job_id} on topic {jobs_topic}: check the id and the "
+                         "topic prefix (--topic-prefix or INFERSTREAM_TOPIC_PREFIX)")
+        self.job_id = job_id
+
+
+class JobNotAcceptedError(InferstreamError):
+    """The job was submitted but no controller has accepted it yet, so it has no output."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id} has not been accepted by a controller yet, so it has "
+                         "no results: is `inferstream controller` running?")
+        self.job_id = job_id
+
+
+class InvalidJobError(InferstreamError):
+    """A job cannot be submitted as asked; `option` names the offending argument."""
+
+    def __init__(self, option: str, value: object, rule: str) -> None:
+        super().__init__(f"{option} must be {rule}, got {value!r}")
+        self.option = option
+        self.value = value
+        self.rule = rule

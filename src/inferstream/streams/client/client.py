@@ -19,15 +19,21 @@ from inferstream.schemas.records import InlineItem, JobEvent, JobEventType, now_
 from inferstream.schemas.records import Job as JobRecord
 from inferstream.streams.client.jobids import new_job_id
 from inferstream.streams.client.results import job_results, open_job_partition, output_lines
+from inferstream.streams.client.stalls import QUIET_S, StallWatch
+from inferstream.streams.client.submitted import job_submitted
+from inferstream.streams.controller.admission import check_job_options
 from inferstream.streams.errors import (
     InlineTooLargeError,
     JobFailedError,
+    JobNotAcceptedError,
     JobRejectedError,
     JobTimeoutError,
+    UnknownJobError,
 )
 from inferstream.streams.kafka.clients import REAL_CLIENTS, KafkaClients, SyncProducer
-from inferstream.streams.kafka.reader import PartitionReader
-from inferstream.streams.kafka.settings import partition_for, producer_config
+from inferstream.streams.kafka.groups import describe_with
+from inferstream.streams.kafka.reader import PartitionReader, topic_partitions
+from inferstream.streams.kafka.settings import LIBRDKAFKA_LOG, partition_for, producer_config
 from inferstream.streams.kafka.topics import LARGE_MESSAGE_BYTES
 
 #: Before the controller's first event a job is SUBMITTED; then its latest event's type.
@@ -70,22 +76,27 @@ class JobStatus:
 
 
 class Job:
-    """A submitted job: follow its events, wait for it, read its output."""
+    """A submitted job: follow its events, wait for it, read its output. `pool` and
+    `model` are what it was submitted with, where known (for messages about a wait)."""
 
-    def __init__(self, client: Client, job_id: str) -> None:
+    def __init__(self, client: Client, job_id: str, pool: str | None = None,
+                 model: str | None = None) -> None:
         self.client = client
         self.job_id = job_id
-        self._status = JobStatus(job_id, SUBMITTED)
+        self.pool = pool or client.config.pool
+        self.model = model
+        self._status = JobStatus(job_id, SUBMITTED, model=model)
 
-    def events(self, follow: bool = True, timeout_s: float | None = None
-               ) -> Iterator[JobStatus]:
-        """This job's events in order; with `follow`, waits for new ones until final."""
+    def events(self, follow: bool = True, timeout_s: float | None = None,
+               on_idle: Callable[[], None] | None = None) -> Iterator[JobStatus]:
+        """This job's events in order; with `follow`, waits for new ones until final,
+        calling `on_idle` while none arrives."""
         config = self.client.config
         consumer, partition = open_job_partition(config, config.topic("job-events"),
                                                  self.job_id, self.client.clients)
         try:
             for record in PartitionReader(consumer, [partition], follow=follow,
-                                          timeout_s=timeout_s):
+                                          timeout_s=timeout_s, on_idle=on_idle):
                 try:
                     event = read_job_event(self.client.codec, record.value)
                 except SchemaError:
@@ -100,15 +111,28 @@ class Job:
             consumer.close()
 
     def progress(self) -> JobStatus:
-        """The latest known status (reads the events written so far)."""
+        """The latest known status (reads the events written so far): SUBMITTED before a
+        controller accepted the job; UnknownJobError when the job was never submitted."""
         for _ in self.events(follow=False):
             pass
+        config, clients = self.client.config, self.client.clients
+        if self._status.state == SUBMITTED and not job_submitted(config, self.job_id, clients):
+            raise UnknownJobError(self.job_id, config.topic("jobs"))
         return self._status
 
     def wait(self, timeout_s: float | None = None,
-             on_progress: Callable[[JobStatus], None] | None = None) -> JobStatus:
-        """Block until the job completes; raise if it is rejected, fails or times out."""
-        for status in self.events(follow=True, timeout_s=timeout_s):
+             on_progress: Callable[[JobStatus], None] | None = None,
+             on_notice: Callable[[str], None] | None = None,
+             quiet_s: float = QUIET_S) -> JobStatus:
+        """Block until the job completes; raise if it is rejected, fails or times out.
+
+        While the job shows no event for `quiet_s`, `on_notice` is told what it waits for
+        (no controller accepted it, no live worker in its pool), once per stall.
+        """
+        watch = StallWatch(self.job_id, self.pool, self.model, self.live_workers,
+                           on_notice or (lambda _line: None), quiet_s)
+        for status in self.events(follow=True, timeout_s=timeout_s, on_idle=watch.idle):
+            watch.seen(status)
             if on_progress is not None:
                 on_progress(status)
         status = self._status
@@ -117,12 +141,28 @@ class Job:
         if status.state == JobEventType.FAILED:
             raise JobFailedError(self.job_id, status.reason or "no reason given")
         if status.state != JobEventType.COMPLETED:
-            raise JobTimeoutError(f"job {self.job_id} not finished after {timeout_s}s")
+            raise JobTimeoutError(f"job {self.job_id} not finished after {timeout_s:g} s "
+                                  f"({status.state.lower()}); it goes on: follow it with "
+                                  f"`inferstream status {self.job_id}`")
         return status
 
+    def live_workers(self) -> int | None:
+        """How many workers the job's pool has now; None when that cannot be known."""
+        config = self.client.config
+        admin = self.client.clients.admin(config.confluent_config(logger=LIBRDKAFKA_LOG))
+        try:
+            return len(describe_with(admin)(config.worker_group(self.pool)))
+        except Exception:  # a hint only: unknown is not zero
+            return None
+
     def results(self) -> Iterator[dict[str, Any]]:
-        """One output line per input item (see `streams.output`), in item order."""
+        """One output line per input item so far (all of them once COMPLETED), in item
+        order; an error for a job unknown, not accepted yet, or rejected."""
         status = self._status if self._status.finished else self.progress()
+        if status.state == SUBMITTED:
+            raise JobNotAcceptedError(self.job_id)
+        if status.state == JobEventType.REJECTED:
+            raise JobRejectedError(self.job_id, status.reason or "no reason given")
         total = status.total_tasks if status.state == JobEventType.COMPLETED else None
         client = self.client
         return output_lines(job_results(client.config, self.job_id, total, client.codec,
@@ -142,7 +182,9 @@ class Client:
     def submit(self, model: str, inputs: list[str], *, chunk_size: int = 32, top_k: int = 5,
                inline: bool = False, pool: str | None = None, output_path: str | None = None,
                job_id: str | None = None) -> Job:
-        """Produce a job; `inline` sends the files' bytes instead of their paths."""
+        """Produce a job; `inline` sends the files' bytes instead of their paths.
+        InvalidJobError for a chunk size or top-k below 1, before anything is sent."""
+        check_job_options(chunk_size, top_k)
         job_id = job_id or new_job_id()
         record = JobRecord(
             job_id=job_id, model=model, pool=pool or self.config.pool, top_k=top_k,
@@ -157,7 +199,7 @@ class Client:
                 f"inline job is {len(value)} bytes; the limit is {LARGE_MESSAGE_BYTES}: "
                 "submit paths on a shared filesystem or split the job")
         self._produce(self.config.topic("jobs"), job_id, value)
-        return Job(self, job_id)
+        return Job(self, job_id, record["pool"], model)
 
     def job(self, job_id: str) -> Job:
         return Job(self, job_id)
@@ -165,7 +207,7 @@ class Client:
     def _produce(self, topic: str, key: str, value: bytes) -> None:
         if self._producer is None:
             self._producer = self.clients.producer(producer_config(self.config))
-        partitions = self._producer.list_topics(topic, timeout=30).topics[topic].partitions
+        partitions = topic_partitions(self._producer, topic)
         errors: list[Any] = []
         self._producer.produce(topic, value, key.encode(),
                                partition=partition_for(key, len(partitions)),
@@ -186,9 +228,10 @@ def _absolute(entry: str) -> str:
 
 
 def _read_inline(inputs: list[str]) -> list[InlineItem]:
+    """The files' bytes, each named by its absolute path (as a path input would be)."""
     items = []
     for path in inputs:
-        for name in _inline_files(path):
+        for name in _inline_files(os.path.abspath(path)):
             with open(name, "rb") as handle:
                 items.append(InlineItem(name=name, data=handle.read()))
     return items

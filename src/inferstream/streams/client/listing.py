@@ -1,40 +1,43 @@
-"""Listing recent jobs from the job-events topic (for `inferstream status`)."""
+"""Listing recent jobs (for `inferstream status`): their latest event, and the jobs submitted
+that no controller has accepted yet."""
 
 from __future__ import annotations
 
 import time
 
-from confluent_kafka import TopicPartition
-
 from inferstream.config import Config
 from inferstream.schemas import Codec, SchemaError
 from inferstream.schemas.records import read_job_event
-from inferstream.streams.client.client import JobStatus
+from inferstream.streams.client.client import SUBMITTED, JobStatus
+from inferstream.streams.client.submitted import recent_submissions
 from inferstream.streams.kafka.clients import REAL_CLIENTS, KafkaClients
-from inferstream.streams.kafka.reader import PartitionReader, reader_consumer
+from inferstream.streams.kafka.reader import PartitionReader, assign_since, reader_consumer
 
 
 def recent_jobs(config: Config, codec: Codec, since_s: float = 86_400,
                 clients: KafkaClients = REAL_CLIENTS) -> list[JobStatus]:
-    """The latest status of every job with an event in the last `since_s` seconds."""
-    topic = config.topic("job-events")
+    """The latest status of every job submitted or with an event in the last `since_s`
+    seconds, by job id; a job without an event yet is SUBMITTED."""
+    since_ms = int((time.time() - since_s) * 1000)
+    latest = _latest_events(config, codec, since_ms, clients)
+    for job_id, model in recent_submissions(config, codec, since_ms, clients).items():
+        if job_id not in latest:
+            latest[job_id] = JobStatus(job_id, SUBMITTED, model=model)
+    return sorted(latest.values(), key=lambda s: s.job_id)
+
+
+def _latest_events(config: Config, codec: Codec, since_ms: int,
+                   clients: KafkaClients) -> dict[str, JobStatus]:
     consumer = reader_consumer(config, clients)
+    latest: dict[str, JobStatus] = {}
     try:
-        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        since_ms = int((time.time() - since_s) * 1000)
-        starts = consumer.offsets_for_times(
-            [TopicPartition(topic, p, since_ms) for p in partitions], timeout=30)
-        live = [tp for tp in starts if tp.offset >= 0]
-        if not live:
-            return []
-        consumer.assign(live)
-        latest: dict[str, JobStatus] = {}
-        for record in PartitionReader(consumer, [tp.partition for tp in live], timeout_s=30):
+        partitions = assign_since(consumer, config.topic("job-events"), since_ms)
+        for record in PartitionReader(consumer, partitions, timeout_s=30):
             try:
                 event = read_job_event(codec, record.value)
             except SchemaError:
                 continue
             latest[event["job_id"]] = JobStatus.from_event(event)
-        return sorted(latest.values(), key=lambda s: s.job_id)
     finally:
         consumer.close()
+    return latest

@@ -16,12 +16,19 @@ class ProgressBar:
         self.stream = stream or sys.stderr
         self.width = width
         self.started = time.monotonic()
-        self._drawn = False
+        self._last: JobStatus | None = None
 
     def update(self, status: JobStatus) -> None:
         self.stream.write("\r" + self.render(status) + "\x1b[K")
         self.stream.flush()
-        self._drawn = True
+        self._last = status
+
+    def notice(self, text: str) -> None:
+        """A line of its own above the bar (a bar already drawn is redrawn below it)."""
+        self.stream.write("\r" + text + "\x1b[K\n")
+        if self._last is not None:
+            self.stream.write(self.render(self._last) + "\x1b[K")
+        self.stream.flush()
 
     def render(self, status: JobStatus) -> str:
         done, total = status.done_items, status.total_items
@@ -35,7 +42,7 @@ class ProgressBar:
         return f"{status.job_id} {done}/? {rate:.1f} img/s {status.state.lower()}"
 
     def close(self) -> None:
-        if self._drawn:
+        if self._last is not None:
             self.stream.write("\n")
             self.stream.flush()
 

@@ -8,10 +8,9 @@ order is the task's outcome. The controller's ledger applies the same rule as it
 from __future__ import annotations
 
 import csv
-import io
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
@@ -20,8 +19,9 @@ from inferstream.config import Config
 from inferstream.schemas import Codec, SchemaError
 from inferstream.schemas.records import TaskResult, read_task_result
 from inferstream.streams.client.jobids import job_time_ms
+from inferstream.streams.client.spool import ResultSpool
 from inferstream.streams.kafka.clients import REAL_CLIENTS, KafkaClients, SyncConsumer
-from inferstream.streams.kafka.reader import PartitionReader, reader_consumer
+from inferstream.streams.kafka.reader import PartitionReader, reader_consumer, topic_partitions
 from inferstream.streams.kafka.settings import partition_for
 
 #: How far before the time in a job id its records may lie (clock skew between hosts).
@@ -35,7 +35,7 @@ def open_job_partition(config: Config, topic: str, job_id: str,
     """A consumer assigned to the partition of `job_id` in `topic`, from about its
     submission, and that partition."""
     consumer = reader_consumer(config, clients)
-    partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+    partitions = topic_partitions(consumer, topic)
     tp = TopicPartition(topic, partition_for(job_id, len(partitions)), OFFSET_BEGINNING)
     since = job_time_ms(job_id)
     if since is not None:
@@ -52,32 +52,38 @@ def open_job_partition(config: Config, topic: str, job_id: str,
 
 def job_results(config: Config, job_id: str, total_tasks: int | None,
                 codec: Codec | None = None,
-                clients: KafkaClients = REAL_CLIENTS) -> list[TaskResult]:
-    """The first committed TaskResult of each task of `job_id`, in task order.
+                clients: KafkaClients = REAL_CLIENTS) -> Iterator[TaskResult]:
+    """The first committed TaskResult of each task of `job_id`, in task order, one at a
+    time: the partition is read into a `ResultSpool` first, so memory stays bounded.
 
     With `total_tasks` known it reads until it has them all; otherwise up to the end.
     """
     codec = codec or Codec(config.schema_registry_url)
+    with ResultSpool(codec) as spool:
+        _spool_results(config, job_id, total_tasks, spool, clients)
+        yield from spool.in_task_order()
+
+
+def _spool_results(config: Config, job_id: str, total_tasks: int | None, spool: ResultSpool,
+                   clients: KafkaClients) -> None:
     consumer, partition = open_job_partition(config, config.topic("results"), job_id, clients)
-    first: dict[int, TaskResult] = {}
     try:
         reader = PartitionReader(consumer, [partition], follow=total_tasks is not None,
                                  timeout_s=600)
         for record in reader:
             try:
-                result = read_task_result(codec, record.value)
+                result = read_task_result(spool.codec, record.value)
             except SchemaError:
                 continue  # a dead letter for the controller; not part of any output
             if result["job_id"] == job_id:
-                first.setdefault(result["task_id"], result)
-            if total_tasks is not None and len(first) >= total_tasks:
+                spool.add(result["task_id"], record.value)
+            if total_tasks is not None and len(spool) >= total_tasks:
                 break
     finally:
         consumer.close()
-    return [first[k] for k in sorted(first)]
 
 
-def output_lines(results: list[TaskResult]) -> Iterator[dict[str, Any]]:
+def output_lines(results: Iterable[TaskResult]) -> Iterator[dict[str, Any]]:
     """One output line per item, in item order."""
     for result in results:
         for item in sorted(result["items"], key=lambda i: i["index"]):
@@ -110,12 +116,11 @@ def write_lines(lines: Iterator[dict[str, Any]], stream: IO[str], fmt: str = "js
 
 def write_job_output(config: Config, job_id: str, path: str, total_tasks: int | None = None,
                      fmt: str = "jsonl", clients: KafkaClients = REAL_CLIENTS) -> int:
-    """Write the job's output to `path` atomically (a temporary file renamed into place)."""
+    """Write the job's output to `path` atomically (a temporary file renamed into place),
+    line by line."""
     results = job_results(config, job_id, total_tasks, clients=clients)
-    buffer = io.StringIO()
-    count = write_lines(output_lines(results), buffer, fmt)
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(buffer.getvalue())
+    with open(tmp, "w", encoding="utf-8", newline="") as handle:
+        count = write_lines(output_lines(results), handle, fmt)
     os.replace(tmp, path)
     return count

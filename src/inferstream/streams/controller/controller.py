@@ -18,7 +18,6 @@ from typing import Any, cast
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from inferstream.config import Config
-from inferstream.models import UnknownModelError, get_model_spec
 from inferstream.schemas import Codec, SchemaError
 from inferstream.schemas.records import (
     ItemStatus,
@@ -34,12 +33,13 @@ from inferstream.schemas.records import (
     read_result,
 )
 from inferstream.streams.client.results import write_job_output
-from inferstream.streams.controller.declines import PoolView, describe_with, redirect
-from inferstream.streams.controller.expansion import Item, check_inputs
+from inferstream.streams.controller.admission import rejection_reason
+from inferstream.streams.controller.declines import PoolView, redirect
+from inferstream.streams.controller.expansion import Item
 from inferstream.streams.controller.ledger import JobState, LedgerCodec
 from inferstream.streams.controller.outbox import ControllerTopics, Outbox, PartitionCounts
 from inferstream.streams.controller.replay import read_ledger
-from inferstream.streams.errors import InputError, KafkaSetupError, StuckCallError
+from inferstream.streams.errors import KafkaSetupError, StuckCallError
 from inferstream.streams.kafka.clients import (
     REAL_CLIENTS,
     KafkaClients,
@@ -48,6 +48,7 @@ from inferstream.streams.kafka.clients import (
     SyncProducer,
 )
 from inferstream.streams.kafka.deadline import call_with_deadline
+from inferstream.streams.kafka.groups import describe_with
 from inferstream.streams.kafka.settings import (
     LIBRDKAFKA_LOG,
     consumer_config,
@@ -179,7 +180,7 @@ class Controller:
             return
         state = JobState(job, partition)
         self.jobs[state.job_id] = state
-        reason = self._validate(job)
+        reason = rejection_reason(job, self.partitions, self.config.task_topic(job["pool"]))
         if reason is None:
             first = state.cursor().next_tasks(self.options.tasks_per_round)
             if not first and state.cursor().finished:
@@ -193,19 +194,6 @@ class Controller:
         out.event(state.event(JobEventType.ACCEPTED))
         self._produce_tasks(state, first, out)
         log.info("job %s accepted model=%s", state.job_id, job["model"])
-
-    def _validate(self, job: Job) -> str | None:
-        try:
-            get_model_spec(job["model"])
-            check_inputs(job)
-            self.partitions(self.config.task_topic(job["pool"]))
-        except (UnknownModelError, InputError) as exc:
-            return str(exc)
-        except KafkaSetupError as exc:
-            return f"unknown pool {job['pool']!r}: {exc}"
-        if not job["inputs"] and not job["inline_items"]:
-            return "empty input: the job names no items"
-        return None
 
     def _issue_tasks(self, out: Outbox) -> None:
         for state in self.jobs.values():

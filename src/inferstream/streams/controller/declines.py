@@ -14,7 +14,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from inferstream.config import Config
 from inferstream.schemas import Codec
@@ -90,17 +89,6 @@ class PoolView:
             return "no live worker"
         return "; ".join(f"{w} serves {', '.join(sorted(self.served.get(w, set()))) or '?'}"
                          for w in sorted(members))
-
-
-def describe_with(admin: Any, timeout_s: float = 5.0) -> Callable[[str], dict[str, list[int]]]:
-    """A `PoolView.describe` through a confluent-kafka AdminClient: the members of a worker
-    group by client id (the worker id), with the task partitions each owns."""
-    def describe(group: str) -> dict[str, list[int]]:
-        futures = admin.describe_consumer_groups([group], request_timeout=timeout_s)
-        description = futures[group].result(timeout=timeout_s)
-        return {m.client_id: [tp.partition for tp in m.assignment.topic_partitions]
-                for m in description.members}
-    return describe
 
 
 def failed_result(task: Task, reason: str) -> TaskResult:

@@ -8,12 +8,19 @@ group, `read_committed`, end-of-partition events on.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from confluent_kafka import TopicPartition
+
 from inferstream.config import Config
-from inferstream.streams.errors import PartitionReadError
-from inferstream.streams.kafka.clients import REAL_CLIENTS, KafkaClients, SyncConsumer
+from inferstream.streams.errors import KafkaSetupError, PartitionReadError
+from inferstream.streams.kafka.clients import (
+    REAL_CLIENTS,
+    KafkaClients,
+    SyncConsumer,
+    SyncProducer,
+)
 from inferstream.streams.kafka.settings import PARTITION_EOF, consumer_config
 
 
@@ -22,11 +29,33 @@ def reader_consumer(config: Config, clients: KafkaClients = REAL_CLIENTS) -> Syn
     return clients.consumer(consumer_config(config, None, **{"enable.partition.eof": True}))
 
 
+def topic_partitions(client: SyncConsumer | SyncProducer, topic: str,
+                     timeout_s: float = 30) -> list[int]:
+    """The partition ids of `topic`; KafkaSetupError when it does not exist."""
+    meta = client.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    if meta is None or meta.error is not None or not meta.partitions:
+        raise KafkaSetupError(f"topic {topic} does not exist: run `inferstream topics create`")
+    return sorted(meta.partitions)
+
+
+def assign_since(consumer: SyncConsumer, topic: str, since_ms: int) -> list[int]:
+    """Assign `consumer` every partition of `topic` from its first record at or after
+    `since_ms`; the partitions that have one (the others hold nothing that new)."""
+    starts = consumer.offsets_for_times(
+        [TopicPartition(topic, p, since_ms) for p in topic_partitions(consumer, topic)],
+        timeout=30)
+    live = [tp for tp in starts if tp.offset >= 0]
+    if live:
+        consumer.assign(live)
+    return [tp.partition for tp in live]
+
+
 @dataclass(frozen=True)
 class ReadRecord:
     partition: int
     offset: int
     value: bytes
+    key: bytes | None = None
 
 
 class PartitionReader:
@@ -34,22 +63,28 @@ class PartitionReader:
     order within each partition, tombstones skipped.
 
     Stops once every partition reached its end, or with `follow` keeps waiting for new
-    records; either way stops at `timeout_s`. After the loop, `waiting` names the
-    partitions whose end was not reached. A read error is a PartitionReadError.
+    records; either way stops at `timeout_s`. `on_idle` is called after each fetch that
+    brought nothing (about every 0.2 s while nothing arrives). After the loop, `waiting`
+    names the partitions whose end was not reached. A read error is a PartitionReadError.
     """
 
     def __init__(self, consumer: SyncConsumer, partitions: Iterable[int], *,
-                 follow: bool = False, timeout_s: float | None = None) -> None:
+                 follow: bool = False, timeout_s: float | None = None,
+                 on_idle: Callable[[], None] | None = None) -> None:
         self.consumer = consumer
         self.waiting = set(partitions)
         self.follow = follow
         self.timeout_s = timeout_s
+        self.on_idle = on_idle
 
     def __iter__(self) -> Iterator[ReadRecord]:
         deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
         while (self.follow or self.waiting) and (
                 deadline is None or time.monotonic() < deadline):
-            for message in self.consumer.consume(num_messages=1000, timeout=0.2):
+            messages = self.consumer.consume(num_messages=1000, timeout=0.2)
+            if not messages and self.on_idle is not None:
+                self.on_idle()
+            for message in messages:
                 error = message.error()
                 if error is not None and error.code() == PARTITION_EOF:
                     self.waiting.discard(message.partition() or 0)
@@ -58,4 +93,5 @@ class PartitionReader:
                 else:
                     value = message.value()
                     if value is not None:
-                        yield ReadRecord(message.partition() or 0, message.offset() or 0, value)
+                        yield ReadRecord(message.partition() or 0, message.offset() or 0, value,
+                                         message.key())

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 import torch
 
 from inferstream.config import WorkerConfig
-from inferstream.models import ItemError, LoadedModel, collate
+from inferstream.models import ItemError, LoadedModel
+from inferstream.models.collate import collate
 from inferstream.schemas.records import (
     ItemResult,
     Prediction,

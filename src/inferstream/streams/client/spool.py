@@ -1,0 +1,57 @@
+"""`ResultSpool`: a job's first result of each task, kept on disk until read in task order.
+
+A job's results arrive in commit order, its output goes in task order, and a large job's
+results do not fit in memory (about 2 KB an item decoded: 2.4 GB for 1.2 million images). The
+spool writes each task's first record, still encoded, to an unnamed temporary file and keeps
+only where it lies, so reading a job back costs a few bytes of memory per task.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from types import TracebackType
+from typing import IO
+
+from inferstream.schemas import Codec
+from inferstream.schemas.records import TaskResult, read_task_result
+
+
+class ResultSpool:
+    """First-wins store of encoded TaskResults by task id; use as a context manager."""
+
+    def __init__(self, codec: Codec) -> None:
+        self.codec = codec
+        self._file: IO[bytes] = tempfile.TemporaryFile(prefix="inferstream-results-")
+        self._where: dict[int, tuple[int, int]] = {}  # task id -> (offset, length)
+        self._end = 0
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def add(self, task_id: int, value: bytes) -> bool:
+        """Keep `value` as the result of `task_id` unless one was kept already."""
+        if task_id in self._where:
+            return False
+        self._file.seek(self._end)
+        self._file.write(value)
+        self._where[task_id] = (self._end, len(value))
+        self._end += len(value)
+        return True
+
+    def in_task_order(self) -> Iterator[TaskResult]:
+        """The kept results, decoded one at a time, by task id."""
+        for task_id in sorted(self._where):
+            offset, length = self._where[task_id]
+            self._file.seek(offset)
+            yield read_task_result(self.codec, self._file.read(length))
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> ResultSpool:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

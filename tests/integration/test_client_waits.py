@@ -1,0 +1,41 @@
+"""What the client says on a real broker when a job has nothing to run it, or does not exist:
+the messages of `submit --wait`, `status` and `results` (point 5 of issue 9)."""
+
+from __future__ import annotations
+
+import pytest
+
+from inferstream.streams.client.jobids import new_job_id
+from tests.integration.conftest import Processes
+
+pytestmark = pytest.mark.integration
+
+
+def test_unknown_job_ids_are_errors(procs: Processes) -> None:
+    job_id = new_job_id()
+    for command in ("status", "results"):
+        done = procs.run(command, job_id, timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert done.stdout == ""
+        assert done.stderr.startswith(f"inferstream: error: no job {job_id} on topic ")
+
+
+@pytest.mark.timeout(300)
+def test_submit_wait_says_what_it_waits_for(procs: Processes) -> None:
+    """No controller: says so, and `status` lists the job as submitted. A controller but no
+    worker: says the pool has no live worker. Both wait until --timeout."""
+    alone = procs.run("submit", "--model", "sim:ms=1", "--input", "/a.jpg", "--wait",
+                      "--timeout", "13", timeout=120)
+    job_id = alone.stdout.strip()
+    assert alone.returncode == 2
+    assert f"no controller has accepted job {job_id} after 1" in alone.stderr
+    listed = procs.run("status", timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert f"{job_id}  submitted" in listed.stdout
+
+    procs.controller()
+    idle = procs.run("submit", "--model", "sim:ms=1", "--input", "/b.jpg", "--wait",
+                     "--timeout", "25", timeout=120)
+    assert idle.returncode == 2
+    assert "no worker in pool 'default' has taken a task of job" in idle.stderr
+    assert "`inferstream worker --pool default --model sim:ms=1`" in idle.stderr
