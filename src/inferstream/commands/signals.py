@@ -107,11 +107,11 @@ class StopSignals:
             ready, _, _ = select.select([self._read], [], [], timeout_s)
             if not ready:
                 return None
-            for byte in os.read(self._read, 64):
-                if byte == _QUIT[0]:
-                    return 0
-                if byte in STOP_SIGNALS:
-                    return byte
+            byte = os.read(self._read, 1)[0]  # one at a time: a second signal may follow
+            if byte == _QUIT[0]:
+                return 0
+            if byte in STOP_SIGNALS:
+                return byte
 
 
 def _exit_now(signum: int, when: str) -> NoReturn:
