@@ -40,7 +40,7 @@ def _no_args(_parser: argparse.ArgumentParser) -> None:
 
 
 COMMANDS: dict[str, Command] = {
-    "config": Command("print the effective configuration, secrets masked",
+    "config": Command("print the effective configuration (secrets masked), or check it",
                       admin.config_args, admin.config_show),
     "topics": Command("create or check every inferstream topic", admin.topics_args,
                       admin.topics, needs=cluster_needs),

@@ -69,6 +69,8 @@ def check_cluster(config: Config, topics: tuple[str, ...] = (),
                   clients: KafkaClients = REAL_CLIENTS) -> None:
     """KafkaSetupError unless the cluster answers within `connect_timeout_s` and has
     every topic of `topics`."""
+    log.debug("checking the Kafka cluster at %s (waiting up to %gs)", config.bootstrap_servers,
+              config.connect_timeout_s)
     metadata = _metadata(config, clients)
     missing = [t for t in topics if t not in metadata.topics
                or metadata.topics[t].error is not None]
