@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from inferstream.config import Config
 from tests.integration.conftest import INFERSTREAM
 
 pytestmark = pytest.mark.integration
@@ -114,3 +115,13 @@ def test_missing_topics_say_to_create_them(command: str, kafka: str, tmp_path: P
     line = the_one_line(stderr)
     assert f"{prefix}" in line
     assert "run `inferstream topics create`" in line
+
+
+@pytest.mark.timeout(600)
+def test_config_check_passes_on_a_cluster_with_the_topics(config: Config,
+                                                          tmp_path: Path) -> None:
+    proc = subprocess.run([*INFERSTREAM, "config", "check"], capture_output=True, text=True,
+                          env=environment(config.bootstrap_servers, config.topic_prefix),
+                          cwd=tmp_path, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"ok: settings, cluster at {config.bootstrap_servers}")

@@ -149,3 +149,10 @@ def test_a_metrics_port_in_use_is_one_line(listening_port: int,
 def test_a_bad_log_level_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["status", "--log-level", "LOUD"]) == 2
     assert "--log-level 'LOUD' is not one of DEBUG" in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("setting", [("bootstrap_servers", "elsewhere:9092"),
+                                     ("isolation_level", "read_uncommitted")])
+def test_aiokafka_spellings_of_guarded_keys_are_refused_too(setting: tuple[str, str]) -> None:
+    with pytest.raises(ConfigError, match=setting[0]):
+        check_pass_through(Config(kafka_config=(setting,)), librdkafka=False, aiokafka=True)

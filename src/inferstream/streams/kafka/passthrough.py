@@ -74,21 +74,9 @@ def check_pass_through(config: Config, *, librdkafka: bool, aiokafka: bool) -> l
     warnings = []
     for key, value in config.kafka_config:
         where = f"{FLAG} {key}={shown[key]}"
-        _check_policy(key, value, where)
-        rd_error = _librdkafka_error(key, value)
-        rd_known = rd_error is None or not rd_error.startswith("No such configuration")
-        aio_known = _aiokafka_name(key) in _aiokafka_defaults()
-        if not rd_known and not aio_known:
-            raise ConfigError(f"{where}: no such setting in librdkafka or aiokafka")
-        if rd_known and rd_error is not None:
-            raise ConfigError(f"{where}: librdkafka: {rd_error}")
-        if librdkafka and not rd_known:
-            raise ConfigError(f"{where}: librdkafka has no such setting (this command runs "
-                              "librdkafka clients; aiokafka-only settings suit only the worker)")
-        if aio_known:
-            _check_aiokafka(config, key, where)
-        elif aiokafka:
-            warnings.append(f"{where}: aiokafka has no such setting; the worker ignores it")
+        if not _check_key(config, key, value, where, librdkafka=librdkafka):
+            if aiokafka:
+                warnings.append(f"{where}: aiokafka has no such setting; the worker ignores it")
     if librdkafka:
         _check_together(config)
     if aiokafka:
@@ -96,11 +84,30 @@ def check_pass_through(config: Config, *, librdkafka: bool, aiokafka: bool) -> l
     return warnings
 
 
+def _check_key(config: Config, key: str, value: str, where: str, *, librdkafka: bool) -> bool:
+    """Check one setting against both libraries; True when aiokafka takes it."""
+    _check_policy(key, value, where)
+    rd_error = _librdkafka_error(key, value)
+    rd_known = rd_error is None or not rd_error.startswith("No such configuration")
+    aio_known = _aiokafka_name(key) in _aiokafka_defaults()
+    if not rd_known and not aio_known:
+        raise ConfigError(f"{where}: no such setting in librdkafka or aiokafka")
+    if rd_known and rd_error is not None:
+        raise ConfigError(f"{where}: librdkafka: {rd_error}")
+    if librdkafka and not rd_known:
+        raise ConfigError(f"{where}: librdkafka has no such setting (this command runs "
+                          "librdkafka clients; aiokafka-only settings suit only the worker)")
+    if aio_known:
+        _check_aiokafka(config, key, where)
+    return aio_known
+
+
 def _check_policy(key: str, value: str, where: str) -> None:
-    if key in OWN_SETTING:
-        raise ConfigError(f"{where}: set by {OWN_SETTING[key]}, not {FLAG}")
-    if key in GUARDED:
-        allowed, reason = GUARDED[key]
+    dotted = key.replace("_", ".")  # aiokafka's spelling reaches the worker too
+    if dotted in OWN_SETTING:
+        raise ConfigError(f"{where}: set by {OWN_SETTING[dotted]}, not {FLAG}")
+    if dotted in GUARDED:
+        allowed, reason = GUARDED[dotted]
         if value.strip().lower() not in allowed:
             raise ConfigError(f"{where} is refused: {reason} (allowed: {allowed[0]})")
 
