@@ -11,9 +11,11 @@ import textwrap
 from typing import Any
 
 import pytest
+from aiokafka.errors import KafkaConnectionError
 
 from inferstream.config import Config, WorkerConfig
 from inferstream.models import load_model
+from inferstream.streams.errors import KafkaSetupError
 from inferstream.streams.kafka.topics import topic_specs
 from inferstream.streams.worker.worker import Worker
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
@@ -102,12 +104,30 @@ class _HungClients(MemoryKafkaClients):
         return _HungConsumer(super().aio_consumer(kwargs), self.connecting)
 
 
-@pytest.mark.timeout(60)
-def test_a_worker_stopped_while_it_connects_gives_up_the_start() -> None:
-    config = Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2,
-                    worker=WorkerConfig(models=("sim:ms=0",), worker_id="w1"))
+class _RefusedConsumer(_HungConsumer):
+    async def start(self) -> None:
+        raise KafkaConnectionError("Unable to bootstrap from [('mem', 1)]")
+
+
+class _RefusedClients(MemoryKafkaClients):
+    def aio_consumer(self, kwargs: dict[str, Any]) -> Any:
+        return _RefusedConsumer(super().aio_consumer(kwargs), asyncio.Event())
+
+
+CONFIG = Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2,
+                worker=WorkerConfig(models=("sim:ms=0",), worker_id="w1"))
+
+
+@pytest.fixture
+def broker() -> MemoryBroker:
     broker = MemoryBroker()
-    broker.create_topics(topic_specs(config))
+    broker.create_topics(topic_specs(CONFIG))
+    return broker
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_stopped_while_it_connects_gives_up_the_start(broker: MemoryBroker) -> None:
+    config = CONFIG
 
     async def scenario() -> str:
         clients = _HungClients(broker)
@@ -120,3 +140,11 @@ def test_a_worker_stopped_while_it_connects_gives_up_the_start() -> None:
         return "returned"
 
     assert asyncio.run(scenario()) == "returned"
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_whose_clients_cannot_start_raises_one_setup_error(
+        broker: MemoryBroker) -> None:
+    worker = Worker(CONFIG, load_model("sim:ms=0"), clients=_RefusedClients(broker))
+    with pytest.raises(KafkaSetupError, match="cannot start the worker's Kafka clients at mem:1"):
+        asyncio.run(worker.run())

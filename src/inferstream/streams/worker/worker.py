@@ -100,7 +100,7 @@ class Worker:
     async def run(self) -> None:
         self._run_task = asyncio.current_task()
         try:
-            await self._start()
+            await self._connect()
             self._started = True
             await self._consume_loop()
             await self._drain()
@@ -110,6 +110,14 @@ class Worker:
             log.info("stopped before joining the group")
         finally:
             await self._shutdown()
+
+    async def _connect(self) -> None:
+        """Start the clients; a cluster that cannot be used is one KafkaSetupError."""
+        try:
+            await self._start()
+        except KafkaError as exc:  # aiokafka: KafkaConnectionError, UnsupportedVersion, ...
+            raise KafkaSetupError(f"cannot start the worker's Kafka clients at "
+                                  f"{self.config.bootstrap_servers}: {exc!r}") from exc
 
     async def _start(self) -> None:
         if self.options.guarantee == "at-least-once":
