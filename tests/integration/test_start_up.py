@@ -125,3 +125,19 @@ def test_config_check_passes_on_a_cluster_with_the_topics(config: Config,
                           cwd=tmp_path, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"ok: settings, cluster at {config.bootstrap_servers}")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("mistake", ["metrics port", "log level"])
+def test_local_mistakes_are_one_line(mistake: str, nowhere: str, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = {"metrics port": [*COMMANDS["worker"], "--metrics-port", str(port)],
+                "log level": [*COMMANDS["status"], "--log-level", "LOUD"]}[mistake]
+        code, stderr = run(args, environment(nowhere), tmp_path)
+    assert code == 2
+    line = the_one_line(stderr)
+    assert (f"--metrics-port {port} is in use" if mistake == "metrics port"
+            else "--log-level 'LOUD'") in line
