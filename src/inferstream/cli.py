@@ -14,13 +14,18 @@ import logging
 import sys
 import typing
 from collections.abc import Sequence
-from typing import Any
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any
 
 from inferstream import __version__
 from inferstream.config import SECTIONS, Config, load_config, parse_kafka_config
-from inferstream.errors import InferstreamError
+from inferstream.errors import ConfigError, InferstreamError
+
+if TYPE_CHECKING:
+    from inferstream.commands import Command
 
 log = logging.getLogger("inferstream")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _SECTION_SEP = "__"
 
 
@@ -67,7 +72,8 @@ def _connection_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--config", dest="config_file", metavar="FILE",
                        help="TOML settings file (or INFERSTREAM_CONFIG; default: none)")
     add_setting_flags(group, Config)
-    group.add_argument("--log-level", default="INFO", help="(default: INFO)")
+    group.add_argument("--log-level", default="INFO",
+                       help=f"{', '.join(LOG_LEVELS)} (default: INFO)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,21 +108,43 @@ def config_from_args(args: argparse.Namespace) -> Config:
     return load_config(flags)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from inferstream.commands import COMMANDS
+def _log_level(name: str) -> int:
+    level = logging.getLevelNamesMapping().get(str(name).upper())
+    if level is None:
+        raise ConfigError(f"--log-level {name!r} is not one of {', '.join(LOG_LEVELS)}")
+    return level
 
-    args = build_parser().parse_args(argv)
+
+def _setup_logging(level: int) -> None:
     logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr,
-    )
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr)
     # librdkafka warns about transient states (a coordinator still loading on a fresh broker)
     # that the client retries by itself; show only its errors unless debugging.
     if logging.getLogger().level > logging.DEBUG:
         logging.getLogger("inferstream.librdkafka").setLevel(logging.ERROR)
+
+
+def _run(command: Command, args: argparse.Namespace, config: Config) -> int:
+    """Start-up checks, then the command; a long-running one under `StopSignals`."""
+    from inferstream.commands.signals import StopSignals
+    from inferstream.streams.kafka.preflight import preflight
+
+    signals: AbstractContextManager[object] = (
+        StopSignals(config.stop_grace_s) if command.long_running else nullcontext())
+    with signals:
+        if command.needs is not None:
+            preflight(config, command.needs(config))
+        return command.run(args, config)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from inferstream.commands import COMMANDS
+
+    args = build_parser().parse_args(argv)
     try:
-        config = config_from_args(args)
-        return COMMANDS[args.command].run(args, config)
+        _setup_logging(_log_level(args.log_level))
+        return _run(COMMANDS[args.command], args, config_from_args(args))
     except InferstreamError as exc:
         print(f"inferstream: error: {exc}", file=sys.stderr)
         return 2

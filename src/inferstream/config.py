@@ -128,6 +128,11 @@ class Config:
     partitions: int = setting(12, "partitions of created topics")
     replication_factor: int | None = setting(
         None, "replication factor of created topics (empty: the broker's default)")
+    connect_timeout_s: float = setting(
+        5.0, "at start-up, how long to wait for the Kafka cluster to answer")
+    stop_grace_s: float = setting(
+        30.0, "a worker or controller still stopping this long after SIGTERM/SIGINT exits "
+        "at once (so does a second signal)")
     worker: WorkerConfig = field(default_factory=WorkerConfig)
     controller: ControllerConfig = field(default_factory=ControllerConfig)
 
@@ -243,6 +248,8 @@ def _validate(config: Config) -> None:
     if config.topic_prefix and not _TOPIC_SAFE.fullmatch(config.topic_prefix):
         raise ConfigError(
             f"topic_prefix {config.topic_prefix!r} may use only letters, digits, '.', '_', '-'")
+    _at_least("connect_timeout_s", config.connect_timeout_s, 0.1)
+    _at_least("stop_grace_s", config.stop_grace_s, 0)
     _validate_worker(config.worker)
     _validate_controller(config.controller)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from inferstream.errors import ConfigError
 from inferstream.streams.worker.hooks import WorkerHooks
 
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -72,5 +73,9 @@ class WorkerMetrics(WorkerHooks):
 
 
 def serve_metrics(registry: CollectorRegistry, port: int, addr: str = "0.0.0.0") -> None:  # noqa: S104
-    """Serve `/metrics` on `port` from a daemon thread."""
-    start_http_server(port, addr=addr, registry=registry)
+    """Serve `/metrics` on `port` from a daemon thread; a port in use is a ConfigError."""
+    try:
+        start_http_server(port, addr=addr, registry=registry)
+    except OSError as exc:
+        raise ConfigError(f"--metrics-port {port} cannot be served: {exc.strerror}: "
+                          "pick another port") from exc

@@ -1,7 +1,9 @@
 """The subcommands of `inferstream`, one module per command group.
 
 Each command has its own arguments (`add_args`), the `Config` section whose settings are its
-flags, if any, and the function that runs it with the process's Config.
+flags, if any, the function that runs it with the process's Config, what its start-up checks
+verify (`needs`: see `streams.kafka.preflight`), and whether it runs until stopped
+(`long_running`: SIGTERM and SIGINT then work as `commands.signals` says).
 """
 
 from __future__ import annotations
@@ -11,7 +13,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from inferstream.commands import admin, client, controller, worker
+from inferstream.commands.needs import (
+    cluster_needs,
+    controller_needs,
+    results_needs,
+    status_needs,
+    submit_needs,
+    worker_needs,
+)
 from inferstream.config import Config
+from inferstream.streams.kafka.preflight import Needs
 
 
 @dataclass(frozen=True)
@@ -20,6 +31,8 @@ class Command:
     add_args: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace, Config], int]
     section: str | None = None
+    needs: Callable[[Config], Needs] | None = None
+    long_running: bool = False
 
 
 def _no_args(_parser: argparse.ArgumentParser) -> None:
@@ -27,13 +40,17 @@ def _no_args(_parser: argparse.ArgumentParser) -> None:
 
 
 COMMANDS: dict[str, Command] = {
-    "config": Command("print the effective configuration, secrets masked",
+    "config": Command("print the effective configuration (secrets masked), or check it",
                       admin.config_args, admin.config_show),
     "topics": Command("create or check every inferstream topic", admin.topics_args,
-                      admin.topics),
-    "worker": Command("run an inference worker of a pool", _no_args, worker.run, "worker"),
-    "controller": Command("run a controller replica", _no_args, controller.run, "controller"),
-    "submit": Command("submit a job", client.submit_args, client.submit),
-    "status": Command("show job status", client.status_args, client.status),
-    "results": Command("write a job's output lines", client.results_args, client.results),
+                      admin.topics, needs=cluster_needs),
+    "worker": Command("run an inference worker of a pool", _no_args, worker.run, "worker",
+                      needs=worker_needs, long_running=True),
+    "controller": Command("run a controller replica", _no_args, controller.run, "controller",
+                          needs=controller_needs, long_running=True),
+    "submit": Command("submit a job", client.submit_args, client.submit, needs=submit_needs),
+    "status": Command("show job status", client.status_args, client.status,
+                      needs=status_needs),
+    "results": Command("write a job's output lines", client.results_args, client.results,
+                       needs=results_needs),
 }

@@ -16,11 +16,28 @@ def print_json(value: Any) -> None:
 
 
 def config_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=["show"])
+    parser.add_argument("action", choices=["show", "check"],
+                        help="show: the settings, secrets masked; check: the start-up checks "
+                        "of every role (settings, metrics port, cluster, topics)")
 
 
 def config_show(args: argparse.Namespace, config: Config) -> int:
+    if args.action == "check":
+        return config_check(config)
     print_json(config.masked())
+    return 0
+
+
+def config_check(config: Config) -> int:
+    """Every start-up check of every role; a failure is an error (one line, exit 2)."""
+    from inferstream.streams.kafka.preflight import Needs, preflight
+    from inferstream.streams.kafka.topics import topic_specs
+
+    topics = tuple(spec.name for spec in topic_specs(config))
+    preflight(config, Needs(librdkafka=True, aiokafka=True, topics=topics,
+                            metrics_port=config.worker.metrics_port))
+    print(f"ok: settings, cluster at {config.bootstrap_servers}, {len(topics)} topics "
+          f"under {config.topic_prefix!r} for pool {config.pool}")
     return 0
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import signal
 
+from inferstream.commands.signals import when_stopping
 from inferstream.commands.worker import dump_stacks_on_usr1
 from inferstream.config import Config
 
@@ -14,6 +14,6 @@ def run(args: argparse.Namespace, config: Config) -> int:
 
     dump_stacks_on_usr1()
     controller = Controller(config)
-    signal.signal(signal.SIGTERM, lambda *_: controller.request_stop())
+    when_stopping(controller.request_stop)  # thread-safe: sets an Event
     controller.run()
     return 0

@@ -8,6 +8,7 @@ import faulthandler
 import signal
 from typing import TYPE_CHECKING
 
+from inferstream.commands.signals import when_stopping
 from inferstream.config import Config
 from inferstream.errors import ConfigError
 
@@ -44,9 +45,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     from inferstream.models import LoadedModel, load_model
     from inferstream.streams.worker.worker import Worker
 
-    settings = config.worker
-    if not settings.models:
-        raise ConfigError("the worker needs a model: --model NAME (or INFERSTREAM_WORKER_MODELS)")
+    settings = config.worker  # at least one model: checked with the worker's needs
     dump_stacks_on_usr1()
     device = resolve_device(settings.device)
 
@@ -58,14 +57,15 @@ def run(args: argparse.Namespace, config: Config) -> int:
     models = [loader(name) for name in dict.fromkeys(settings.models)]
     metrics = WorkerMetrics(CollectorRegistry())
     if settings.metrics_port:
-        serve_metrics(metrics.registry, settings.metrics_port)
+        serve_metrics(metrics.registry, settings.metrics_port)  # checked free by preflight
     asyncio.run(_serve(Worker(config, models, hooks=metrics, loader=loader)))
     return 0
 
 
 async def _serve(worker: Worker) -> None:
-    """SIGTERM and SIGINT make the worker drain: finish, commit, leave the group, return."""
+    """SIGTERM and SIGINT make the worker drain: finish, commit, leave the group, return
+    (before it has joined: give up the start). Not through `loop.add_signal_handler`, which
+    would take over the wakeup fd that `commands.signals` watches."""
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, worker.request_stop)
+    when_stopping(lambda: loop.call_soon_threadsafe(worker.request_stop))
     await worker.run()

@@ -85,14 +85,41 @@ class Worker:
         self._dlq_partitions = 1
         self._commit_tasks: set[asyncio.Task[None]] = set()
         self._shared_producer: AsyncProducer | None = None
+        self._run_task: asyncio.Task[Any] | None = None
+        self._started = False
 
     # -- lifecycle --------------------------------------------------------------------------
     def request_stop(self) -> None:
-        """Finish what is in flight, commit it, leave the group (SIGTERM does this)."""
+        """Finish what is in flight, commit it, leave the group (SIGTERM does this); before
+        the worker has joined its group, give up the start (a connect can hang)."""
         self._stopping.set()
         self._wake.set()
+        if not self._started and self._run_task is not None:
+            self._run_task.cancel()
 
     async def run(self) -> None:
+        self._run_task = asyncio.current_task()
+        try:
+            await self._connect()
+            self._started = True
+            await self._consume_loop()
+            await self._drain()
+        except asyncio.CancelledError:
+            if self._started or not self._stopping.is_set():
+                raise
+            log.info("stopped before joining the group")
+        finally:
+            await self._shutdown()
+
+    async def _connect(self) -> None:
+        """Start the clients; a cluster that cannot be used is one KafkaSetupError."""
+        try:
+            await self._start()
+        except KafkaError as exc:  # aiokafka: KafkaConnectionError, UnsupportedVersion, ...
+            raise KafkaSetupError(f"cannot start the worker's Kafka clients at "
+                                  f"{self.config.bootstrap_servers}: {exc!r}") from exc
+
+    async def _start(self) -> None:
         if self.options.guarantee == "at-least-once":
             self._shared_producer = self.clients.aio_producer(aiokafka_kwargs(
                 self.config, AIOKafkaProducer, enable_idempotence=True,
@@ -105,11 +132,6 @@ class Worker:
         self._results_partitions, self._dlq_partitions = await self._partition_counts(
             self.config.topic("results"), self.config.topic("dlq"))
         self.served.start()
-        try:
-            await self._consume_loop()
-            await self._drain()
-        finally:
-            await self._shutdown()
 
     def _new_consumer(self) -> AsyncConsumer:
         opts = self.options
@@ -340,8 +362,8 @@ class Worker:
                                      rebalance=False)
 
     async def _shutdown(self) -> None:
-        await self.ownership.close()
-        if self._consumer is not None:
+        if self._consumer is not None:  # built with its ownership, after no await
+            await self.ownership.close()
             await self._consumer.stop()  # leaves the group
         if self._shared_producer is not None:
             await self._shared_producer.stop()

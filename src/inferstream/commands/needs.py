@@ -1,0 +1,42 @@
+"""What each command's start-up checks verify: its client libraries and its topics."""
+
+from __future__ import annotations
+
+from inferstream.config import Config
+from inferstream.errors import ConfigError
+from inferstream.streams.kafka.preflight import Needs
+
+
+def _topics(config: Config, *names: str) -> tuple[str, ...]:
+    return tuple(config.topic(name) for name in names)
+
+
+def cluster_needs(_config: Config) -> Needs:
+    """The cluster answers (admin commands: they create or describe the topics)."""
+    return Needs()
+
+
+def worker_needs(config: Config) -> Needs:
+    if not config.worker.models:
+        raise ConfigError("the worker needs a model: --model NAME (or INFERSTREAM_WORKER_MODELS)")
+    return Needs(librdkafka=False, aiokafka=True,
+                 topics=(config.task_topic(), *_topics(config, "results", "dlq")),
+                 metrics_port=config.worker.metrics_port)
+
+
+def controller_needs(config: Config) -> Needs:
+    return Needs(topics=_topics(config, "jobs", "results", "job-events", "controller-ledger",
+                                "dlq"))
+
+
+def submit_needs(config: Config) -> Needs:
+    return Needs(topics=(*_topics(config, "jobs", "job-events", "results"),
+                         config.task_topic()))
+
+
+def status_needs(config: Config) -> Needs:
+    return Needs(topics=_topics(config, "job-events"))
+
+
+def results_needs(config: Config) -> Needs:
+    return Needs(topics=_topics(config, "results", "job-events"))

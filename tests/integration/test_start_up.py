@@ -1,0 +1,143 @@
+"""Every command as a user runs it, against a broker address with nothing behind it, with a
+bad Kafka setting, against a cluster without the topics (issue 9, points 4 and 6): one line
+on stderr naming what to change, a non-zero exit, no traceback; SIGTERM stops a worker or
+controller that waits for its cluster."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from inferstream.config import Config
+from tests.integration.conftest import INFERSTREAM
+
+pytestmark = pytest.mark.integration
+
+COMMANDS = {
+    "status": ["status"],
+    "results": ["results", "20250101-000000-0000abcd"],
+    "submit": ["submit", "--model", "sim:ms=1", "--input", "."],
+    "controller": ["controller"],
+    "worker": ["worker", "--model", "sim:ms=1"],
+    "topics": ["topics", "create"],
+    "config check": ["config", "check"],
+}
+
+
+@pytest.fixture
+def nowhere() -> str:
+    """A loopback address that nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+def environment(servers: str, prefix: str = "inferstream.") -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INFERSTREAM_")}
+    env.update({"INFERSTREAM_BOOTSTRAP_SERVERS": servers, "INFERSTREAM_TOPIC_PREFIX": prefix,
+                "PYTHONUNBUFFERED": "1"})
+    return env
+
+
+def run(args: list[str], env: dict[str, str], cwd: Path) -> tuple[int, str]:
+    proc = subprocess.run([*INFERSTREAM, *args], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=120, check=False)
+    return proc.returncode, proc.stderr
+
+
+def the_one_line(stderr: str) -> str:
+    assert "Traceback" not in stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("command", COMMANDS)
+def test_no_broker_is_one_line_naming_the_address(command: str, nowhere: str,
+                                                  tmp_path: Path) -> None:
+    code, stderr = run(COMMANDS[command], environment(nowhere), tmp_path)
+    assert code == 2
+    line = the_one_line(stderr)
+    assert f"no Kafka broker answered at {nowhere}" in line
+    assert "--bootstrap-servers or INFERSTREAM_BOOTSTRAP_SERVERS" in line
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(("setting", "command"), [("linger.ms=abc", "worker"),
+                                                  ("foo.bar=1", "worker"),
+                                                  ("foo.bar=1", "controller"),
+                                                  ("enable.idempotence=false", "submit")])
+def test_a_bad_kafka_setting_is_one_line_naming_the_key(setting: str, command: str,
+                                                        nowhere: str, tmp_path: Path) -> None:
+    code, stderr = run([*COMMANDS[command], "--kafka-config", setting], environment(nowhere),
+                       tmp_path)
+    assert code == 2
+    line = the_one_line(stderr)
+    assert f"--kafka-config (INFERSTREAM_KAFKA_CONFIG) {setting}" in line
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("command", ["worker", "controller"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_stops_a_process_that_waits_for_its_cluster(
+        command: str, signum: signal.Signals, nowhere: str, tmp_path: Path) -> None:
+    args = [*COMMANDS[command], "--connect-timeout-s", "3600", "--log-level", "DEBUG"]
+    with subprocess.Popen([*INFERSTREAM, *args], stderr=subprocess.PIPE, text=True,
+                          env=environment(nowhere), cwd=tmp_path) as proc:
+        assert proc.stderr is not None
+        try:
+            for line in proc.stderr:
+                if "checking the Kafka cluster" in line:
+                    break
+            proc.send_signal(signum)
+            rest = proc.stderr.read()
+            code = proc.wait(timeout=120)
+        finally:
+            proc.kill()
+    assert code == 128 + signum
+    assert "Traceback" not in rest
+    assert f"inferstream: {signum.name} during start-up: exiting now" in rest
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("command", ["status", "worker", "controller"])
+def test_missing_topics_say_to_create_them(command: str, kafka: str, tmp_path: Path) -> None:
+    prefix = f"t{uuid.uuid4().hex[:10]}."
+    code, stderr = run(COMMANDS[command], environment(kafka, prefix), tmp_path)
+    assert code == 2
+    line = the_one_line(stderr)
+    assert f"{prefix}" in line
+    assert "run `inferstream topics create`" in line
+
+
+@pytest.mark.timeout(600)
+def test_config_check_passes_on_a_cluster_with_the_topics(config: Config,
+                                                          tmp_path: Path) -> None:
+    proc = subprocess.run([*INFERSTREAM, "config", "check"], capture_output=True, text=True,
+                          env=environment(config.bootstrap_servers, config.topic_prefix),
+                          cwd=tmp_path, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"ok: settings, cluster at {config.bootstrap_servers}")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("mistake", ["metrics port", "log level"])
+def test_local_mistakes_are_one_line(mistake: str, nowhere: str, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = {"metrics port": [*COMMANDS["worker"], "--metrics-port", str(port)],
+                "log level": [*COMMANDS["status"], "--log-level", "LOUD"]}[mistake]
+        code, stderr = run(args, environment(nowhere), tmp_path)
+    assert code == 2
+    line = the_one_line(stderr)
+    assert (f"--metrics-port {port} is in use" if mistake == "metrics port"
+            else "--log-level 'LOUD'") in line
