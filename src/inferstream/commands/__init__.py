@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from inferstream.commands import admin, client, controller, worker
+from inferstream.commands import admin, client, controller, top, worker
 from inferstream.config import Config
 
 
@@ -36,4 +36,6 @@ COMMANDS: dict[str, Command] = {
     "submit": Command("submit a job", client.submit_args, client.submit),
     "status": Command("show job status", client.status_args, client.status),
     "results": Command("write a job's output lines", client.results_args, client.results),
+    "top": Command("live view of the workers and pools the sysinfo app sees", top.top_args,
+                   top.top),
 }
