@@ -95,7 +95,8 @@ class FakeSysInfo:
         return 404, {"error": f"no route {path}"}
 
     @contextmanager
-    def serving(self) -> Iterator[FakeSysInfo]:
+    def serving(self, port: int = 0) -> Iterator[FakeSysInfo]:
+        """Serve on loopback `port` (0: any free one) until the block ends."""
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -113,7 +114,7 @@ class FakeSysInfo:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         thread = threading.Thread(target=server.serve_forever, args=(0.05,),
                                   daemon=True)
         thread.start()

@@ -103,6 +103,14 @@ def test_long_names_are_cut_and_lines_fit_the_width() -> None:
     assert view[3].text.startswith("a-worker-name-l~ ")
 
 
+def test_a_long_error_wraps_to_the_width() -> None:
+    error = "cannot reach the sysinfo app at http://app:6066 (connection refused); set --x"
+    view = render(None, url="u", now_ms=NOW_MS, error=error, width=40)
+    wrapped = [line.text for line in view if line.style is Style.ERROR]
+    assert len(wrapped) > 1 and all(len(text) <= 40 for text in wrapped)
+    assert " ".join(t.strip() for t in wrapped) == f"! {error} (retrying)"
+
+
 def test_before_any_answer_the_view_is_the_title_and_the_error() -> None:
     view = render(None, url="http://app:6066", now_ms=NOW_MS, error="refused")
     assert [line.text for line in view][1:] == ["! refused (retrying)"]

@@ -6,6 +6,7 @@ table is tested on fixed data; the terminal loop lives in `commands/top.py`.
 
 from __future__ import annotations
 
+import textwrap
 import time
 from collections.abc import Callable, Iterable
 from enum import StrEnum
@@ -182,10 +183,13 @@ def render(snapshot: Snapshot | None, *, url: str, now_ms: int, error: str | Non
            width: int | None = None) -> list[Line]:
     """The view: a title with the app's health, the error if the last look failed, one row
     per worker, totals per pool. `snapshot` is the last good one (None before any);
-    `width` cuts every line (None: no limit)."""
+    `width` cuts every line and wraps the error (None: no limit)."""
     lines = [Line(title(snapshot, url, now_ms), Style.TITLE)]
     if error is not None:
-        lines.append(Line(f"! {error} (retrying)", Style.ERROR))
+        text = f"! {error} (retrying)"
+        wrapped = textwrap.wrap(text, width, subsequent_indent="  ",
+                                                  break_on_hyphens=False) if width else [text]
+        lines += [Line(part, Style.ERROR) for part in wrapped]
     if snapshot is not None:
         lines += [Line("", Style.ROW), *worker_lines(snapshot["workers"], now_ms),
                   Line("", Style.ROW), *total_lines(snapshot["pools"])]
