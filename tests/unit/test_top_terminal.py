@@ -6,8 +6,10 @@ touched. Polls with generous timeouts; nothing here asserts how long anything ta
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -66,22 +68,25 @@ def pane(tmp_path: Path) -> Iterator[Pane]:
                        check=False, timeout=30)
 
 
-def top_command(url: str) -> str:
-    """top in the pane; once it exits the shell prints its status on the restored screen."""
+def top_command(url: str, pid_file: Path) -> str:
+    """top in the pane (its pid in `pid_file`); once it exits the shell prints its status on
+    the restored screen."""
     top = shlex.join(["env", f"PYTHONPATH={_SRC}", sys.executable, "-m", "inferstream", "top",
                       "--sysinfo-url", url, "--interval", "0.2"])
-    return f'{top}; echo "top exited with $?"; sleep 60'
+    inner = shlex.quote(f"echo $$ > {shlex.quote(str(pid_file))}; exec {top}")
+    return f'sh -c {inner}; echo "top exited with $?"; sleep 60'
 
 
 def row(text: str, name: str) -> list[str]:
     return next((line.split() for line in text.splitlines() if line.startswith(name)), [])
 
 
-def test_top_refreshes_rows_survives_an_outage_and_quits_on_q(pane: Pane) -> None:
+def test_top_refreshes_rows_survives_an_outage_and_quits_on_q(pane: Pane,
+                                                              tmp_path: Path) -> None:
     fake = FakeSysInfo()
     fake.workers = [worker("w-fast"), worker("w-slow", items_per_s=25.0, share=0.2)]
     with fake.serving():
-        pane.start(top_command(fake.url))
+        pane.start(top_command(fake.url, tmp_path / "top.pid"))
         first = pane.wait_for(lambda t: bool(row(t, "w-slow")), "the worker rows")
         assert row(first, "w-fast")[:2] == ["w-fast", "gpu"]
         assert row(first, "w-slow")[4:6] == ["25.0", "330ms"]
@@ -104,12 +109,18 @@ def test_top_refreshes_rows_survives_an_outage_and_quits_on_q(pane: Pane) -> Non
     assert "WORKER" not in done  # the curses screen is gone: the terminal is restored
 
 
-def test_ctrl_c_quits_cleanly(pane: Pane) -> None:
+@pytest.mark.parametrize("stop", ["Ctrl-C", "SIGTERM"])
+def test_ctrl_c_and_sigterm_quit_cleanly(pane: Pane, tmp_path: Path, stop: str) -> None:
     fake = FakeSysInfo()
     fake.workers = [worker("w-fast")]
+    pid_file = tmp_path / "top.pid"
     with fake.serving():
-        pane.start(top_command(fake.url))
+        pane.start(top_command(fake.url, pid_file))
         pane.wait_for(lambda t: bool(row(t, "w-fast")), "the worker row")
-        pane.tmux("send-keys", "C-c")
+        if stop == "Ctrl-C":
+            pane.tmux("send-keys", "C-c")
+        else:
+            os.kill(int(pid_file.read_text()), signal.SIGTERM)
         done = pane.wait_for(lambda t: "top exited with" in t, "top's exit")
     assert "top exited with 0" in done and "Traceback" not in done
+    assert "WORKER" not in done

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import curses
+import signal
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -59,12 +60,17 @@ def _print_once(client: SysInfoClient, *, as_json: bool) -> int:
 
 
 def _live(client: SysInfoClient, interval_s: float) -> int:
-    """Run the curses view until `q` or Ctrl-C; curses.wrapper restores the terminal."""
+    """Run the curses view until `q`, Ctrl-C or SIGTERM; curses.wrapper restores the terminal."""
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         curses.wrapper(_screen_loop, client, interval_s)
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _screen_loop(screen: Any, client: SysInfoClient, interval_s: float) -> None:
