@@ -63,6 +63,8 @@ class FakeSysInfo:
         self.policy: list[dict[str, Any]] = []
         self.policy_updated_at: int | None = NOW_MS
         self.requests: list[str] = []
+        #: When set, every request gets this (status, body) instead of its answer.
+        self.failure: tuple[int, Any] | None = None
         self.url = ""
 
     def route(self, path: str, query: dict[str, list[str]]) -> tuple[int, Any]:
@@ -103,7 +105,8 @@ class FakeSysInfo:
             def do_GET(self) -> None:
                 parts = urllib.parse.urlsplit(self.path)
                 fake.requests.append(self.path)
-                status, body = fake.route(parts.path, urllib.parse.parse_qs(parts.query))
+                status, body = fake.failure or fake.route(parts.path,
+                                                          urllib.parse.parse_qs(parts.query))
                 data = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -91,6 +92,25 @@ def test_unreachable_app_is_one_line_naming_the_url_and_setting() -> None:
     assert "\n" not in message
     assert url in message and "connection refused" in message
     assert "--sysinfo-url" in message and "INFERSTREAM_SYSINFO_URL" in message
+
+
+def test_an_app_that_never_answers_is_unreachable_after_the_timeout() -> None:
+    with socket.socket() as silent:  # accepts connections (the backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        with pytest.raises(SysInfoUnreachableError, match=r"no answer within 0.2s"):
+            SysInfoClient(url, timeout_s=0.2).workers()
+
+
+def test_a_server_error_is_a_response_error_with_its_message(client: SysInfoClient,
+                                                             fake: FakeSysInfo) -> None:
+    fake.failure = (500, {"error": "tables not ready"})
+    with pytest.raises(SysInfoResponseError, match="HTTP 500: tables not ready"):
+        client.health()
+    fake.failure = (200, ["not", "an", "object"])
+    with pytest.raises(SysInfoResponseError, match="expected a JSON object"):
+        client.health()
 
 
 def test_a_body_outside_the_contract_is_a_response_error(client: SysInfoClient,
