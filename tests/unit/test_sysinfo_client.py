@@ -142,3 +142,13 @@ def test_the_client_imports_neither_kafka_nor_torch_nor_faust() -> None:
                          check=True, timeout=60).stdout
     heavy = {"confluent_kafka", "aiokafka", "torch", "faust"}
     assert heavy.isdisjoint(m.split(".")[0] for m in json.loads(out))
+
+
+def test_the_client_package_still_exports_the_sdk_lazily() -> None:
+    import inferstream.streams.client as package
+    from inferstream.streams.client import Client, SysInfoClient
+    from inferstream.streams.client.client import Client as SdkClient
+
+    assert Client is SdkClient and SysInfoClient.__name__ == "SysInfoClient"
+    with pytest.raises(AttributeError, match="NoSuchThing"):
+        _ = package.NoSuchThing  # type: ignore[attr-defined]
