@@ -92,6 +92,7 @@ def test_totals_follow_the_rows() -> None:
 def test_unhealthy_rows_and_errors_have_their_own_style() -> None:
     view = render(snapshot(WORKERS), url="u", now_ms=NOW_MS, error="cannot reach it")
     assert view[1].text == "! cannot reach it (retrying)" and view[1].style is Style.ERROR
+    assert "status error (last known below)" in view[0].text
     stale = next(line for line in view if line.text.startswith("w-dead"))
     assert stale.style is Style.UNHEALTHY
 

@@ -144,12 +144,14 @@ def row(cells: Iterable[tuple[str, int, bool]]) -> str:
     return "  ".join(fit(text, width, right) for text, width, right in cells).rstrip()
 
 
-def title(snapshot: Snapshot | None, url: str, now_ms: int) -> str:
+def title(snapshot: Snapshot | None, url: str, now_ms: int, failed: bool = False) -> str:
+    """The first line; `failed`: the last look at the app failed, the rest is older."""
     clock = time.strftime("%H:%M:%S", time.gmtime(now_ms / 1000))
     if snapshot is None:
         return f"inferstream top  {url}  no data yet  {clock} UTC"
     health = snapshot["health"]
-    return (f"inferstream top  {url}  status {health['status']}  "
+    status = "error (last known below)" if failed else health["status"]
+    return (f"inferstream top  {url}  status {status}  "
             f"{health['workers']} live workers  pools {','.join(health['pools']) or '-'}  "
             f"policy updated {ago(health['policy_updated_at'], now_ms)}  {clock} UTC")
 
@@ -184,11 +186,11 @@ def render(snapshot: Snapshot | None, *, url: str, now_ms: int, error: str | Non
     """The view: a title with the app's health, the error if the last look failed, one row
     per worker, totals per pool. `snapshot` is the last good one (None before any);
     `width` cuts every line and wraps the error (None: no limit)."""
-    lines = [Line(title(snapshot, url, now_ms), Style.TITLE)]
+    lines = [Line(title(snapshot, url, now_ms, failed=error is not None), Style.TITLE)]
     if error is not None:
         text = f"! {error} (retrying)"
-        wrapped = textwrap.wrap(text, width, subsequent_indent="  ",
-                                                  break_on_hyphens=False) if width else [text]
+        wrapped = (textwrap.wrap(text, width, subsequent_indent="  ", break_on_hyphens=False)
+                   if width else [text])
         lines += [Line(part, Style.ERROR) for part in wrapped]
     if snapshot is not None:
         lines += [Line("", Style.ROW), *worker_lines(snapshot["workers"], now_ms),
