@@ -121,6 +121,8 @@ class Config:
     ssl_keyfile: str | None = setting(None, "client key file")
     ssl_key_password: str | None = setting(None, "client key password", secret=True)
     schema_registry_url: str | None = setting(None, "use the Confluent wire format")
+    sysinfo_url: str = setting("http://127.0.0.1:6066",
+                               "HTTP API of the sysinfo app (inferstream top, SysInfoClient)")
     #: librdkafka/Java-style `key=value` settings passed to the Kafka clients untouched.
     kafka_config: tuple[tuple[str, str], ...] = setting(
         (), "client setting passed through untouched (repeatable)", secret=True,

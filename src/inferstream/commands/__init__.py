@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from inferstream.commands import admin, client, controller, worker
+from inferstream.commands import admin, client, controller, top, worker
 from inferstream.commands.needs import (
     cluster_needs,
     controller_needs,
@@ -53,4 +53,6 @@ COMMANDS: dict[str, Command] = {
                       needs=status_needs),
     "results": Command("write a job's output lines", client.results_args, client.results,
                        needs=results_needs),
+    "top": Command("live view of the workers and pools the sysinfo app sees", top.top_args,
+                   top.top),
 }
