@@ -42,11 +42,13 @@ def run(args: argparse.Namespace, config: Config) -> int:
 
     from inferstream.metrics import WorkerMetrics, serve_metrics
     from inferstream.models import LoadedModel, load_model
+    from inferstream.streams.worker.collectors import check_collectors
     from inferstream.streams.worker.worker import Worker
 
     settings = config.worker
     if not settings.models:
         raise ConfigError("the worker needs a model: --model NAME (or INFERSTREAM_WORKER_MODELS)")
+    check_collectors(settings.collectors)  # before loading models: fail fast, in one line
     dump_stacks_on_usr1()
     device = resolve_device(settings.device)
 

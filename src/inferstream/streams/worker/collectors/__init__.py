@@ -16,6 +16,7 @@ from inferstream.streams.worker.collectors.queue import QueueProbe
 from inferstream.streams.worker.collectors.registry import (
     BUILTIN_COLLECTORS,
     ENTRY_POINT_GROUP,
+    check_collectors,
     load_collectors,
 )
 
@@ -30,5 +31,6 @@ __all__ = [
     "SampleContext",
     "SampleFields",
     "ServedModel",
+    "check_collectors",
     "load_collectors",
 ]

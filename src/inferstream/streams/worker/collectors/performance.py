@@ -84,7 +84,10 @@ class PerformanceWindows(WorkerHooks):
         self._windows: dict[str, ModelWindow] = {}
 
     def after_batch(self, model: str, size: int, seconds: float) -> None:
-        ended = time.monotonic()
+        self.record(model, size, seconds, time.monotonic())
+
+    def record(self, model: str, size: int, seconds: float, ended: float) -> None:
+        """One batch of `model` that ended at `ended` (monotonic clock)."""
         window = self._windows.get(model)
         if window is None:  # loaded after the first sample: its window opens with this batch
             window = self._windows[model] = ModelWindow(self.window_s, ended - seconds)
