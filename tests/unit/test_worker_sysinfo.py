@@ -5,7 +5,9 @@ by entry point in `extra`, and no collector or broker failure reaching the task 
 from __future__ import annotations
 
 import asyncio
+import sys
 import textwrap
+import types
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ from inferstream.streams.worker.collectors import (
     ServedModel,
     load_collectors,
 )
+from inferstream.streams.worker.collectors.accelerator import AcceleratorCollector
 from inferstream.streams.worker.hooks import WorkerHooks
 from inferstream.streams.worker.worker import Worker
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
@@ -219,3 +222,28 @@ def test_throughput_counts_the_last_window_only() -> None:
     assert fast["batch_latency_seconds_p95"] == pytest.approx(0.32)
     assert slow["items"] == 0 and slow["batch_latency_seconds_p50"] is None
     assert perf.items_per_s == fast["items_per_s"]
+
+
+def cuda_context(device: str) -> SampleContext:
+    return SampleContext(worker="w", pool="default", device=device, interval_s=2.0)
+
+
+def test_the_accelerator_collector_reports_a_cuda_device_and_never_imports_torch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    collector = AcceleratorCollector()
+    monkeypatch.delitem(sys.modules, "torch")
+    assert collector.collect(cuda_context("cuda:0")) == dict.fromkeys(
+        ("accelerator", "gpu_utilization", "gpu_memory_bytes", "gpu_memory_total_bytes"))
+    assert "torch" not in sys.modules
+
+    def utilization(index: int) -> int:
+        raise ModuleNotFoundError("No module named 'pynvml'")
+
+    cuda = types.SimpleNamespace(get_device_name=lambda index: f"NVIDIA H200 #{index}",
+                                 mem_get_info=lambda index: (100 << 30, 140 << 30),
+                                 utilization=utilization)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    assert collector.collect(cuda_context("cuda:1")) == {
+        "accelerator": "NVIDIA H200 #1", "gpu_utilization": None,
+        "gpu_memory_bytes": 40 << 30, "gpu_memory_total_bytes": 140 << 30}
+    assert collector.collect(cuda_context("cpu"))["accelerator"] is None
