@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from inferstream.cli import main
-from inferstream.config import DEFAULT_COLLECTORS, Config, WorkerConfig
+from inferstream.cli import build_parser, config_from_args, main
+from inferstream.config import DEFAULT_COLLECTORS, Config, WorkerConfig, load_config
 from inferstream.errors import ConfigError
 from inferstream.metrics import WorkerMetrics
 from inferstream.models import load_model
@@ -247,3 +247,16 @@ def test_the_accelerator_collector_reports_a_cuda_device_and_never_imports_torch
         "accelerator": "NVIDIA H200 #1", "gpu_utilization": None,
         "gpu_memory_bytes": 40 << 30, "gpu_memory_total_bytes": 140 << 30}
     assert collector.collect(cuda_context("cpu"))["accelerator"] is None
+
+
+def test_sysinfo_settings_come_from_the_environment_and_flags() -> None:
+    env = load_config({}, {"INFERSTREAM_WORKER_COLLECTORS": "cpu, queue",
+                           "INFERSTREAM_WORKER_SYSINFO_INTERVAL_S": "0"})
+    assert env.worker.collectors == ("cpu", "queue") and env.worker.sysinfo_interval_s == 0
+    args = build_parser().parse_args(["worker", "--model", "m", "--collector", "gpu_temp",
+                                      "--sysinfo-interval", "5"])
+    worker = config_from_args(args).worker
+    assert worker.collectors == ("gpu_temp",) and worker.sysinfo_interval_s == 5.0
+    assert Config().worker.collectors == DEFAULT_COLLECTORS
+    with pytest.raises(ConfigError, match="sysinfo_interval_s must be >= 0"):
+        load_config({"worker": {"sysinfo_interval_s": -1}}, {})

@@ -1,7 +1,7 @@
 """The worker's measurement of its own speed at start, so it is never scheduled blind.
 
-After the model loads and before the worker joins its group, one warm-up item and then one
-batch of synthetic items (the model's input shape) go through collate and predict, as a
+After the model loads and before the worker joins its group, one warm-up batch and then one
+timed batch of synthetic items (the model's input shape) go through collate and predict, as a
 batch does in the pipeline. A `sim:ms=N` model sleeps N ms per item, so it calibrates at
 about 1000 / N items/s.
 """
@@ -18,12 +18,13 @@ log = logging.getLogger(__name__)
 
 
 def calibrate(model: LoadedModel, items: int) -> Calibration | None:
-    """Items/s of `model` on a batch of `items` synthetic items (after one warm-up item);
+    """Items/s of `model` on a batch of `items` synthetic items (after one warm-up batch);
     None where the model has no synthetic input or the batch fails. Blocks: run it on a
     thread."""
     try:
         item = model.synthetic_item()
-        model.predict(collate([item], model.device), 1)  # warm-up: lazy init, caches
+        # Warm-up at the same shape: lazy init, allocator caches, per-shape kernel choice.
+        model.predict(collate([item] * items, model.device), 1)
         started = time.perf_counter()
         model.predict(collate([item] * items, model.device), 1)
         seconds = time.perf_counter() - started
