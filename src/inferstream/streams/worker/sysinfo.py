@@ -94,7 +94,7 @@ class SysInfoPublisher:
         self._served, self._consumer, self._hooks = served, consumer, hooks
         await self._calibrate(served)
         try:
-            await asyncio.wait_for(self.publish_once(), FIRST_SAMPLE_TIMEOUT_S)
+            await asyncio.wait_for(self._publish_safely(), FIRST_SAMPLE_TIMEOUT_S)
         except TimeoutError:
             log.warning("first sysinfo sample not sent within %.0fs; the worker goes on",
                         FIRST_SAMPLE_TIMEOUT_S)
@@ -112,11 +112,14 @@ class SysInfoPublisher:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.interval_s)
-            try:
-                await self.publish_once()
-            except Exception:  # never let the publisher die: the next interval tries again
-                log.exception("sysinfo sample failed")
-                self._lost()
+            await self._publish_safely()
+
+    async def _publish_safely(self) -> None:
+        try:
+            await self.publish_once()
+        except Exception:  # never let the publisher die: the next interval tries again
+            log.exception("sysinfo sample failed")
+            self._lost()
 
     async def stop(self) -> None:
         """Stop sampling; flush what is buffered (briefly) and stop the producer."""
