@@ -58,6 +58,10 @@ class WorkerMetrics(WorkerHooks):
             "Collector calls that raised (the sample went out without them)", ["collector"],
             registry=registry,
         )
+        self.collect_cpu = Counter(
+            "inferstream_sysinfo_collect_cpu_seconds_total",
+            "CPU time the collectors spent taking samples", registry=registry,
+        )
 
     def after_decode(self, model: str, seconds: float, ok: bool) -> None:
         self.decode.labels(model).observe(seconds)
@@ -85,6 +89,9 @@ class WorkerMetrics(WorkerHooks):
 
     def after_collector_error(self, collector: str) -> None:
         self.collector_errors.labels(collector).inc()
+
+    def after_collect(self, cpu_seconds: float) -> None:
+        self.collect_cpu.inc(cpu_seconds)
 
 
 def serve_metrics(registry: CollectorRegistry, port: int, addr: str = "0.0.0.0") -> None:  # noqa: S104

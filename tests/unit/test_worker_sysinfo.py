@@ -167,6 +167,8 @@ def test_a_failing_collector_is_counted_and_the_worker_goes_on(
                                                   {"outcome": "published"})
     assert errors is not None and errors >= 1 and errors == worker.sysinfo.collector_errors
     assert published == len(samples(broker, config)) >= 1
+    cpu_s = metrics.registry.get_sample_value("inferstream_sysinfo_collect_cpu_seconds_total")
+    assert cpu_s == pytest.approx(worker.sysinfo.collect_cpu_s)
 
 
 def test_samples_that_cannot_be_sent_are_counted_and_tasks_still_commit() -> None:

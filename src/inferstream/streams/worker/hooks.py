@@ -37,6 +37,9 @@ class WorkerHooks:
     def after_collector_error(self, collector: str) -> None:
         """Collector `collector` raised; the sample went out without its fields."""
 
+    def after_collect(self, cpu_seconds: float) -> None:
+        """The collectors took one sample, spending `cpu_seconds` of their thread's CPU."""
+
 
 class HookChain(WorkerHooks):
     """Calls every hook of `chain` in order: the worker's own and the caller's."""
@@ -79,3 +82,7 @@ class HookChain(WorkerHooks):
     def after_collector_error(self, collector: str) -> None:
         for hooks in self.chain:
             hooks.after_collector_error(collector)
+
+    def after_collect(self, cpu_seconds: float) -> None:
+        for hooks in self.chain:
+            hooks.after_collect(cpu_seconds)

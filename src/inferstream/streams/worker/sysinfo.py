@@ -158,6 +158,7 @@ class SysInfoPublisher:
         fields, errors, cpu_s = await asyncio.get_running_loop().run_in_executor(
             self._thread, run_collectors, self.collectors, context)
         self.collect_cpu_s += cpu_s
+        self._hooks.after_collect(cpu_s)
         for name in errors:
             self.collector_errors += 1
             self._hooks.after_collector_error(name)
