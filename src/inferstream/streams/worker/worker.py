@@ -64,6 +64,7 @@ class Worker:
 
     Settings: `config.worker`. `run()` returns after SIGTERM (or `request_stop`) once the
     in-flight tasks are committed, or in bounded mode after `idle_exit_s` with nothing to do.
+    From calibration at start to shutdown it publishes samples to `sysinfo` (`self.sysinfo`).
     """
 
     def __init__(self, config: Config, models: LoadedModel | Sequence[LoadedModel], *,
