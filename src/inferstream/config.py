@@ -24,6 +24,8 @@ from inferstream.errors import ConfigError
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 GUARANTEES = ("exactly-once", "at-least-once")
+#: The built-in collectors of `streams.worker.collectors`, all on by default.
+DEFAULT_COLLECTORS = ("cpu", "memory", "accelerator", "models", "queue", "software")
 MASK = "****"
 #: What Kafka allows in a topic name.
 _TOPIC_SAFE = re.compile(r"[A-Za-z0-9._-]+")
@@ -76,6 +78,15 @@ class WorkerConfig:
         metavar="SECONDS")
     revoke_grace_s: float = setting(
         10.0, "how long a revoked partition may take to commit its in-flight tasks")
+    sysinfo_interval_s: float | None = setting(
+        2.0, "seconds between system-information samples to the sysinfo topic (0: none)",
+        flag="--sysinfo-interval", metavar="SECONDS")
+    collectors: tuple[str, ...] = setting(
+        DEFAULT_COLLECTORS, "a collector to run, built-in or registered by entry point "
+        "inferstream.collectors (repeatable; replaces the default list)", flag="--collector",
+        metavar="NAME")
+    calibration_items: int = setting(
+        8, "items in the calibration batch run at start (0: no calibration)")
 
     @property
     def max_in_flight_items(self) -> int:
@@ -268,7 +279,8 @@ def _validate_worker(worker: WorkerConfig) -> None:
                  "max_loaded_models",
                  "heartbeat_interval_ms", "max_poll_interval_ms"):
         _at_least(f"worker.{name}", getattr(worker, name), 1)
-    for name in ("max_wait_ms", "http_timeout_s", "idle_exit_s", "revoke_grace_s"):
+    for name in ("max_wait_ms", "http_timeout_s", "idle_exit_s", "revoke_grace_s",
+                 "sysinfo_interval_s", "calibration_items"):
         _at_least(f"worker.{name}", getattr(worker, name), 0)
     if worker.heartbeat_interval_ms >= worker.session_timeout_ms:
         raise ConfigError("worker.heartbeat_interval_ms must be below worker.session_timeout_ms")

@@ -49,6 +49,20 @@ class WorkerMetrics(WorkerHooks):
             "Tasks declined because the worker does not serve their model", ["model"],
             registry=registry,
         )
+        self.sysinfo_samples = Counter(
+            "inferstream_sysinfo_samples_total",
+            "System-information samples, by outcome (published, failed: lost)", ["outcome"],
+            registry=registry,
+        )
+        self.collector_errors = Counter(
+            "inferstream_collector_errors_total",
+            "Collector calls that raised (the sample went out without them)", ["collector"],
+            registry=registry,
+        )
+        self.collect_cpu = Counter(
+            "inferstream_sysinfo_collect_cpu_seconds_total",
+            "CPU time the collectors spent taking samples", registry=registry,
+        )
 
     def after_decode(self, model: str, seconds: float, ok: bool) -> None:
         self.decode.labels(model).observe(seconds)
@@ -70,6 +84,15 @@ class WorkerMetrics(WorkerHooks):
 
     def on_assignment(self, partitions: int) -> None:
         self.partitions.set(partitions)
+
+    def after_sysinfo_sample(self, published: bool) -> None:
+        self.sysinfo_samples.labels("published" if published else "failed").inc()
+
+    def after_collector_error(self, collector: str) -> None:
+        self.collector_errors.labels(collector).inc()
+
+    def after_collect(self, cpu_seconds: float) -> None:
+        self.collect_cpu.inc(cpu_seconds)
 
 
 def serve_metrics(registry: CollectorRegistry, port: int, addr: str = "0.0.0.0") -> None:  # noqa: S104

@@ -31,6 +31,7 @@ from inferstream.streams.client.client import Client, Job
 from inferstream.streams.client.jobids import new_job_id
 from inferstream.streams.controller.controller import Controller
 from inferstream.streams.errors import JobTimeoutError
+from inferstream.streams.kafka import preflight
 from inferstream.streams.kafka.settings import partition_for
 from inferstream.streams.kafka.topics import topic_specs
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
@@ -60,6 +61,9 @@ def cli(clients: MemoryKafkaClients, monkeypatch: pytest.MonkeyPatch,
     """`inferstream ARGS...` on the in-memory broker: (exit code, stdout, stderr)."""
     monkeypatch.setattr(client_module, "Client",
                         functools.partial(Client, codec=CODEC, clients=clients))
+    check_cluster = preflight.check_cluster  # the start-up check asks the same broker
+    monkeypatch.setattr(preflight, "check_cluster",
+                        lambda config, topics=(), _=None: check_cluster(config, topics, clients))
 
     def run(*argv: str) -> tuple[int, str, str]:
         code = main([*argv, *CONNECTION])
@@ -194,8 +198,10 @@ def test_item_names_are_absolute_with_and_without_inline(
     client = Client(make_config(), CODEC, clients)
     client.submit(MODEL, ["photos"], inline=True)
     client.submit(MODEL, ["photos", "@list.txt"])
-    inline, named = [read_job(CODEC, v)
-                     for v in clients.broker.values(make_config().topic("jobs"))]
+    jobs = [read_job(CODEC, v) for v in clients.broker.values(make_config().topic("jobs"))]
+    # by content, not by position: the two jobs' ids may hash to either partition
+    (inline,) = [job for job in jobs if job["inline_items"]]
+    (named,) = [job for job in jobs if not job["inline_items"]]
     assert [i["name"] for i in inline["inline_items"]] == [str(tmp_path / "photos" / "cat.jpg")]
     assert named["inputs"] == [str(tmp_path / "photos"), f"@{tmp_path / 'list.txt'}"]
 

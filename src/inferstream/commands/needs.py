@@ -19,8 +19,11 @@ def cluster_needs(_config: Config) -> Needs:
 def worker_needs(config: Config) -> Needs:
     if not config.worker.models:
         raise ConfigError("the worker needs a model: --model NAME (or INFERSTREAM_WORKER_MODELS)")
+    from inferstream.streams.worker.collectors import check_collectors  # worker only
+
+    check_collectors(config.worker.collectors)  # before any connection: fail fast, in one line
     return Needs(librdkafka=False, aiokafka=True,
-                 topics=(config.task_topic(), *_topics(config, "results", "dlq")),
+                 topics=(config.task_topic(), *_topics(config, "results", "dlq", "sysinfo")),
                  metrics_port=config.worker.metrics_port)
 
 

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     from inferstream.models import LoadedModel, load_model
     from inferstream.streams.worker.worker import Worker
 
-    settings = config.worker  # at least one model: checked with the worker's needs
+    settings = config.worker  # a model and known collectors: checked with the worker's needs
     dump_stacks_on_usr1()
     device = resolve_device(settings.device)
 

@@ -27,6 +27,8 @@ class LoadedModel(ABC):
     name: str
     device: torch.device
     labels: tuple[str, ...]
+    #: version of the weights or code (a weights file name, `random`); None where unknown
+    version: str | None = None
 
     def fetch(
         self,
@@ -47,6 +49,11 @@ class LoadedModel(ABC):
     def predict(self, batch: torch.Tensor, top_k: int) -> list[Prediction]:
         """Top-k predictions for each row of a collated batch."""
 
+    def synthetic_item(self) -> torch.Tensor:
+        """One preprocessed item of the model's input shape, for calibration (ModelError
+        where the model cannot make one)."""
+        raise ModelError(f"{self.name} has no synthetic input")
+
 
 def check_top_k(top_k: int, num_classes: int) -> int:
     """`top_k` capped at the number of classes; ValueError below 1."""
@@ -65,15 +72,24 @@ class TorchModel(LoadedModel):
         preprocessor: Callable[[bytes], torch.Tensor],
         device: torch.device,
         labels: tuple[str, ...],
+        *,
+        input_shape: tuple[int, ...] = (3, 224, 224),
+        version: str | None = None,
     ):
         self.name = name
         self.module = module.eval().to(device)
         self.preprocessor = preprocessor
         self.device = device
         self.labels = labels
+        self.input_shape = input_shape
+        self.version = version
 
     def preprocess(self, data: bytes) -> torch.Tensor:
         return self.preprocessor(data)
+
+    def synthetic_item(self) -> torch.Tensor:
+        """A mid-grey image of the preprocessed shape (CHW)."""
+        return torch.full(self.input_shape, 0.5)
 
     def predict(self, batch: torch.Tensor, top_k: int) -> list[Prediction]:
         """Run the batch on the device under inference_mode; softmax; top-k."""

@@ -77,7 +77,19 @@ def load_model(
     else:
         module = _build_torchvision(name, weights, weights_dir, random_weights)
     preprocessor = ImagePreprocessor(spec.preprocessing, max_pixels=max_pixels)
-    return TorchModel(name, module, preprocessor, torch.device(device), imagenet_labels())
+    crop = spec.preprocessing.crop_size
+    return TorchModel(name, module, preprocessor, torch.device(device), imagenet_labels(),
+                      input_shape=(3, crop, crop),
+                      version=_weights_version(name, weights, random_weights))
+
+
+def _weights_version(name: str, weights: str | None, random_weights: bool) -> str:
+    """The weights' file name (torchvision's carry a hash of the file), or `random`."""
+    if random_weights:
+        return "random"
+    if weights:
+        return Path(weights).name
+    return LITE0_WEIGHTS_FILE if name == LITE0 else torchvision_weights_filename(name)
 
 
 def torchvision_weights_filename(name: str) -> str:

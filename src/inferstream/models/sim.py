@@ -28,6 +28,7 @@ class SimModel(LoadedModel):
         self.params = params
         self.device = torch.device("cpu")
         self.labels = imagenet_labels()
+        self.version = "sim"
         self._rng = random.Random()  # noqa: S311 - jitter, not security
 
     def fetch(self, name: str, data: bytes | None = None, **_: object) -> bytes:
@@ -38,6 +39,9 @@ class SimModel(LoadedModel):
         """A one-element int64 tensor holding a stable hash of `data`."""
         digest = hashlib.blake2b(data, digest_size=8).digest()
         return torch.tensor([int.from_bytes(digest, "big") & _HASH_MASK], dtype=torch.int64)
+
+    def synthetic_item(self) -> torch.Tensor:
+        return self.preprocess(b"calibration")
 
     def predict(self, batch: torch.Tensor, top_k: int) -> list[Prediction]:
         """Sleep ms x batch size (± jitter), then predict from each item's hash."""

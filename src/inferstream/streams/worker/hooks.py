@@ -25,5 +25,64 @@ class WorkerHooks:
     def after_dead_letter(self, reason: str) -> None:
         """A task record could not be read and went to the dead-letter topic."""
 
+    def after_commit(self, partition: int, offset: int) -> None:
+        """Task partition `partition` is committed up to `offset` (the next one to read)."""
+
     def on_assignment(self, partitions: int) -> None:
         """The worker now owns `partitions` partitions of the task topic."""
+
+    def after_sysinfo_sample(self, published: bool) -> None:
+        """A system-information sample reached the sysinfo topic, or was given up on."""
+
+    def after_collector_error(self, collector: str) -> None:
+        """Collector `collector` raised; the sample went out without its fields."""
+
+    def after_collect(self, cpu_seconds: float) -> None:
+        """The collectors took one sample, spending `cpu_seconds` of their thread's CPU."""
+
+
+class HookChain(WorkerHooks):
+    """Calls every hook of `chain` in order: the worker's own and the caller's."""
+
+    def __init__(self, *chain: WorkerHooks) -> None:
+        self.chain = chain
+
+    def after_decode(self, model: str, seconds: float, ok: bool) -> None:
+        for hooks in self.chain:
+            hooks.after_decode(model, seconds, ok)
+
+    def after_batch(self, model: str, size: int, seconds: float) -> None:
+        for hooks in self.chain:
+            hooks.after_batch(model, size, seconds)
+
+    def after_task(self, model: str, ok_items: int, error_items: int) -> None:
+        for hooks in self.chain:
+            hooks.after_task(model, ok_items, error_items)
+
+    def after_decline(self, model: str) -> None:
+        for hooks in self.chain:
+            hooks.after_decline(model)
+
+    def after_dead_letter(self, reason: str) -> None:
+        for hooks in self.chain:
+            hooks.after_dead_letter(reason)
+
+    def after_commit(self, partition: int, offset: int) -> None:
+        for hooks in self.chain:
+            hooks.after_commit(partition, offset)
+
+    def on_assignment(self, partitions: int) -> None:
+        for hooks in self.chain:
+            hooks.on_assignment(partitions)
+
+    def after_sysinfo_sample(self, published: bool) -> None:
+        for hooks in self.chain:
+            hooks.after_sysinfo_sample(published)
+
+    def after_collector_error(self, collector: str) -> None:
+        for hooks in self.chain:
+            hooks.after_collector_error(collector)
+
+    def after_collect(self, cpu_seconds: float) -> None:
+        for hooks in self.chain:
+            hooks.after_collect(cpu_seconds)

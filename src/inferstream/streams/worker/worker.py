@@ -42,10 +42,11 @@ from inferstream.streams.kafka.settings import aiokafka_kwargs, partition_for
 from inferstream.streams.worker.committers.at_least_once import AtLeastOnceCommitter
 from inferstream.streams.worker.committers.base import PartitionCommitter, PendingTask
 from inferstream.streams.worker.committers.exactly_once import TransactionalCommitter
-from inferstream.streams.worker.hooks import WorkerHooks
+from inferstream.streams.worker.hooks import HookChain, WorkerHooks
 from inferstream.streams.worker.ownership import Ownership
 from inferstream.streams.worker.pipeline import TaskRun
 from inferstream.streams.worker.served import ModelLoader, ServedModels
+from inferstream.streams.worker.sysinfo import SysInfoPublisher
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ class Worker:
 
     Settings: `config.worker`. `run()` returns after SIGTERM (or `request_stop`) once the
     in-flight tasks are committed, or in bounded mode after `idle_exit_s` with nothing to do.
+    From calibration at start to shutdown it publishes samples to `sysinfo` (`self.sysinfo`).
     """
 
     def __init__(self, config: Config, models: LoadedModel | Sequence[LoadedModel], *,
@@ -72,9 +74,11 @@ class Worker:
         self.config = config
         self.options = config.worker
         self.worker_id = self.options.worker_id or default_worker_id()
-        self.hooks = hooks or WorkerHooks()
         self.codec = codec or Codec(config.schema_registry_url)
         self.clients = clients
+        self.sysinfo = SysInfoPublisher(config, self.worker_id, clients, self.codec)
+        self.hooks = HookChain(hooks or WorkerHooks(), self.sysinfo.performance,
+                               self.sysinfo.queue)
         loaded = [models] if isinstance(models, LoadedModel) else list(models)
         self.served = ServedModels(self.options, loaded, self.hooks, loader)
         self.group_id = worker_group(config)
@@ -125,6 +129,7 @@ class Worker:
                 self.config, AIOKafkaProducer, enable_idempotence=True,
                 max_request_size=16 * 1024 * 1024))
             await self._shared_producer.start()
+        await self.sysinfo.start(self.served, lambda: self._consumer, self.hooks)
         self._consumer = self._new_consumer()
         self.ownership = Ownership(self._consumer, self._new_committer,
                                    self.hooks.on_assignment, self._stopping)
@@ -331,6 +336,8 @@ class Worker:
             if pending.run is not None:
                 ok = sum(1 for o in pending.run.outcomes if o and o["status"] == ItemStatus.OK)
                 self.hooks.after_task(pending.run.model, ok, len(pending.run.outcomes) - ok)
+        if committed:
+            self.hooks.after_commit(committer.tp.partition, committed[-1].offset + 1)
         self._wake.set()
 
     # -- what the committers ask of their owner (commits.Owner) ----------------------------
@@ -362,6 +369,7 @@ class Worker:
                                      rebalance=False)
 
     async def _shutdown(self) -> None:
+        await self.sysinfo.stop()
         if self._consumer is not None:  # built with its ownership, after no await
             await self.ownership.close()
             await self._consumer.stop()  # leaves the group

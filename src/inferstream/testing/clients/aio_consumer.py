@@ -173,6 +173,14 @@ class MemoryAIOConsumer:
         self._positions[partition] = self._resolve(partition)
         return self._positions[partition]
 
+    def last_stable_offset(self, partition: TopicPartition) -> int | None:
+        """The end of `partition` as this consumer reads it (read_committed: below any open
+        transaction; aiokafka reports -1 for read_uncommitted)."""
+        self._check_assigned(partition)
+        if not self.read_committed:
+            return -1
+        return self._broker.end_offset((partition.topic, partition.partition), True)
+
     async def committed(self, partition: TopicPartition) -> int | None:
         if self.group_id is None:
             raise IllegalOperation("Requires group_id")

@@ -1,0 +1,39 @@
+"""The worker's measurement of its own speed at start, so it is never scheduled blind.
+
+After the model loads and before the worker joins its group, one warm-up batch and then one
+timed batch of synthetic items (the model's input shape) go through collate and predict, as a
+batch does in the pipeline. A `sim:ms=N` model sleeps N ms per item, so it calibrates at
+about 1000 / N items/s.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from inferstream.models import LoadedModel, ModelError
+from inferstream.models.collate import collate
+from inferstream.schemas.records import Calibration, now_ms
+
+log = logging.getLogger(__name__)
+
+
+def calibrate(model: LoadedModel, items: int) -> Calibration | None:
+    """Items/s of `model` on a batch of `items` synthetic items (after one warm-up batch);
+    None where the model has no synthetic input or the batch fails. Blocks: run it on a
+    thread."""
+    try:
+        item = model.synthetic_item()
+        # Warm-up at the same shape: lazy init, allocator caches, per-shape kernel choice.
+        model.predict(collate([item] * items, model.device), 1)
+        started = time.perf_counter()
+        model.predict(collate([item] * items, model.device), 1)
+        seconds = time.perf_counter() - started
+    except (ModelError, RuntimeError, ValueError) as exc:
+        log.warning("calibration of %s failed, none reported: %s", model.name, exc)
+        return None
+    calibration = Calibration(model=model.name, items_per_s=items / max(seconds, 1e-9),
+                              batch_size=items, seconds=seconds, measured_at=now_ms())
+    log.info("calibrated model=%s items_per_s=%.1f batch=%d seconds=%.3f", model.name,
+             calibration["items_per_s"], items, seconds)
+    return calibration
