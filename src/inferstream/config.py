@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from inferstream.config_fields import at_least as _at_least
+from inferstream.config_fields import setting
+from inferstream.config_sysinfo import SysinfoConfig
 from inferstream.errors import ConfigError
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -27,17 +30,6 @@ GUARANTEES = ("exactly-once", "at-least-once")
 MASK = "****"
 #: What Kafka allows in a topic name.
 _TOPIC_SAFE = re.compile(r"[A-Za-z0-9._-]+")
-
-
-def setting(default: Any, help: str, *, flag: str | None = None,
-            choices: tuple[str, ...] | None = None, secret: bool = False,
-            metavar: str | None = None) -> Any:
-    """A field of a settings class: its default (written only here), CLI help and flag.
-
-    The flag defaults to `--<name with dashes>`; `secret` keeps the value out of `repr`.
-    """
-    meta = {"help": help, "flag": flag, "choices": choices, "metavar": metavar}
-    return field(default=default, repr=not secret, metadata=meta)
 
 
 @dataclass(frozen=True)
@@ -130,6 +122,7 @@ class Config:
         None, "replication factor of created topics (empty: the broker's default)")
     worker: WorkerConfig = field(default_factory=WorkerConfig)
     controller: ControllerConfig = field(default_factory=ControllerConfig)
+    sysinfo: SysinfoConfig = field(default_factory=SysinfoConfig)
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -247,11 +240,6 @@ def _validate(config: Config) -> None:
     _validate_controller(config.controller)
 
 
-def _at_least(name: str, value: float | None, low: float) -> None:
-    if value is not None and value < low:
-        raise ConfigError(f"{name} must be >= {low:g}, got {value:g}")
-
-
 def _validate_worker(worker: WorkerConfig) -> None:
     if worker.guarantee not in GUARANTEES:
         raise ConfigError(f"worker.guarantee {worker.guarantee!r} is not one of {GUARANTEES}")
@@ -287,7 +275,8 @@ def parse_kafka_config(pairs: list[str] | tuple[str, ...]) -> tuple[tuple[str, s
 
 
 #: The role sections of Config: TOML table, `INFERSTREAM_<SECTION>_<NAME>`, CLI flags.
-SECTIONS: dict[str, type] = {"worker": WorkerConfig, "controller": ControllerConfig}
+SECTIONS: dict[str, type] = {"worker": WorkerConfig, "controller": ControllerConfig,
+                             "sysinfo": SysinfoConfig}
 _ROOT = [f.name for f in dataclasses.fields(Config) if f.name not in SECTIONS]
 
 
@@ -338,7 +327,7 @@ def _file_table(path: str, table: dict[str, Any], names: list[str], prefix: str
     values = {k: v for k, v in table.items() if k in names}
     for name, value in values.items():
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            continue  # a list of names (worker.models)
+            continue  # a list of names (worker.models, sysinfo.pool_strategies)
         if name != "kafka_config" and not isinstance(value, str | int | float | bool):
             raise ConfigError(f"config file {path}: {prefix}{name} must be a string, "
                               "a number or a boolean")
