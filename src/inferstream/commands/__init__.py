@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from inferstream.commands import admin, client, controller, worker
+from inferstream.commands import admin, client, controller, sysinfo, worker
 from inferstream.config import Config
 
 
@@ -33,6 +33,8 @@ COMMANDS: dict[str, Command] = {
                       admin.topics),
     "worker": Command("run an inference worker of a pool", _no_args, worker.run, "worker"),
     "controller": Command("run a controller replica", _no_args, controller.run, "controller"),
+    "sysinfo": Command("run a replica of the sysinfo app (policy table, HTTP data access)",
+                       _no_args, sysinfo.run, "sysinfo"),
     "submit": Command("submit a job", client.submit_args, client.submit),
     "status": Command("show job status", client.status_args, client.status),
     "results": Command("write a job's output lines", client.results_args, client.results),
