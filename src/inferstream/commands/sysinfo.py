@@ -10,7 +10,7 @@ from inferstream.config import Config
 from inferstream.streams.errors import KafkaSetupError
 
 if TYPE_CHECKING:
-    from inferstream.streams.sysinfo.app import SysinfoApp, Topology
+    from inferstream.streams.sysinfo.app import Topology
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     topology = probe(config)
     _quiet_libraries()
     app = SysinfoApp(config, topology, SysinfoMetrics(CollectorRegistry()))
-    return serve(app)
+    return app.run()
 
 
 def probe(config: Config) -> Topology:
@@ -54,20 +54,6 @@ def probe(config: Config) -> Topology:
                                   "`inferstream topics create`")
         counts[name] = len(meta.partitions)
     return Topology(sysinfo_partitions=counts["sysinfo"], dlq_partitions=counts["dlq"])
-
-
-def serve(app: SysinfoApp) -> int:
-    """Run the replica until SIGTERM or SIGINT (drain, leave the group, exit 0) or, in bounded
-    mode, until no sample came for `idle_exit_s`."""
-    import faust
-
-    worker = faust.Worker(app.app, quiet=True, redirect_stdouts=False, override_logging=False,
-                          daemon=False)
-    try:
-        worker.execute_from_commandline()
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
 
 
 def _quiet_libraries() -> None:

@@ -120,14 +120,14 @@ class SysinfoApp:
                                           internal=True, retention=3600.0, **raw)
         self.policy_topic = self.app.topic(config.topic("policy"), **raw)
         self.dlq_topic = self.app.topic(config.topic("dlq"), **raw)
-        tables: dict[str, Any] = {"key_type": str, "key_serializer": "json",
-                                  "value_serializer": "json"}
+        tables: dict[str, Any] = {"key_type": str}  # keys and values are JSON
         self.aggregates = self.app.Table(AGGREGATES_TABLE, default=None,
                                          partitions=topology.sysinfo_partitions, **tables)
         self.workers = self.app.Table(WORKERS_TABLE, default=None, partitions=1, **tables)
         self.fleet = Fleet(self.sysinfo, self.workers)
         self.fleet.check_strategies()
         self._owner = False
+        self._fleet_offset = -1
         self._last_input = time.monotonic()
         self.app.agent(self.sysinfo_topic, name="sysinfo-intake")(self._intake)
         self.app.agent(self.fleet_topic, name="sysinfo-fleet")(self._fleet)
@@ -135,6 +135,17 @@ class SysinfoApp:
         from inferstream.streams.sysinfo.web import add_pages
 
         add_pages(self)
+
+    def run(self) -> int:
+        """Run the replica until SIGTERM or SIGINT (drain, leave the group, exit 0) or, in
+        bounded mode, until no sample came for `idle_exit_s`; returns the exit status."""
+        worker = faust.Worker(self.app, quiet=True, redirect_stdouts=False,
+                              override_logging=False)
+        try:
+            worker.execute_from_commandline()
+        except SystemExit as exc:  # mode ends every run with SystemExit(status)
+            return int(exc.code or 0)
+        return 0
 
     # -- stage 1: samples -------------------------------------------------------------------------
     async def _intake(self, stream: Any) -> None:
@@ -186,9 +197,10 @@ class SysinfoApp:
 
     # -- stage 2: the fleet and the policy --------------------------------------------------------
     async def _fleet(self, stream: Any) -> None:
-        async for value in stream:
+        async for event in stream.events():
+            self._fleet_offset = event.message.offset
             try:
-                record: WorkerRecord = json.loads(value)
+                record: WorkerRecord = json.loads(event.value)
                 self.fleet.observe(record)
             except (ValueError, KeyError, TypeError):
                 log.exception("unreadable fleet record")
@@ -198,7 +210,16 @@ class SysinfoApp:
         app = self.app
         if app.rebalancing or getattr(app, "in_recovery", False):
             return False
-        return TP(self.fleet_topic.get_topic_name(), 0) in app.consumer.assignment()
+        return self._fleet_tp() in app.consumer.assignment()
+
+    def _fleet_tp(self) -> TP:
+        return TP(self.fleet_topic.get_topic_name(), 0)
+
+    def caught_up(self) -> bool:
+        """Whether the fleet agent has read every record forwarded so far: a new owner judges
+        workers by their records only then, not by what it held before the failover."""
+        highwater = self.app.consumer.highwater(self._fleet_tp())
+        return highwater is None or highwater <= 0 or self._fleet_offset >= highwater - 1
 
     async def _tick(self) -> None:
         self._check_idle()
@@ -209,7 +230,7 @@ class SysinfoApp:
             self.metrics.owner.set(int(owner))
             if owner:
                 self.fleet.hysteresis.forget()  # a new owner writes every entry once
-        if not owner:
+        if not owner or not self.caught_up():
             return
         await self.write_policy(self.fleet.policy_to_write(now_ms()))
         self._count_workers()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 from faust.exceptions import SameNode
 from faust.web import View
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -52,6 +53,8 @@ def _fleet_page(sysinfo: SysinfoApp) -> Callable[..., None]:
                                                           request)
             except SameNode:
                 pass
+            except aiohttp.ClientError as exc:  # the owner died; the group has not noticed yet
+                return view.error(503, f"policy owner unreachable, retry: {exc}")
             try:
                 body = answer(request, **match)
             except ValueError as exc:
