@@ -8,6 +8,7 @@ makes one without arguments) and are chosen per pool by name.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -149,7 +150,8 @@ def load_strategy(name: str, pool: str | None = None) -> Strategy:
                                    f"{', '.join(registered_names())}")
     try:
         loaded = found[0].load()
-        strategy = loaded if isinstance(loaded, Strategy) else loaded()
+        is_instance = isinstance(loaded, Strategy) and not inspect.isclass(loaded)
+        strategy = loaded if is_instance else loaded()
     except Exception as exc:  # a plug-in's import or constructor may raise anything
         raise StrategyLoadError(f"strategy {name!r} does not load: {exc}") from exc
     if not isinstance(strategy, Strategy):
