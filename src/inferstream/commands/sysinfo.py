@@ -46,14 +46,16 @@ def probe(config: Config) -> Topology:
     except KafkaException as exc:
         raise KafkaSetupError(f"cannot reach Kafka at {config.bootstrap_servers}: "
                               f"{exc.args[0].str()}") from exc
-    counts = {}
+    counts, replicas = {}, 1
     for name in ("sysinfo", "policy", "dlq"):
         meta = topics.get(config.topic(name))
         if meta is None or not meta.partitions:
             raise KafkaSetupError(f"topic {config.topic(name)} does not exist: run "
                                   "`inferstream topics create`")
         counts[name] = len(meta.partitions)
-    return Topology(sysinfo_partitions=counts["sysinfo"], dlq_partitions=counts["dlq"])
+        replicas = max(replicas, len(meta.partitions[0].replicas))
+    return Topology(sysinfo_partitions=counts["sysinfo"], dlq_partitions=counts["dlq"],
+                    replication=replicas)
 
 
 def _quiet_libraries() -> None:

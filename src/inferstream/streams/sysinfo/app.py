@@ -12,7 +12,14 @@ Two stages, so that one replica sees a whole pool while the work stays partition
 
 Both tables have standby replicas on the other replicas (`table_standby_replicas`): a replica
 killed with -9 leaves the group after the session timeout and a survivor takes its partitions
-with their tables. Faust's `exactly_once` is not used (open bugs); entries are last-writer-wins.
+with their tables. Faust's `exactly_once` is not used (open bugs, e.g.
+faust-streaming/faust#47); entries are last-writer-wins.
+
+Why not one GlobalTable that every replica reads: faust warns that a GlobalTable shared by
+several instances may recover forever (`faust/tables/globaltable.py`; faust-streaming/faust#212),
+and the in-memory store drops every key outside the active partitions when a recovery
+completes (`faust/stores/memory.py`, `on_recovery_completed`), so a standby's copy is no view to
+serve from. Hence the repartition to one partition, read on its owner only.
 """
 
 from __future__ import annotations
@@ -52,9 +59,11 @@ class Topology:
 
     sysinfo_partitions: int
     dlq_partitions: int
+    #: Replicas of the sysinfo topic: the app's own topics (changelogs) get as many.
+    replication: int = 1
 
 
-def faust_settings(config: Config) -> dict[str, Any]:
+def faust_settings(config: Config, topology: Topology) -> dict[str, Any]:
     """faust.App settings from the process's Config (the one place they are made)."""
     sysinfo = config.sysinfo
     host = sysinfo.advertised_host or _hostname()
@@ -68,7 +77,7 @@ def faust_settings(config: Config) -> dict[str, Any]:
         # A fresh app starts at the newest samples: old ones describe workers long gone.
         "consumer_auto_offset_reset": "latest",
         "table_standby_replicas": sysinfo.standby_replicas,
-        "topic_replication_factor": config.replication_factor or 1,
+        "topic_replication_factor": config.replication_factor or topology.replication,
         "topic_disable_leader": True,
         "broker_session_timeout": sysinfo.session_timeout_s,
         "broker_heartbeat_interval": max(0.2, sysinfo.session_timeout_s / 6),
@@ -112,7 +121,7 @@ class SysinfoApp:
         self.topology = topology
         self.metrics = metrics
         self.codec = codec or Codec(config.schema_registry_url)
-        self.app = faust.App(**faust_settings(config))
+        self.app = faust.App(**faust_settings(config, topology))
         raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw",
                "value_serializer": "raw"}
         self.sysinfo_topic = self.app.topic(config.topic("sysinfo"), **raw)

@@ -53,7 +53,10 @@ def _fleet_page(sysinfo: SysinfoApp) -> Callable[..., None]:
                                                           request)
             except SameNode:
                 pass
-            except aiohttp.ClientError as exc:  # the owner died; the group has not noticed yet
+            except aiohttp.ClientError as exc:
+                # faust's router forwards to the owner the assignor last named and lets a
+                # dead owner's connection error become a bare 500 (table routing is fragile
+                # upstream too: faust-streaming/faust#514); answer 503 until the group notices
                 return view.error(503, f"policy owner unreachable, retry: {exc}")
             try:
                 body = answer(request, **match)
