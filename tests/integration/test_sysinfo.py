@@ -37,8 +37,10 @@ def free_port() -> int:
 class Publisher:
     """Synthetic workers: one SysInfoSample per worker per second, keyed by worker id."""
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, rates: dict[str, float] | None = None) -> None:
         self.cfg = cfg
+        #: Items/s per synthetic worker; change it while running. 0: idle, calibrated at 50/s.
+        self.rates = dict(RATES if rates is None else rates)
         self.codec = Codec()
         self.producer = Producer(producer_config(cfg))
         self._stop = threading.Event()
@@ -54,9 +56,9 @@ class Publisher:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            for worker, rate in RATES.items():
-                self.send(worker, self.codec.encode("SysInfoSample",
-                                                    sample(worker, rate, interval_s=1.0)))
+            for worker, rate in list(self.rates.items()):
+                record = sample(worker, rate, interval_s=1.0, calibration_items_per_s=50.0)
+                self.send(worker, self.codec.encode("SysInfoSample", record))
             self._stop.wait(1.0)
 
     def send(self, key: str, value: bytes) -> None:
@@ -182,7 +184,33 @@ def test_kill_9_of_the_policy_owner_keeps_the_policy_updating(
         replicas[owner].wait(timeout=30)
         wait_for("the policy updated by the survivor",
                  lambda: updated_since(ports[survivor], killed_at), 15)
+        print(f"policy rewritten {time.time() - killed_at / 1000:.1f}s after kill -9 of {owner}")
         # workers whose samples the dead replica read look STALE until their backlog is read
         wait_for("shares of 0.8 and 0.2 again", lambda: shares_settled(ports[survivor]), 60)
     replicas[survivor].send_signal(signal.SIGTERM)
     assert replicas[survivor].wait(timeout=60) == 0
+
+
+def worker_rows(port: int) -> dict[str, dict[str, Any]]:
+    status, body = get(port, "/workers")
+    return {w["worker"]: w for w in body["workers"]} if status == 200 else {}
+
+
+@pytest.mark.timeout(300)
+def test_a_silent_worker_goes_stale_and_a_new_one_starts_from_its_calibration(
+        procs: Processes, config: Config) -> None:
+    port = free_port()
+    start_replica(procs, "sysinfo-a", port)
+    with Publisher(config) as publisher:
+        wait_for("shares of 0.8 and 0.2", lambda: shares_settled(port), 120)
+        del publisher.rates["slow"]  # as if killed: no more samples
+        wait_for("slow marked STALE",
+                 lambda: worker_rows(port).get("slow", {}).get("health") == "STALE", 10)
+        wait_for("the policy dropping slow", lambda: shares(port) == {"fast": 1.0, "slow": 0.0},
+                 10)
+        publisher.rates["fresh"] = 0.0  # a new worker that has processed nothing yet
+        row = wait_for("fresh in /workers", lambda: worker_rows(port).get("fresh"), 15)
+        assert row["capacity_items_per_s"] == pytest.approx(50.0)
+        assert row["calibration"]["items_per_s"] == pytest.approx(50.0)
+        found = wait_for("fresh in the policy", lambda: (shares(port) or {}).get("fresh"), 15)
+        assert found == pytest.approx(50.0 / 150.0, abs=0.05)
