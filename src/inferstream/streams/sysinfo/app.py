@@ -26,6 +26,9 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
+import signal
+import socket
 import tempfile
 import time
 from dataclasses import dataclass
@@ -63,15 +66,19 @@ class Topology:
     replication: int = 1
 
 
-def faust_settings(config: Config, topology: Topology) -> dict[str, Any]:
-    """faust.App settings from the process's Config (the one place they are made)."""
+def faust_settings(config: Config, topology: Topology, datadir: str) -> dict[str, Any]:
+    """faust.App settings from the process's Config (the one place they are made).
+
+    Connection and security settings carry over; `kafka_config` pass-through does not (faust
+    builds its aiokafka clients itself).
+    """
     sysinfo = config.sysinfo
-    host = sysinfo.advertised_host or _hostname()
+    host = sysinfo.advertised_host or socket.gethostname()
     settings: dict[str, Any] = {
         "id": f"{config.topic_prefix}sysinfo",
         "broker": [f"kafka://{s.strip()}" for s in config.bootstrap_servers.split(",")],
         "store": "memory://",
-        "datadir": tempfile.mkdtemp(prefix="inferstream-sysinfo-"),
+        "datadir": datadir,  # the tables live in memory; faust still wants a folder
         "autodiscover": False,
         "processing_guarantee": "at_least_once",
         # A fresh app starts at the newest samples: old ones describe workers long gone.
@@ -92,12 +99,6 @@ def faust_settings(config: Config, topology: Topology) -> dict[str, Any]:
     if credentials is not None:
         settings["broker_credentials"] = credentials
     return settings
-
-
-def _hostname() -> str:
-    import socket
-
-    return socket.gethostname()
 
 
 def _credentials(config: Config) -> Any:
@@ -121,7 +122,8 @@ class SysinfoApp:
         self.topology = topology
         self.metrics = metrics
         self.codec = codec or Codec(config.schema_registry_url)
-        self.app = faust.App(**faust_settings(config, topology))
+        self._datadir = tempfile.mkdtemp(prefix="inferstream-sysinfo-")
+        self.app = faust.App(**faust_settings(config, topology, self._datadir))
         raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw",
                "value_serializer": "raw"}
         self.sysinfo_topic = self.app.topic(config.topic("sysinfo"), **raw)
@@ -154,6 +156,8 @@ class SysinfoApp:
             worker.execute_from_commandline()
         except SystemExit as exc:  # mode ends every run with SystemExit(status)
             return int(exc.code or 0)
+        finally:
+            shutil.rmtree(self._datadir, ignore_errors=True)
         return 0
 
     # -- stage 1: samples -------------------------------------------------------------------------
@@ -264,7 +268,5 @@ class SysinfoApp:
         idle_exit_s = self.sysinfo.idle_exit_s
         if idle_exit_s is not None and time.monotonic() - self._last_input > idle_exit_s:
             log.info("no sample for %gs: exiting (bounded mode)", idle_exit_s)
-            import signal
-
             signal.raise_signal(signal.SIGTERM)
             self._last_input = float("inf")
