@@ -94,3 +94,21 @@ def test_a_strategy_registered_by_entry_point_drives_the_policy() -> None:
 def test_a_strategy_that_does_not_load_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="strategy 'broken' does not load: no GPU here"):
         load_strategy("broken")
+
+
+def test_faust_settings_come_from_the_config() -> None:
+    from inferstream.config import load_config
+    from inferstream.streams.sysinfo.app import Topology, faust_settings
+
+    config = load_config({}, {"INFERSTREAM_BOOTSTRAP_SERVERS": "k1:9092,k2:9092",
+                              "INFERSTREAM_SYSINFO_PORT": "7001",
+                              "INFERSTREAM_SYSINFO_ADVERTISED_HOST": "sys-1",
+                              "INFERSTREAM_SYSINFO_STANDBY_REPLICAS": "2"})
+    settings = faust_settings(config, Topology(12, 12, replication=3), "/tmp/x")
+    assert settings["id"] == "inferstream.sysinfo"
+    assert settings["broker"] == ["kafka://k1:9092", "kafka://k2:9092"]
+    assert settings["processing_guarantee"] == "at_least_once"  # never faust's exactly_once
+    assert settings["table_standby_replicas"] == 2
+    assert settings["topic_replication_factor"] == 3
+    assert settings["canonical_url"] == "http://sys-1:7001"
+    assert settings["broker_session_timeout"] == 6.0
