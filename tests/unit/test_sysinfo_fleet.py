@@ -101,6 +101,17 @@ def test_fleet_policy_and_views_for_two_workers_and_a_silent_one() -> None:
     assert fleet.policy_to_write(now + 1000) == []  # nothing moved: nothing rewritten
 
 
+def test_after_a_rebalance_silence_is_counted_from_its_end() -> None:
+    fleet = Fleet(SYSINFO, {})
+    now = now_ms()
+    feed(fleet, sample("late", 50.0, timestamp=now - 7_000), received_at=now - 7_000)
+    assert fleet.workers_json(now)["workers"][0]["health"] == "STALE"
+    fleet.heard_since_ms = now - 1_000  # the group rebalanced a second ago
+    row = fleet.workers_json(now)["workers"][0]
+    assert row["health"] == "HEALTHY" and row["last_seen"] == now - 7_000
+    assert fleet.workers_json(now + 6_000)["workers"][0]["health"] == "STALE"
+
+
 def test_history_since_and_unknown_ids() -> None:
     fleet = Fleet(SYSINFO, {})
     feed(fleet, sample("w1", 10.0, timestamp=1000), sample("w1", 10.0, timestamp=2000))

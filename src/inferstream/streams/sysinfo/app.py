@@ -139,6 +139,7 @@ class SysinfoApp:
         self.fleet.check_strategies()
         self._owner = False
         self._fleet_offset = -1
+        self._rebalances = 0
         self._last_input = time.monotonic()
         self.app.agent(self.sysinfo_topic, name="sysinfo-intake")(self._intake)
         self.app.agent(self.fleet_topic, name="sysinfo-fleet")(self._fleet)
@@ -228,6 +229,14 @@ class SysinfoApp:
     def _fleet_tp(self) -> TP:
         return TP(self.fleet_topic.get_topic_name(), 0)
 
+    def _note_rebalance(self) -> None:
+        """While the group rebalances, and once after, restart every worker's silence clock:
+        the samples the moved partitions held come late, not never."""
+        count = self.app.rebalancing_count
+        if self.app.rebalancing or count != self._rebalances:
+            self._rebalances = count
+            self.fleet.heard_since_ms = now_ms()
+
     def caught_up(self) -> bool:
         """Whether the fleet agent has read every record forwarded so far: a new owner judges
         workers by their records only then, not by what it held before the failover."""
@@ -236,6 +245,7 @@ class SysinfoApp:
 
     async def _tick(self) -> None:
         self._check_idle()
+        self._note_rebalance()
         owner = self.owns_fleet()
         if owner != self._owner:
             log.info("policy owner=%s workers=%d", owner, len(self.fleet.records))

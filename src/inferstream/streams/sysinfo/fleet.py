@@ -51,6 +51,9 @@ class Fleet:
         self.planned: dict[str, PolicyEntry] = {}
         self.written: dict[str, PolicyEntry] = {}
         self.policy_updated_at: int | None = None
+        #: Silence is counted from here at the earliest: samples read late after a rebalance
+        #: (a replica died, its partitions moved) are no evidence that a worker went quiet.
+        self.heard_since_ms = 0
 
     def check_strategies(self) -> None:
         """Load the default strategy and every pool's own: UnknownStrategyError at start."""
@@ -75,7 +78,8 @@ class Fleet:
 
     # -- policy ------------------------------------------------------------------------------
     def health_of(self, record: WorkerRecord, now_ms: int) -> WorkerHealth:
-        return health(last_seen_ms(record), record["sample"]["interval_s"], now_ms,
+        heard = max(last_seen_ms(record), self.heard_since_ms)
+        return health(heard, record["sample"]["interval_s"], now_ms,
                       self.sysinfo.stale_intervals, self.sysinfo.gone_after_s)
 
     def views(self, now_ms: int) -> dict[str, list[WorkerView]]:
