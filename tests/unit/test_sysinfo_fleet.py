@@ -106,10 +106,18 @@ def test_after_a_rebalance_silence_is_counted_from_its_end() -> None:
     now = now_ms()
     feed(fleet, sample("late", 50.0, timestamp=now - 7_000), received_at=now - 7_000)
     assert fleet.workers_json(now)["workers"][0]["health"] == "STALE"
-    fleet.heard_since_ms = now - 1_000  # the group rebalanced a second ago
+    fleet.rebalanced(now - 2_000, now - 1_000)  # the group rebalanced a second ago
     row = fleet.workers_json(now)["workers"][0]
     assert row["health"] == "HEALTHY" and row["last_seen"] == now - 7_000
     assert fleet.workers_json(now + 6_000)["workers"][0]["health"] == "STALE"
+
+
+def test_a_rebalance_does_not_revive_a_worker_silent_long_before_it() -> None:
+    fleet = Fleet(SYSINFO, {})
+    now = now_ms()
+    feed(fleet, sample("dead", 50.0, timestamp=now - 20_000), received_at=now - 20_000)
+    fleet.rebalanced(now - 1_000, now)  # e.g. the app just started
+    assert fleet.workers_json(now)["workers"][0]["health"] == "STALE"
 
 
 def test_history_since_and_unknown_ids() -> None:

@@ -140,6 +140,8 @@ class SysinfoApp:
         self._owner = False
         self._fleet_offset = -1
         self._rebalances = 0
+        self._rebalance_started: int | None = None
+        self._takeover_position: int | None = None
         self._last_input = time.monotonic()
         self.app.agent(self.sysinfo_topic, name="sysinfo-intake")(self._intake)
         self.app.agent(self.fleet_topic, name="sysinfo-fleet")(self._fleet)
@@ -153,6 +155,7 @@ class SysinfoApp:
         bounded mode, until no sample came for `idle_exit_s`; returns the exit status."""
         worker = faust.Worker(self.app, quiet=True, redirect_stdouts=False,
                               override_logging=False)
+        worker.spinner = None  # it writes terminal escapes into logs that are no terminal
         try:
             worker.execute_from_commandline()
         except SystemExit as exc:  # mode ends every run with SystemExit(status)
@@ -234,14 +237,30 @@ class SysinfoApp:
         the samples the moved partitions held come late, not never."""
         count = self.app.rebalancing_count
         if self.app.rebalancing or count != self._rebalances:
+            now = now_ms()
+            if self._rebalance_started is None:
+                self._rebalance_started = now
             self._rebalances = count
-            self.fleet.heard_since_ms = now_ms()
+            self.fleet.rebalanced(self._rebalance_started, now)
+        else:
+            self._rebalance_started = None
 
     def caught_up(self) -> bool:
         """Whether the fleet agent has read every record forwarded so far: a new owner judges
         workers by their records only then, not by what it held before the failover."""
         highwater = self.app.consumer.highwater(self._fleet_tp())
-        return highwater is None or highwater <= 0 or self._fleet_offset >= highwater - 1
+        if highwater is None or highwater <= 0 or self._fleet_offset >= highwater - 1:
+            return True
+        start = self._takeover_position  # nothing was left to read when we took over
+        return start is not None and start >= highwater
+
+    async def _take_over(self) -> None:
+        self.fleet.hysteresis.forget()  # a new owner writes every entry once
+        try:
+            self._takeover_position = await self.app.consumer.position(self._fleet_tp())
+        except Exception:  # not yet positioned (aiokafka raises IllegalStateError): wait
+            log.debug("fleet position unknown at takeover", exc_info=True)
+            self._takeover_position = None
 
     async def _tick(self) -> None:
         self._check_idle()
@@ -252,7 +271,7 @@ class SysinfoApp:
             self._owner = owner
             self.metrics.owner.set(int(owner))
             if owner:
-                self.fleet.hysteresis.forget()  # a new owner writes every entry once
+                await self._take_over()
         if not owner or not self.caught_up():
             return
         await self.write_policy(self.fleet.policy_to_write(now_ms()))

@@ -51,8 +51,10 @@ class Fleet:
         self.planned: dict[str, PolicyEntry] = {}
         self.written: dict[str, PolicyEntry] = {}
         self.policy_updated_at: int | None = None
-        #: Silence is counted from here at the earliest: samples read late after a rebalance
-        #: (a replica died, its partitions moved) are no evidence that a worker went quiet.
+        #: The last rebalance of the app's group, from its start to its end (ms). Samples read
+        #: late because a replica died and its partitions moved are no evidence that a worker
+        #: went quiet: a worker heard shortly before the rebalance counts silence from its end.
+        self.rebalance_started_ms = 0
         self.heard_since_ms = 0
 
     def check_strategies(self) -> None:
@@ -77,10 +79,17 @@ class Fleet:
         self._history.setdefault(sample["worker"], deque(maxlen=size)).append(sample)
 
     # -- policy ------------------------------------------------------------------------------
+    def rebalanced(self, started_ms: int, ended_ms: int) -> None:
+        self.rebalance_started_ms, self.heard_since_ms = started_ms, ended_ms
+
     def health_of(self, record: WorkerRecord, now_ms: int) -> WorkerHealth:
-        heard = max(last_seen_ms(record), self.heard_since_ms)
-        return health(heard, record["sample"]["interval_s"], now_ms,
-                      self.sysinfo.stale_intervals, self.sysinfo.gone_after_s)
+        sysinfo, interval_s = self.sysinfo, record["sample"]["interval_s"]
+        heard = last_seen_ms(record)
+        # a dead replica goes unnoticed for a session timeout before the rebalance starts
+        grace_s = sysinfo.session_timeout_s + sysinfo.stale_intervals * interval_s
+        if heard >= self.rebalance_started_ms - grace_s * 1000:
+            heard = max(heard, self.heard_since_ms)
+        return health(heard, interval_s, now_ms, sysinfo.stale_intervals, sysinfo.gone_after_s)
 
     def views(self, now_ms: int) -> dict[str, list[WorkerView]]:
         """Every worker's view, by pool."""
