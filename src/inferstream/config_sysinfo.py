@@ -23,6 +23,8 @@ class SysinfoConfig:
         metavar="POOL=STRATEGY")
     stale_intervals: float = setting(3.0, "a worker is STALE after this many missed intervals")
     gone_after_s: float = setting(30.0, "a worker silent this long is GONE")
+    forget_after_s: float = setting(
+        600.0, "a worker silent this long leaves the tables and /workers (its GONE entry stays)")
     hysteresis: float = setting(
         0.02, "a worker's entry is rewritten only when its share moves by more than this")
     refresh_s: float = setting(30.0, "every entry is rewritten at least this often")
@@ -64,8 +66,9 @@ def _validate(sysinfo: SysinfoConfig) -> None:
     if not 0 < sysinfo.port < 65536:
         raise ConfigError(f"sysinfo.port {sysinfo.port} is not a TCP port")
     sysinfo.strategy_map()
-    for name in ("stale_intervals", "gone_after_s", "refresh_s", "policy_interval_s",
-                 "latency_slo_s", "task_seconds", "session_timeout_s", "window_s"):
+    for name in ("stale_intervals", "gone_after_s", "forget_after_s", "refresh_s",
+                 "policy_interval_s", "latency_slo_s", "task_seconds", "session_timeout_s",
+                 "window_s"):
         at_least(f"sysinfo.{name}", getattr(sysinfo, name), 0.001)
     for name in ("hysteresis", "max_future_s", "idle_exit_s", "standby_replicas"):
         at_least(f"sysinfo.{name}", getattr(sysinfo, name), 0)

@@ -120,6 +120,19 @@ def test_a_rebalance_does_not_revive_a_worker_silent_long_before_it() -> None:
     assert fleet.workers_json(now)["workers"][0]["health"] == "STALE"
 
 
+def test_workers_silent_past_forget_after_leave_the_tables() -> None:
+    fleet = Fleet(SYSINFO, {})
+    now = now_ms()
+    feed(fleet, sample("old", 50.0, timestamp=now - 700_000), received_at=now - 700_000)
+    feed(fleet, sample("new", 50.0))
+    fleet.mark_written(fleet.policy_to_write(now))
+    assert fleet.prune(now) == ["old"]
+    assert [w["worker"] for w in fleet.workers_json(now)["workers"]] == ["new"]
+    assert fleet.history_json("old", None) is None
+    policy = fleet.policy_json()
+    assert policy is not None and {e["worker"] for e in policy["entries"]} == {"", "new"}
+
+
 def test_history_since_and_unknown_ids() -> None:
     fleet = Fleet(SYSINFO, {})
     feed(fleet, sample("w1", 10.0, timestamp=1000), sample("w1", 10.0, timestamp=2000))

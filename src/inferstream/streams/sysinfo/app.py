@@ -219,6 +219,8 @@ class SysinfoApp:
             try:
                 record: WorkerRecord = json.loads(event.value)
                 self.fleet.observe(record)
+                for worker in self.fleet.prune(now_ms()):  # here: the table may be written
+                    log.info("forgot worker=%s silent past forget_after_s", worker)
             except (ValueError, KeyError, TypeError):
                 log.exception("unreadable fleet record")
 

@@ -78,6 +78,20 @@ class Fleet:
         size = self.sysinfo.history_size
         self._history.setdefault(sample["worker"], deque(maxlen=size)).append(sample)
 
+    def prune(self, now_ms: int) -> list[str]:
+        """Forget the workers silent for `forget_after_s`; their ids. Call it where the
+        records table may be written (the fleet agent)."""
+        cutoff = now_ms - self.sysinfo.forget_after_s * 1000
+        gone = [w for w, r in list(self.records.items()) if last_seen_ms(r) < cutoff]
+        for worker in gone:
+            key = f"{self.records[worker]['sample']['pool']}/{worker}"
+            del self.records[worker]
+            self._history.pop(worker, None)
+            self.planned.pop(key, None)
+            self.written.pop(key, None)
+            self.hysteresis.drop(key)
+        return gone
+
     # -- policy ------------------------------------------------------------------------------
     def rebalanced(self, started_ms: int, ended_ms: int) -> None:
         self.rebalance_started_ms, self.heard_since_ms = started_ms, ended_ms

@@ -113,6 +113,10 @@ class Hysteresis:
             self._written[policy_key(entry)] = _Written(entry, now_ms)
         return chosen
 
+    def drop(self, key: str) -> None:
+        """Forget what was written under `key` (a worker that left the tables)."""
+        self._written.pop(key, None)
+
     def forget(self) -> None:
         """Start over: the next `select` writes everything (a new owner of the policy)."""
         self._written.clear()
