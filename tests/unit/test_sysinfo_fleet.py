@@ -133,6 +133,18 @@ def test_workers_silent_past_forget_after_leave_the_tables() -> None:
     assert policy is not None and {e["worker"] for e in policy["entries"]} == {"", "new"}
 
 
+def test_a_failing_strategy_keeps_the_last_entries() -> None:
+    class Broken:
+        name = "broken"
+
+        def plan(self, workers: object, settings: object) -> dict[str, object]:
+            raise ZeroDivisionError("bug in a plug-in")
+
+    fleet = Fleet(SYSINFO, {}, strategy_loader=lambda name, pool: Broken())  # type: ignore
+    feed(fleet, sample("a", 10.0))
+    assert fleet.policy_to_write(now_ms()) == []
+
+
 def test_history_since_and_unknown_ids() -> None:
     fleet = Fleet(SYSINFO, {})
     feed(fleet, sample("w1", 10.0, timestamp=1000), sample("w1", 10.0, timestamp=2000))

@@ -265,6 +265,13 @@ class SysinfoApp:
             self._takeover_position = None
 
     async def _tick(self) -> None:
+        try:
+            await self.tick()
+        except Exception:  # a failed round is retried by the next one; the app goes on
+            log.exception("policy round failed")
+
+    async def tick(self) -> None:
+        """One policy round: note rebalances, follow ownership, write what changed."""
         self._check_idle()
         self._note_rebalance()
         owner = self.owns_fleet()

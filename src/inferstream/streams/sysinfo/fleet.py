@@ -6,6 +6,7 @@ mapping) and writes out what `policy_to_write` returns; the HTTP views read its 
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
@@ -23,6 +24,8 @@ from inferstream.streams.sysinfo.workers import (
     performances,
     view_of,
 )
+
+log = logging.getLogger(__name__)
 
 
 def record_of(sample: SysInfoSample, aggregates: Mapping[str, ModelAggregate],
@@ -117,8 +120,13 @@ class Fleet:
         """Plan every pool now; return the entries worth writing (hysteresis applied)."""
         chosen: list[PolicyEntry] = []
         for pool, workers in sorted(self.views(now_ms).items()):
-            entries = pool_entries(pool, workers, self.strategy(pool), self._settings,
-                                   self.sysinfo.task_seconds, now_ms)
+            strategy = self.strategy(pool)
+            try:
+                entries = pool_entries(pool, workers, strategy, self._settings,
+                                       self.sysinfo.task_seconds, now_ms)
+            except Exception:  # a plug-in strategy's bug keeps its pool's last entries
+                log.exception("strategy %s failed for pool=%s", strategy.name, pool)
+                continue
             self.planned.update((policy_key(e), e) for e in entries)
             chosen += self.hysteresis.select(entries, now_ms)
         return chosen
