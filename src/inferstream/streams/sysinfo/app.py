@@ -124,8 +124,8 @@ class SysinfoApp:
         self.codec = codec or Codec(config.schema_registry_url)
         self._datadir = tempfile.mkdtemp(prefix="inferstream-sysinfo-")
         self.app = faust.App(**faust_settings(config, topology, self._datadir))
-        raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw",
-               "value_serializer": "raw"}
+        raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes,
+                               "key_serializer": "raw", "value_serializer": "raw"}
         self.sysinfo_topic = self.app.topic(config.topic("sysinfo"), **raw)
         self.fleet_topic = self.app.topic(config.topic("sysinfo-fleet"), partitions=1,
                                           internal=True, retention=3600.0, **raw)
