@@ -267,8 +267,9 @@ class SysinfoApp:
     async def _tick(self) -> None:
         try:
             await self.tick()
-        except Exception:  # a failed round is retried by the next one; the app goes on
+        except Exception:  # the next round rewrites everything; the app goes on
             log.exception("policy round failed")
+            self.fleet.hysteresis.forget()
 
     async def tick(self) -> None:
         """One policy round: note rebalances, follow ownership, write what changed."""
