@@ -12,13 +12,14 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from inferstream.commands import admin, client, controller, top, worker
+from inferstream.commands import admin, client, controller, sysinfo, top, worker
 from inferstream.commands.needs import (
     cluster_needs,
     controller_needs,
     results_needs,
     status_needs,
     submit_needs,
+    sysinfo_needs,
     worker_needs,
 )
 from inferstream.config import Config
@@ -48,6 +49,8 @@ COMMANDS: dict[str, Command] = {
                       needs=worker_needs, long_running=True),
     "controller": Command("run a controller replica", _no_args, controller.run, "controller",
                           needs=controller_needs, long_running=True),
+    "sysinfo": Command("run a replica of the sysinfo app (policy table, HTTP data access)",
+                       _no_args, sysinfo.run, "sysinfo", needs=sysinfo_needs),
     "submit": Command("submit a job", client.submit_args, client.submit, needs=submit_needs),
     "status": Command("show job status", client.status_args, client.status,
                       needs=status_needs),

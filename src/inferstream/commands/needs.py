@@ -32,6 +32,16 @@ def controller_needs(config: Config) -> Needs:
                                 "dlq"))
 
 
+def sysinfo_needs(config: Config) -> Needs:
+    """The sysinfo app (Faust, on aiokafka) gets no pass-through settings: librdkafka's check
+    covers the cluster and topics; its HTTP port must be free; its strategies must load."""
+    from inferstream.streams.sysinfo.fleet import Fleet  # sysinfo only (no faust here)
+
+    Fleet(config.sysinfo, {}).check_strategies()  # a wrong name fails before any connection
+    return Needs(topics=_topics(config, "sysinfo", "policy", "dlq"),
+                 metrics_port=config.sysinfo.port, port_flag="--port")
+
+
 def submit_needs(config: Config) -> Needs:
     return Needs(topics=(*_topics(config, "jobs", "job-events", "results"),
                          config.task_topic()))

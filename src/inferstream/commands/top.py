@@ -29,7 +29,8 @@ _KEY_POLL_MS = 100
 def top_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
                         help="seconds between refreshes (default: 1)")
-    parser.add_argument("--once", action="store_true", help="print the table once and exit (default: off)")
+    parser.add_argument("--once", action="store_true",
+                        help="print the table once and exit (default: off)")
     parser.add_argument("--json", action="store_true",
                         help="print one snapshot as JSON and exit (implies --once; default: off)")
 

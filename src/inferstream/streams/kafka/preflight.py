@@ -36,12 +36,13 @@ _REASON = re.compile(r"/bootstrap: (?P<reason>.+?)(?: \(after \d+ms in state \w+
 @dataclass(frozen=True)
 class Needs:
     """What a command needs: the client libraries it runs, the topics (full names) it reads
-    or writes, the local port it serves metrics on."""
+    or writes, the local port it serves metrics (or HTTP) on and the flag that sets it."""
 
     librdkafka: bool = True
     aiokafka: bool = False
     topics: tuple[str, ...] = ()
     metrics_port: int | None = None
+    port_flag: str = "--metrics-port"
 
 
 def preflight(config: Config, needs: Needs, clients: KafkaClients = REAL_CLIENTS) -> None:
@@ -50,7 +51,7 @@ def preflight(config: Config, needs: Needs, clients: KafkaClients = REAL_CLIENTS
                                       aiokafka=needs.aiokafka):
         log.warning("%s", warning)
     if needs.metrics_port is not None:
-        check_port_free(needs.metrics_port)
+        check_port_free(needs.metrics_port, needs.port_flag)
     check_cluster(config, needs.topics, clients)
 
 

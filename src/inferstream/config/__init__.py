@@ -1,0 +1,28 @@
+"""The one configuration of an inferstream process.
+
+Settings are read in one place, `load_config` (`loading.py`), from (highest first) CLI flags,
+the environment (`INFERSTREAM_<NAME>`), an optional TOML file (`--config FILE` or
+`INFERSTREAM_CONFIG`) and the defaults, each written once where its field is declared
+(`core.py` for the connection, `roles.py` for the worker and controller, `sysinfo.py` for the
+sysinfo app). The result is frozen and validated; nothing is read at import time.
+"""
+
+from inferstream.config.core import MASK, Config, parse_kafka_config
+from inferstream.config.fields import setting
+from inferstream.config.loading import SECTIONS, load_config
+from inferstream.config.roles import DEFAULT_COLLECTORS, GUARANTEES, ControllerConfig, WorkerConfig
+from inferstream.config.sysinfo import SysinfoConfig
+
+__all__ = [
+    "DEFAULT_COLLECTORS",
+    "GUARANTEES",
+    "MASK",
+    "SECTIONS",
+    "Config",
+    "ControllerConfig",
+    "SysinfoConfig",
+    "WorkerConfig",
+    "load_config",
+    "parse_kafka_config",
+    "setting",
+]

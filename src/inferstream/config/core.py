@@ -1,0 +1,193 @@
+"""`Config`: the connection settings (brokers, security, topics, pool) and one section per
+role, frozen and validated when built."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import ssl
+from dataclasses import dataclass, field
+from typing import Any
+
+from inferstream.config.fields import at_least as _at_least
+from inferstream.config.fields import setting
+from inferstream.config.roles import (
+    ControllerConfig,
+    WorkerConfig,
+    validate_controller,
+    validate_worker,
+)
+from inferstream.config.sysinfo import SysinfoConfig
+from inferstream.errors import ConfigError
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+MASK = "****"
+#: What Kafka allows in a topic name.
+_TOPIC_SAFE = re.compile(r"[A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Settings of every inferstream process: connection, topics, and one section per role."""
+
+    bootstrap_servers: str = setting("localhost:9092", "Kafka servers, host:port,...")
+    topic_prefix: str = setting("inferstream.", "topic name prefix")
+    pool: str = setting("default", "worker pool")
+    security_protocol: str = setting("PLAINTEXT", "Kafka security protocol",
+                                     choices=SECURITY_PROTOCOLS)
+    sasl_mechanism: str | None = setting(None, "SASL mechanism", choices=SASL_MECHANISMS)
+    sasl_username: str | None = setting(None, "SASL user name")
+    sasl_password: str | None = setting(None, "SASL password", secret=True)
+    ssl_cafile: str | None = setting(None, "CA certificates file")
+    ssl_certfile: str | None = setting(None, "client certificate file")
+    ssl_keyfile: str | None = setting(None, "client key file")
+    ssl_key_password: str | None = setting(None, "client key password", secret=True)
+    schema_registry_url: str | None = setting(None, "use the Confluent wire format")
+    sysinfo_url: str = setting("http://127.0.0.1:6066",
+                               "HTTP API of the sysinfo app (inferstream top, SysInfoClient)")
+    #: librdkafka/Java-style `key=value` settings passed to the Kafka clients untouched.
+    kafka_config: tuple[tuple[str, str], ...] = setting(
+        (), "client setting passed through untouched (repeatable)", secret=True,
+        metavar="KEY=VALUE")
+    partitions: int = setting(12, "partitions of created topics")
+    replication_factor: int | None = setting(
+        None, "replication factor of created topics (empty: the broker's default)")
+    connect_timeout_s: float = setting(
+        5.0, "at start-up, how long to wait for the Kafka cluster to answer")
+    stop_grace_s: float = setting(
+        30.0, "a worker or controller still stopping this long after SIGTERM/SIGINT exits "
+        "at once (so does a second signal)")
+    worker: WorkerConfig = field(default_factory=WorkerConfig)
+    controller: ControllerConfig = field(default_factory=ControllerConfig)
+    sysinfo: SysinfoConfig = field(default_factory=SysinfoConfig)
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    # -- derived names -------------------------------------------------------------------
+    def topic(self, name: str) -> str:
+        """The full name of topic `name` (`jobs`, `results`, ...) under the prefix."""
+        return f"{self.topic_prefix}{name}"
+
+    def task_topic(self, pool: str | None = None) -> str:
+        return self.topic(f"tasks.{pool or self.pool}")
+
+    def worker_group(self, pool: str | None = None) -> str:
+        """The consumer group of a pool's workers."""
+        return f"{self.topic_prefix}{pool or self.pool}.workers"
+
+    # -- client settings -----------------------------------------------------------------
+    def confluent_config(self, **extra: Any) -> dict[str, Any]:
+        """Settings for confluent-kafka clients (librdkafka names), pass-through applied last."""
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "security.protocol": self.security_protocol.lower(),
+        }
+        optional = {
+            "sasl.mechanism": self.sasl_mechanism,
+            "sasl.username": self.sasl_username,
+            "sasl.password": self.sasl_password,
+            "ssl.ca.location": self.ssl_cafile,
+            "ssl.certificate.location": self.ssl_certfile,
+            "ssl.key.location": self.ssl_keyfile,
+            "ssl.key.password": self.ssl_key_password,
+        }
+        conf.update({k: v for k, v in optional.items() if v is not None})
+        conf.update(extra)
+        conf.update(dict(self.kafka_config))
+        return conf
+
+    def aiokafka_config(self) -> dict[str, Any]:
+        """Keyword arguments for aiokafka clients: the same servers and security settings.
+
+        Pass-through keys are translated from dotted to aiokafka's underscore names
+        (`max.poll.interval.ms` -> `max_poll_interval_ms`); callers drop the ones a given
+        aiokafka class does not accept (see `streams.kafka.aiokafka_kwargs`).
+        """
+        kwargs: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap_servers,
+            "security_protocol": self.security_protocol,
+        }
+        if self.sasl_mechanism:
+            kwargs["sasl_mechanism"] = self.sasl_mechanism
+            kwargs["sasl_plain_username"] = self.sasl_username
+            kwargs["sasl_plain_password"] = self.sasl_password
+        if "SSL" in self.security_protocol:
+            kwargs["ssl_context"] = self._ssl_context()
+        for key, value in self.kafka_config:
+            kwargs[key.replace(".", "_")] = _coerce(value)
+        return kwargs
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.ssl_cafile)
+        if self.ssl_certfile:
+            context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile, self.ssl_key_password)
+        return context
+
+    def masked(self) -> dict[str, Any]:
+        """The settings as a dict with every secret replaced by `****` (for printing)."""
+        shown = dataclasses.asdict(self)
+        for key in ("sasl_password", "ssl_key_password"):
+            if shown[key] is not None:
+                shown[key] = MASK
+        shown["kafka_config"] = {
+            k: (MASK if _is_secret(k) else v) for k, v in self.kafka_config
+        }
+        return shown
+
+
+def _is_secret(key: str) -> bool:
+    lowered = key.lower()
+    return any(word in lowered for word in ("password", "secret", "token", "jaas"))
+
+
+def _coerce(value: str) -> Any:
+    """Turn pass-through strings into the ints/bools aiokafka expects."""
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    try:
+        return int(value)
+    except ValueError:
+        return value
+
+
+def _validate(config: Config) -> None:
+    if not config.bootstrap_servers.strip():
+        raise ConfigError("bootstrap_servers is empty")
+    for server in config.bootstrap_servers.split(","):
+        host, sep, port = server.strip().rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ConfigError(f"bootstrap server {server!r} is not host:port")
+    if config.security_protocol not in SECURITY_PROTOCOLS:
+        raise ConfigError(
+            f"security_protocol {config.security_protocol!r} is not one of {SECURITY_PROTOCOLS}"
+        )
+    if "SASL" in config.security_protocol and config.sasl_mechanism not in SASL_MECHANISMS:
+        raise ConfigError(f"{config.security_protocol} needs sasl_mechanism in {SASL_MECHANISMS}")
+    if config.partitions < 1:
+        raise ConfigError(f"partitions must be >= 1, got {config.partitions}")
+    if config.replication_factor is not None and config.replication_factor < 1:
+        raise ConfigError(f"replication_factor must be >= 1, got {config.replication_factor}")
+    if not _TOPIC_SAFE.fullmatch(config.pool):
+        raise ConfigError(f"pool name {config.pool!r} may use only letters, digits, '.', '_', '-'")
+    if config.topic_prefix and not _TOPIC_SAFE.fullmatch(config.topic_prefix):
+        raise ConfigError(
+            f"topic_prefix {config.topic_prefix!r} may use only letters, digits, '.', '_', '-'")
+    _at_least("connect_timeout_s", config.connect_timeout_s, 0.1)
+    _at_least("stop_grace_s", config.stop_grace_s, 0)
+    validate_worker(config.worker)
+    validate_controller(config.controller)
+
+
+def parse_kafka_config(pairs: list[str] | tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """Parse `key=value` strings; a pair without `=` is a ConfigError."""
+    parsed = []
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--kafka-config expects key=value, got {pair!r}")
+        parsed.append((key.strip(), value.strip()))
+    return tuple(parsed)
+
+

@@ -1,0 +1,148 @@
+"""Where settings come from: `load_config` merges (highest first) CLI flags, the environment
+(`INFERSTREAM_<NAME>`, `INFERSTREAM_<SECTION>_<NAME>`), an optional TOML file and the defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from inferstream.config.core import Config, parse_kafka_config
+from inferstream.config.roles import ControllerConfig, WorkerConfig
+from inferstream.config.sysinfo import SysinfoConfig
+from inferstream.errors import ConfigError
+
+#: The role sections of Config: TOML table, `INFERSTREAM_<SECTION>_<NAME>`, CLI flags.
+SECTIONS: dict[str, type] = {"worker": WorkerConfig, "controller": ControllerConfig,
+                             "sysinfo": SysinfoConfig}
+_ROOT = [f.name for f in dataclasses.fields(Config) if f.name not in SECTIONS]
+
+
+def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for name in _ROOT:
+        raw = environ.get(f"INFERSTREAM_{name.upper()}")
+        if raw is None:
+            continue
+        if name == "kafka_config":
+            values[name] = parse_kafka_config([p for p in raw.split(",") if p.strip()])
+        else:
+            values[name] = raw
+    for section, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            raw = environ.get(f"INFERSTREAM_{section.upper()}_{f.name.upper()}")
+            if raw is not None:
+                values.setdefault(section, {})[f.name] = raw
+    return values
+
+
+def _from_file(path: str) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    table = data.get("inferstream", data)
+    if not isinstance(table, dict):
+        raise ConfigError(f"config file {path}: [inferstream] must be a table")
+    values = _file_table(path, table, _ROOT, "")
+    for section, cls in SECTIONS.items():
+        if section in table:
+            if not isinstance(table[section], dict):
+                raise ConfigError(f"config file {path}: [{section}] must be a table")
+            names = [f.name for f in dataclasses.fields(cls)]
+            values[section] = _file_table(path, table[section], names, f"{section}.")
+    return values
+
+
+def _file_table(path: str, table: dict[str, Any], names: list[str], prefix: str
+                ) -> dict[str, Any]:
+    unknown = set(table) - set(names) - (set(SECTIONS) if not prefix else set())
+    if unknown:
+        raise ConfigError(f"config file {path}: unknown settings "
+                          f"{sorted(prefix + u for u in unknown)}")
+    values = {k: v for k, v in table.items() if k in names}
+    for name, value in values.items():
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            continue  # a list of names (worker.models, sysinfo.pool_strategies)
+        if name != "kafka_config" and not isinstance(value, str | int | float | bool):
+            raise ConfigError(f"config file {path}: {prefix}{name} must be a string, "
+                              "a number or a boolean")
+    if "kafka_config" in values:
+        pass_through = values["kafka_config"]
+        if not isinstance(pass_through, dict):
+            raise ConfigError(f"config file {path}: kafka_config must be a table of key = value")
+        values["kafka_config"] = tuple((k, str(v)) for k, v in pass_through.items())
+    return values
+
+
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _typed(name: str, kind: Any, value: Any) -> Any:
+    """`value` (a string from the environment, a TOML scalar, a flag) as the field's type."""
+    optional = isinstance(kind, types.UnionType) and type(None) in typing.get_args(kind)
+    base = next((a for a in typing.get_args(kind) if a is not type(None)), kind)
+    if typing.get_origin(kind) is tuple and typing.get_args(kind) == (str, ...):
+        names = value.split(",") if isinstance(value, str) else value
+        return tuple(str(n).strip() for n in names if str(n).strip())
+    if value is None or typing.get_origin(kind) is tuple or (optional and value == ""):
+        return None if value == "" else value
+    if base is bool:
+        if isinstance(value, bool):
+            return value
+        if str(value).lower() in _TRUE + _FALSE:
+            return str(value).lower() in _TRUE
+        raise ConfigError(f"{name} must be true or false, got {value!r}")
+    if base in (int, float):
+        if isinstance(value, bool):
+            raise ConfigError(f"{name} must be a number, got {value!r}")
+        try:
+            return base(value)
+        except (TypeError, ValueError) as exc:
+            noun = "an integer" if base is int else "a number"
+            raise ConfigError(f"{name} must be {noun}, got {value!r}") from exc
+    return str(value)
+
+
+def _build(cls: type, values: Mapping[str, Any], prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    return cls(**{k: v if k in SECTIONS else _typed(prefix + k, hints[k], v)
+                  for k, v in values.items()})
+
+
+def load_config(
+    flags: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Config:
+    """Build the process's Config: flags > environment > TOML file > defaults.
+
+    `flags` holds CLI values by field name, role settings as a dict under the section's name
+    (`{"worker": {"max_batch": 64}}`); None means "not given". A `config_file` key names the
+    TOML file, else `INFERSTREAM_CONFIG`.
+    """
+    flags = dict(flags or {})
+    environ = os.environ if environ is None else environ
+    layers: list[Mapping[str, Any]] = []
+    config_file = flags.pop("config_file", None) or environ.get("INFERSTREAM_CONFIG")
+    if config_file:
+        layers.append(_from_file(config_file))
+    layers.append(_from_env(environ))
+    layers.append(flags)
+    merged: dict[str, Any] = {section: {} for section in SECTIONS}
+    for layer in layers:
+        for key, value in layer.items():
+            if key in SECTIONS:
+                merged[key].update({k: v for k, v in value.items() if v is not None})
+            elif key in _ROOT and value is not None:
+                merged[key] = value
+    sections = {name: _build(cls, merged.pop(name), f"{name}.")
+                for name, cls in SECTIONS.items()}
+    config: Config = _build(Config, {**merged, **sections})
+    return config

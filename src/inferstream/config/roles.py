@@ -1,0 +1,111 @@
+"""The role sections of Config: `inferstream worker` and `inferstream controller` settings
+([worker] and [controller] in TOML, `INFERSTREAM_WORKER_<NAME>`..., flags)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inferstream.config.fields import at_least as _at_least
+from inferstream.config.fields import setting
+from inferstream.errors import ConfigError
+
+GUARANTEES = ("exactly-once", "at-least-once")
+#: The built-in collectors of `streams.worker.collectors`, all on by default.
+DEFAULT_COLLECTORS = ("cpu", "memory", "accelerator", "models", "queue", "software")
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """`inferstream worker`: one member of a pool's consumer group ([worker] in TOML)."""
+
+    models: tuple[str, ...] = setting(
+        (), "a model to serve, by registry name, e.g. efficientnet_lite0 (repeatable; "
+        "at least one)", flag="--model", metavar="NAME")
+    load_on_demand: bool = setting(
+        False, "also load other registry models when a task asks for them")
+    max_loaded_models: int = setting(
+        2, "most models loaded at once with load_on_demand (idle ones are unloaded first)")
+    device: str = setting("auto", "auto, cpu, cuda or cuda:N")
+    max_batch: int = setting(32, "most items per model batch")
+    max_wait_ms: float = setting(10.0, "longest wait for a batch to fill after its first item")
+    decode_threads: int = setting(4, "threads that fetch and preprocess items")
+    http_timeout_s: float = setting(10.0, "timeout of one http(s) item fetch")
+    max_item_bytes: int = setting(64 * 1024 * 1024, "largest item the worker reads")
+    metrics_port: int | None = setting(None, "serve /metrics on this port")
+    weights: str | None = setting(None, "weights file of the first --model (empty: searched)")
+    random_weights: bool = setting(False,
+                                   "random weights when none are found (benchmarks only)")
+    worker_id: str = setting("", "name in results and metrics (empty: host-pid)")
+    instance_id: str | None = setting(None, "static group membership id")
+    session_timeout_ms: int = setting(
+        10_000, "a worker silent this long is dead and loses its partitions")
+    heartbeat_interval_ms: int = setting(1_000, "group heartbeat interval")
+    max_poll_interval_ms: int = setting(
+        300_000, "longest gap between fetches; must exceed the slowest batch")
+    guarantee: str = setting("exactly-once",
+                             "exactly-once: results and offsets in one transaction",
+                             choices=GUARANTEES)
+    idle_exit_s: float | None = setting(
+        None, "exit after this long with nothing to do (bounded mode)", flag="--idle-exit",
+        metavar="SECONDS")
+    revoke_grace_s: float = setting(
+        10.0, "how long a revoked partition may take to commit its in-flight tasks")
+    sysinfo_interval_s: float | None = setting(
+        2.0, "seconds between system-information samples to the sysinfo topic (0: none)",
+        flag="--sysinfo-interval", metavar="SECONDS")
+    collectors: tuple[str, ...] = setting(
+        DEFAULT_COLLECTORS, "a collector to run, built-in or registered by entry point "
+        "inferstream.collectors (repeatable; replaces the default list)", flag="--collector",
+        metavar="NAME")
+    calibration_items: int = setting(
+        8, "items in the calibration batch run at start (0: no calibration)")
+
+    @property
+    def max_in_flight_items(self) -> int:
+        return 4 * self.max_batch + 64
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """`inferstream controller`: one controller replica ([controller] in TOML)."""
+
+    transactional_id: str | None = setting(None, "transactional id (empty: <prefix>controller)")
+    tasks_per_round: int = setting(
+        256, "tasks issued per job per round, so one huge job cannot starve the others")
+    progress_interval_s: float = setting(1.0, "least time between a job's PROGRESS events")
+    idle_exit_s: float | None = setting(
+        None, "exit after this long with no active job (bounded mode)", flag="--idle-exit",
+        metavar="SECONDS")
+    retain_finished_s: float = setting(
+        600.0, "finished jobs are forgotten (the ledger keeps them) after this long")
+    watchdog_s: float | None = setting(
+        90.0, "a round running this long has every thread's stack dumped once")
+    commit_timeout_s: float = setting(
+        20.0, "librdkafka timeout of send_offsets and abort; a commit gets twice this")
+    call_grace_s: float = setting(
+        5.0, "a librdkafka call this long past its own timeout is given up on as stuck "
+        "(librdkafka#5456)")
+
+
+def validate_worker(worker: WorkerConfig) -> None:
+    if worker.guarantee not in GUARANTEES:
+        raise ConfigError(f"worker.guarantee {worker.guarantee!r} is not one of {GUARANTEES}")
+    for name in ("max_batch", "decode_threads", "max_item_bytes", "session_timeout_ms",
+                 "max_loaded_models",
+                 "heartbeat_interval_ms", "max_poll_interval_ms"):
+        _at_least(f"worker.{name}", getattr(worker, name), 1)
+    for name in ("max_wait_ms", "http_timeout_s", "idle_exit_s", "revoke_grace_s",
+                 "sysinfo_interval_s", "calibration_items"):
+        _at_least(f"worker.{name}", getattr(worker, name), 0)
+    if worker.heartbeat_interval_ms >= worker.session_timeout_ms:
+        raise ConfigError("worker.heartbeat_interval_ms must be below worker.session_timeout_ms")
+    if worker.metrics_port is not None and not 0 < worker.metrics_port < 65536:
+        raise ConfigError(f"worker.metrics_port {worker.metrics_port} is not a TCP port")
+
+
+def validate_controller(controller: ControllerConfig) -> None:
+    _at_least("controller.tasks_per_round", controller.tasks_per_round, 1)
+    for name in ("progress_interval_s", "idle_exit_s", "retain_finished_s", "watchdog_s"):
+        _at_least(f"controller.{name}", getattr(controller, name), 0)
+    _at_least("controller.commit_timeout_s", controller.commit_timeout_s, 0.001)
+    _at_least("controller.call_grace_s", controller.call_grace_s, 0.001)

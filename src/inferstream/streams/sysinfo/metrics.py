@@ -1,0 +1,31 @@
+"""Prometheus metrics of a sysinfo replica, built as one bundle from an injected registry."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+
+class SysinfoMetrics:
+    """What the sysinfo app counts: samples by outcome, drops, dead letters, policy writes."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.samples = Counter(
+            "inferstream_sysinfo_samples_total", "Sysinfo records read, by outcome",
+            ["outcome"], registry=registry)
+        self.dropped = Counter(
+            "inferstream_sysinfo_samples_dropped_total",
+            "Readable samples dropped for absurd values, by reason", ["reason"],
+            registry=registry)
+        self.dead_letters = Counter(
+            "inferstream_sysinfo_dead_letters_total",
+            "Sysinfo records sent to the dead-letter topic", registry=registry)
+        self.policy_writes = Counter(
+            "inferstream_policy_entries_written_total", "PolicyEntry records written, by pool",
+            ["pool"], registry=registry)
+        self.workers = Gauge(
+            "inferstream_sysinfo_workers", "Workers known to the policy owner, by health",
+            ["pool", "health"], registry=registry)
+        self.owner = Gauge(
+            "inferstream_sysinfo_policy_owner",
+            "1 while this replica owns the fleet table and writes the policy", registry=registry)
