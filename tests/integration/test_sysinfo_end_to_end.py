@@ -6,8 +6,11 @@ registered by entry point."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import shutil
 import signal
+import subprocess
 import textwrap
 import time
 from pathlib import Path
@@ -20,6 +23,7 @@ from inferstream.streams.client.client import Client
 from inferstream.streams.kafka.topics import ensure_topics
 from tests.integration.conftest import Processes
 from tests.integration.test_sysinfo import free_port, get, start_replica, wait_for
+from tests.unit.test_top_terminal import Pane, top_command
 
 pytestmark = pytest.mark.integration
 
@@ -83,6 +87,26 @@ def create_pool_topics(config: Config, *pools: str) -> None:
         assert report.ok, report.mismatched
 
 
+def check_top(procs: Processes, port: int, tmp_path: Path, workers: dict[str, Any]) -> None:
+    """`top --once --json` and the live view in a real terminal read the real app."""
+    url = f"http://127.0.0.1:{port}"
+    snapshot = json.loads(procs.run("top", "--once", "--json", "--sysinfo-url", url).stdout)
+    assert {w["worker"] for w in snapshot["workers"]} >= set(workers)
+    assert snapshot["health"]["status"] == "ok"
+    if shutil.which("tmux") is None:
+        return
+    pane = Pane(tmp_path / "tmux.sock")
+    try:
+        pane.start(top_command(url, tmp_path / "top.pid"))
+        pane.wait_for(lambda text: all(name in text for name in workers) and "default" in text,
+                      "the two workers' rows")
+        pane.tmux("send-keys", "q")
+        pane.wait_for(lambda text: "top exited with 0" in text, "top exiting 0 on q")
+    finally:
+        subprocess.run(["tmux", "-S", str(pane.socket), "kill-server"], capture_output=True,
+                       check=False, timeout=30)
+
+
 @pytest.mark.timeout(600)
 def test_workers_measured_rates_drive_the_policy_and_a_killed_worker_goes_stale(
         procs: Processes, config: Config, tmp_path: Path) -> None:
@@ -109,6 +133,7 @@ def test_workers_measured_rates_drive_the_policy_and_a_killed_worker_goes_stale(
         and found), 60)
     print("items/s", {w: measured[w]["items_per_s"] for w in workers},
           "shares", {w: shares[w]["share"] for w in workers})
+    check_top(procs, port, tmp_path, workers)
 
     interval = get(port, "/workers/slow")[1]["sample"]["interval_s"]
     workers["slow"].send_signal(signal.SIGKILL)
