@@ -32,7 +32,7 @@ from inferstream.streams.kafka.settings import (
     producer_config,
 )
 from tests.integration.conftest import CLUSTER
-from tests.unit.test_codec import EXAMPLES
+from tests.unit.examples import EXAMPLES
 
 pytestmark = pytest.mark.integration
 
