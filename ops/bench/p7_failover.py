@@ -210,7 +210,7 @@ class FailoverBench:
         survivors = {m for m in self.members if m != trial.victim}
         owners = survivors | ({trial.replacement} if trial.replacement else set())
         moved = set(trial.victim_partitions)
-        n = self.fleet.config.partitions
+        n = self.fleet.config.task_partitions_for()
         deadline = time.monotonic() + self.args.observe_s
         while time.monotonic() < deadline:
             history = ownership_events(self.fleet, sorted(owners))
