@@ -31,7 +31,7 @@ from p1_stack import INFERSTREAM, BenchError, Broker
 from inferstream.config import Config
 from inferstream.schemas import Codec, SchemaError
 from inferstream.streams.client.client import Client
-from inferstream.streams.kafka.settings import PARTITION_EOF, consumer_config, partition_for
+from inferstream.streams.kafka.settings import PARTITION_EOF, consumer_config
 from inferstream.streams.kafka.topics import ensure_topics
 
 _OWNERSHIP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?"
@@ -316,11 +316,6 @@ class CommittedResults:
                     return
             time.sleep(0.1)
         raise BenchError(f"results reader did not reach {high} in {timeout_s}s: {self._end}")
-
-
-def task_partition(job_id: str, task_id: int, partitions: int) -> int:
-    """The task-topic partition of a task, as the controller's `_produce_tasks` chooses it."""
-    return (partition_for(job_id, partitions) + task_id) % partitions
 
 
 def audit(results: list[SeenResult], job_id: str, expected: list[str]) -> dict[str, int]:

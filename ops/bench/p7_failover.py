@@ -52,13 +52,13 @@ from failover_common import (
     ownership_events,
     source_version,
     start_broker,
-    task_partition,
     wait_for_group,
     write_listing,
 )
 from p1_stack import BenchError
 
 from inferstream.streams.client.client import Job
+from inferstream.streams.controller.placement import task_partition
 from inferstream.streams.errors import JobTimeoutError
 
 KINDS = ("sigterm", "kill9", "sigstop", "static-restart")

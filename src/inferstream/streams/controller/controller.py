@@ -38,6 +38,7 @@ from inferstream.streams.controller.declines import PoolView, redirect
 from inferstream.streams.controller.expansion import Item
 from inferstream.streams.controller.ledger import JobState, LedgerCodec
 from inferstream.streams.controller.outbox import ControllerTopics, Outbox, PartitionCounts
+from inferstream.streams.controller.placement import task_partition
 from inferstream.streams.controller.replay import read_ledger
 from inferstream.streams.errors import KafkaSetupError, StuckCallError
 from inferstream.streams.kafka.clients import (
@@ -52,7 +53,6 @@ from inferstream.streams.kafka.groups import describe_with
 from inferstream.streams.kafka.settings import (
     LIBRDKAFKA_LOG,
     consumer_config,
-    partition_for,
     producer_config,
 )
 
@@ -205,10 +205,9 @@ class Controller:
                        out: Outbox) -> None:
         topic = self.config.task_topic(state.job["pool"])
         n = self.partitions(topic)
-        base = partition_for(state.job_id, n)
         for task_id, items in tasks:
             task = new_task(state.job, task_id, [i.as_record() for i in items])
-            out.add(topic, (base + task_id) % n, state.job_id.encode(),
+            out.add(topic, task_partition(state.job_id, task_id, n), state.job_id.encode(),
                     self.codec.encode("Task", task))
             state.issued_tasks += 1
             state.issued_items += len(items)
