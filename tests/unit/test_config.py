@@ -14,6 +14,7 @@ from inferstream.cli import build_parser, main
 from inferstream.config import MASK, Config, load_config, parse_kafka_config
 from inferstream.errors import ConfigError
 from inferstream.models import known_models
+from inferstream.models.names import SIM_SYNTAX
 from inferstream.streams.kafka.settings import producer_config
 
 SECRET = "hunter2-very-secret"  # noqa: S105 (a test value that must never be printed)
@@ -390,5 +391,5 @@ def test_submit_help_names_the_models(capsys: pytest.CaptureFixture[str]) -> Non
     with pytest.raises(SystemExit):
         main(["submit", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for name in (*known_models(), "sim:ms=N[,jitter=F]"):
+    for name in (*known_models(), SIM_SYNTAX):
         assert name in text
