@@ -64,7 +64,7 @@ def main() -> int:
     servers, own_cluster = start_kafka()
     env = {**os.environ, "INFERSTREAM_BOOTSTRAP_SERVERS": servers,
            "INFERSTREAM_TOPIC_PREFIX": "demo.", "INFERSTREAM_PARTITIONS": "4",
-           "PYTHONUNBUFFERED": "1"}
+           "INFERSTREAM_TASK_PARTITIONS": "4", "PYTHONUNBUFFERED": "1"}
     children: list[subprocess.Popen[bytes]] = []
     try:
         print(f"demo: Kafka at {servers}", file=sys.stderr)

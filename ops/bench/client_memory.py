@@ -132,7 +132,7 @@ def main() -> None:
         work = Path(tmp)
         broker = start_broker(work / "kafka")
         try:
-            config = Config(bootstrap_servers=broker.bootstrap, partitions=4,
+            config = Config(bootstrap_servers=broker.bootstrap, partitions=4, task_partitions=4,
                             topic_prefix=f"mem{uuid.uuid4().hex[:6]}.")
             ensure_topics(config)
             job_id = produce_job(config, args.items)

@@ -31,7 +31,7 @@ from p1_stack import INFERSTREAM, BenchError, Broker
 from inferstream.config import Config
 from inferstream.schemas import Codec, SchemaError
 from inferstream.streams.client.client import Client
-from inferstream.streams.kafka.settings import PARTITION_EOF, consumer_config, partition_for
+from inferstream.streams.kafka.settings import PARTITION_EOF, consumer_config
 from inferstream.streams.kafka.topics import ensure_topics
 
 _OWNERSHIP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?"
@@ -78,6 +78,7 @@ class Fleet:
 
     def __init__(self, bootstrap: str, partitions: int, logdir: Path, tag: str) -> None:
         self.config = Config(bootstrap_servers=bootstrap, partitions=partitions,
+                             task_partitions=partitions,
                              topic_prefix=f"{tag}-{uuid.uuid4().hex[:6]}.")
         self.logdir = logdir
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -92,7 +93,8 @@ class Fleet:
         return {**os.environ, "PYTHONUNBUFFERED": "1",
                 "INFERSTREAM_BOOTSTRAP_SERVERS": self.config.bootstrap_servers,
                 "INFERSTREAM_TOPIC_PREFIX": self.config.topic_prefix,
-                "INFERSTREAM_PARTITIONS": str(self.config.partitions)}
+                "INFERSTREAM_PARTITIONS": str(self.config.partitions),
+                "INFERSTREAM_TASK_PARTITIONS": str(self.config.task_partitions)}
 
     def log_path(self, name: str) -> Path:
         return self.logdir / f"{self.config.topic_prefix}{name}.log"
@@ -185,7 +187,7 @@ def wait_for_group(fleet: Fleet, members: list[str], timeout_s: float = 180,
                    quiet_s: float = 2.0) -> None:
     """Block until `members` share every partition, each owning some, unchanged for `quiet_s`."""
     deadline = time.monotonic() + timeout_s
-    n = fleet.config.partitions
+    n = fleet.config.task_partitions_for()
     while time.monotonic() < deadline:
         fleet.check_alive(*members)
         events = ownership_events(fleet, members)
@@ -314,11 +316,6 @@ class CommittedResults:
                     return
             time.sleep(0.1)
         raise BenchError(f"results reader did not reach {high} in {timeout_s}s: {self._end}")
-
-
-def task_partition(job_id: str, task_id: int, partitions: int) -> int:
-    """The task-topic partition of a task, as the controller's `_produce_tasks` chooses it."""
-    return (partition_for(job_id, partitions) + task_id) % partitions
 
 
 def audit(results: list[SeenResult], job_id: str, expected: list[str]) -> dict[str, int]:

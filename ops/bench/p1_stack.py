@@ -100,7 +100,8 @@ class Pipeline:
         self.tag = "".join(c if c.isalnum() else "-" for c in settings.model)
         prefix = f"p1-{self.tag}-{uuid.uuid4().hex[:6]}."
         self.config = Config(bootstrap_servers=bootstrap, topic_prefix=prefix,
-                             partitions=settings.partitions)
+                             partitions=settings.partitions,
+                             task_partitions=settings.partitions)
         self.client = Client(self.config)
         self.metrics_ports = [free_port() for _ in range(settings.workers)]
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -109,7 +110,8 @@ class Pipeline:
         env = {**os.environ, **dict(self.settings.env), "PYTHONUNBUFFERED": "1",
                "INFERSTREAM_BOOTSTRAP_SERVERS": self.config.bootstrap_servers,
                "INFERSTREAM_TOPIC_PREFIX": self.config.topic_prefix,
-               "INFERSTREAM_PARTITIONS": str(self.config.partitions)}
+               "INFERSTREAM_PARTITIONS": str(self.config.partitions),
+               "INFERSTREAM_TASK_PARTITIONS": str(self.config.task_partitions)}
         with open(self.logdir / f"{self.tag}-{name}.log", "wb") as log:
             self.procs[name] = subprocess.Popen([*INFERSTREAM, *args], stdout=log,
                                                 stderr=subprocess.STDOUT, env=env)

@@ -52,13 +52,13 @@ from failover_common import (
     ownership_events,
     source_version,
     start_broker,
-    task_partition,
     wait_for_group,
     write_listing,
 )
 from p1_stack import BenchError
 
 from inferstream.streams.client.client import Job
+from inferstream.streams.controller.placement import task_partition
 from inferstream.streams.errors import JobTimeoutError
 
 KINDS = ("sigterm", "kill9", "sigstop", "static-restart")
@@ -210,7 +210,7 @@ class FailoverBench:
         survivors = {m for m in self.members if m != trial.victim}
         owners = survivors | ({trial.replacement} if trial.replacement else set())
         moved = set(trial.victim_partitions)
-        n = self.fleet.config.partitions
+        n = self.fleet.config.task_partitions_for()
         deadline = time.monotonic() + self.args.observe_s
         while time.monotonic() < deadline:
             history = ownership_events(self.fleet, sorted(owners))

@@ -83,7 +83,7 @@ async def alone(samples: int) -> list[float]:
 
 def busy_worker(seconds: float) -> tuple[float, float, int]:
     """(collect CPU s, process CPU s, samples) of a worker busy for about `seconds`."""
-    config = Config(bootstrap_servers="mem:1", partitions=4, worker=WorkerConfig(
+    config = Config(bootstrap_servers="mem:1", partitions=4, task_partitions=4, worker=WorkerConfig(
         models=("sim:ms=1",), worker_id="bench", idle_exit_s=0.5, decode_threads=2))
     broker = MemoryBroker()
     broker.create_topics(topic_specs(config))

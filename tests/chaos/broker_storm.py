@@ -58,7 +58,7 @@ def storm(directory: Path, seed: int, minutes: float, stall_s: float) -> StormRe
     try:
         cluster.start()
         config = Config(bootstrap_servers=cluster.bootstrap, topic_prefix="storm.",
-                        partitions=8, replication_factor=3)
+                        partitions=8, task_partitions=8, replication_factor=3)
         assert ensure_topics(config).ok
         procs = Processes(config, directory / "logs")
         procs.start("controller", "controller", "--idle-exit", "900")

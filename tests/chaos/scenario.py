@@ -284,7 +284,8 @@ def run_scenario(options: ScenarioOptions) -> ScenarioResult:
     try:
         timeline.add("cluster ready", cluster.start())
         config = Config(bootstrap_servers=cluster.bootstrap, topic_prefix=f"chaos{options.seed}.",
-                        partitions=options.partitions, replication_factor=3)
+                        partitions=options.partitions, task_partitions=options.partitions,
+                        replication_factor=3)
         topics = ensure_topics(config)
         assert topics.ok, topics.mismatched
         procs = Processes(config, directory / "logs")

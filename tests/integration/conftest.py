@@ -64,7 +64,7 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def config(kafka: str) -> Config:
     """A Config with a topic prefix of its own; the topics exist."""
     prefix = f"t{uuid.uuid4().hex[:10]}."
-    cfg = Config(bootstrap_servers=kafka, topic_prefix=prefix, partitions=4)
+    cfg = Config(bootstrap_servers=kafka, topic_prefix=prefix, partitions=4, task_partitions=4)
     report = ensure_topics(cfg)
     assert report.ok, report.mismatched
     return cfg
@@ -76,6 +76,7 @@ def config_env(cfg: Config) -> dict[str, str]:
         "INFERSTREAM_BOOTSTRAP_SERVERS": cfg.bootstrap_servers,
         "INFERSTREAM_TOPIC_PREFIX": cfg.topic_prefix,
         "INFERSTREAM_PARTITIONS": str(cfg.partitions),
+        "INFERSTREAM_TASK_PARTITIONS": str(cfg.task_partitions),
         "PYTHONUNBUFFERED": "1",
     })
     return env
@@ -132,10 +133,11 @@ class Processes:
     def wait_for_group(self, *workers: str, timeout_s: float = 120) -> None:
         """Block until the workers share the task partitions, each owning some."""
         deadline = time.monotonic() + timeout_s
+        partitions = self.cfg.task_partitions_for()
         while time.monotonic() < deadline:
             owned = [self.assigned(name) for name in workers]
             together = set().union(*owned)
-            if all(owned) and len(together) == self.cfg.partitions == sum(map(len, owned)):
+            if all(owned) and len(together) == partitions == sum(map(len, owned)):
                 return
             time.sleep(0.2)
         raise AssertionError(f"workers {workers} never shared the partitions: {owned}")

@@ -16,6 +16,8 @@ from tests.integration.conftest import INFERSTREAM
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 3
+#: task topics have their own count, and a pool may override it
+TASK_PARTITIONS = {"tasks.cpu": 5, "tasks.gpu": 7}
 POOLS = ("gpu", "cpu")
 COMPACTED = ("policy", "controller-ledger")
 
@@ -29,13 +31,15 @@ def cli(kafka: str, prefix: str, *args: str) -> subprocess.CompletedProcess[str]
     env = {name: value for name, value in os.environ.items()
            if not name.startswith("INFERSTREAM_")}
     env.update({"INFERSTREAM_BOOTSTRAP_SERVERS": kafka, "INFERSTREAM_TOPIC_PREFIX": prefix,
-                "INFERSTREAM_PARTITIONS": str(PARTITIONS)})
+                "INFERSTREAM_PARTITIONS": str(PARTITIONS), "INFERSTREAM_TASK_PARTITIONS": "5",
+                "INFERSTREAM_POOL_PARTITIONS": "gpu=7"})
     return subprocess.run([*INFERSTREAM, "topics", *args, "--pools", *POOLS], env=env,
                           capture_output=True, text=True, timeout=180, check=False)
 
 
 def expected_names(kafka: str, prefix: str) -> list[str]:
-    config = Config(bootstrap_servers=kafka, topic_prefix=prefix, partitions=PARTITIONS)
+    config = Config(bootstrap_servers=kafka, topic_prefix=prefix, partitions=PARTITIONS,
+                    task_partitions=5, pool_partitions=("gpu=7",))
     return [spec.name for spec in topic_specs(config, POOLS)]
 
 
@@ -77,7 +81,8 @@ def test_create_makes_every_topic_and_is_idempotent(kafka: str, prefix: str) -> 
     settings = topic_settings(kafka, names)
     for name in names:
         kind = short(prefix, name)
-        assert settings[name]["partitions"] == (1 if kind == "policy" else PARTITIONS), name
+        want = {"policy": 1, **TASK_PARTITIONS}.get(kind, PARTITIONS)
+        assert settings[name]["partitions"] == want, name
         want_policy = "compact" if kind in COMPACTED else "delete"
         assert settings[name]["cleanup.policy"] == want_policy, name
         if kind in ("jobs", "results", "dlq") or kind.startswith("tasks."):
@@ -94,6 +99,7 @@ def test_create_makes_every_topic_and_is_idempotent(kafka: str, prefix: str) -> 
     assert set(lines) == set(names)
     assert f"partitions={PARTITIONS} replication=1 compacted=False ok" in lines[f"{prefix}jobs"]
     assert "partitions=1 replication=1 compacted=True ok" in lines[f"{prefix}policy"]
+    assert "partitions=7 replication=1 compacted=False ok" in lines[f"{prefix}tasks.gpu"]
 
 
 @pytest.mark.timeout(300)

@@ -45,6 +45,7 @@ Cli = Callable[..., tuple[int, str, str]]
 
 def make_config() -> Config:
     return Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2,
+                  task_partitions=2,
                   controller=ControllerConfig(watchdog_s=None, progress_interval_s=0.0))
 
 

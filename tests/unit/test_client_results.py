@@ -32,7 +32,8 @@ TOP = [Prediction(class_id=c, label=f"label of class {c}", score=0.1) for c in r
 
 
 def make_config() -> Config:
-    return Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2)
+    return Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2,
+                  task_partitions=2)
 
 
 @pytest.fixture

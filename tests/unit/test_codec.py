@@ -131,13 +131,27 @@ def test_defaults_fill_omitted_fields_and_timestamps_decode_as_int_ms(codec: Cod
         "model": "m",
         "pool": "default",
         "top_k": 5,
-        "chunk_size": 32,
+        "chunk_size": 0,
         "inputs": [],
         "inline_items": [],
         "submitted_at": 1_704_067_200_000,
         "submitter": "",
         "output_path": None,
     }
+
+
+def test_a_job_without_a_chunk_size_has_the_same_wire_format_as_before(codec: Codec) -> None:
+    """chunk_size 0 ("not given": the policy sizes the tasks) changed only the field's default
+    and doc, which the Parsing Canonical Form leaves out: Job records written before it
+    (golden/Job.bin, chunk_size 16; an omitted chunk size was 32) keep their fingerprint
+    and read unchanged, so the change needs no schema history file."""
+    before = load_schema("Job")
+    for field in before["fields"]:
+        if field["name"] == "chunk_size":
+            field["default"] = 32
+    assert fingerprint(to_parsing_canonical_form(parse_schema(before)), "CRC-64-AVRO") == \
+        fingerprint(to_parsing_canonical_form(parse_schema(load_schema("Job"))), "CRC-64-AVRO")
+    assert codec.decode((GOLDEN / "Job.bin").read_bytes(), expected="Job")["chunk_size"] == 16
 
 
 def test_decode_with_another_expected_type_is_a_schema_error(codec: Codec) -> None:
@@ -193,7 +207,7 @@ def test_old_writer_is_projected_onto_the_current_schema() -> None:
         "model": "m",
         "pool": "default",
         "top_k": 5,
-        "chunk_size": 32,
+        "chunk_size": 0,
         "inputs": ["/x"],
         "inline_items": [],
         "submitted_at": T0,

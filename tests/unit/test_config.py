@@ -14,6 +14,7 @@ from inferstream.cli import build_parser, main
 from inferstream.config import MASK, Config, load_config, parse_kafka_config
 from inferstream.errors import ConfigError
 from inferstream.models import known_models
+from inferstream.models.names import SIM_SYNTAX
 from inferstream.streams.kafka.settings import producer_config
 
 SECRET = "hunter2-very-secret"  # noqa: S105 (a test value that must never be printed)
@@ -72,6 +73,19 @@ def test_environment_values_are_typed() -> None:
     assert config.kafka_config == (("linger.ms", "20"), ("client.id", "me"))
 
 
+def test_task_topics_have_their_own_partition_count_with_a_per_pool_override(
+        tmp_path: Path) -> None:
+    """Task topics default to 120 partitions, apart from the other topics' `partitions`;
+    `pool_partitions` (a list in TOML, comma-separated in the environment) overrides a pool."""
+    assert Config().task_partitions_for() == 120
+    path = write_toml(tmp_path, 'task_partitions = 60\npool_partitions = ["gpu=240"]\n')
+    config = load_config({}, {"INFERSTREAM_CONFIG": path})
+    assert (config.partitions, config.task_partitions_for("gpu")) == (12, 240)
+    assert config.task_partitions_for("cpu") == config.task_partitions_for() == 60
+    env = load_config({}, {"INFERSTREAM_POOL_PARTITIONS": "gpu=24, cpu=6"})
+    assert (env.task_partitions_for("gpu"), env.task_partitions_for("cpu")) == (24, 6)
+
+
 def test_config_file_flag_beats_environment_config_file(tmp_path: Path) -> None:
     env_file = tmp_path / "env.toml"
     env_file.write_text('pool = "from-env-file"\n')
@@ -117,6 +131,10 @@ def test_cli_flags_over_environment(monkeypatch: pytest.MonkeyPatch,
     ({"partitions": "0"}, "partitions must be >= 1, got 0"),
     ({"partitions": "many"}, "partitions must be an integer, got 'many'"),
     ({"replication_factor": "0"}, "replication_factor must be >= 1"),
+    ({"task_partitions": "0"}, "task_partitions must be >= 1, got 0"),
+    ({"pool_partitions": "gpu"}, "pool_partitions expects POOL=N with N >= 1, got 'gpu'"),
+    ({"pool_partitions": "gpu=0"}, "pool_partitions expects POOL=N with N >= 1, got 'gpu=0'"),
+    ({"pool_partitions": "=8"}, "pool_partitions expects POOL=N with N >= 1, got '=8'"),
 ])
 def test_bad_settings_are_config_errors(settings: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
@@ -373,5 +391,5 @@ def test_submit_help_names_the_models(capsys: pytest.CaptureFixture[str]) -> Non
     with pytest.raises(SystemExit):
         main(["submit", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for name in (*known_models(), "sim:ms=N[,jitter=F]"):
+    for name in (*known_models(), SIM_SYNTAX):
         assert name in text

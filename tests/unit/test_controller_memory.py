@@ -47,6 +47,7 @@ def make_config(**controller: Any) -> Config:
     settings = {"idle_exit_s": 0.3, "watchdog_s": None, "progress_interval_s": 0.0,
                 **controller}
     return Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2,
+                  task_partitions=2,
                   worker=WorkerConfig(models=(MODEL,), max_wait_ms=1.0, worker_id="w1",
                                       decode_threads=2),
                   controller=ControllerConfig(**settings))

@@ -31,7 +31,7 @@ LITE0 = "efficientnet_lite0"
 
 def make_config(worker_id: str = "w", models: tuple[str, ...] = ("sim:ms=0",)) -> Config:
     return Config(
-        bootstrap_servers="mem:1", topic_prefix="t.", partitions=2,
+        bootstrap_servers="mem:1", topic_prefix="t.", partitions=2, task_partitions=2,
         # No sysinfo (so no calibration and no first sample before joining): both workers
         # must be in the group before the controller looks for a worker of each model.
         worker=WorkerConfig(models=models, worker_id=worker_id, idle_exit_s=1.0,

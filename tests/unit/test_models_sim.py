@@ -23,6 +23,8 @@ def predict(model: SimModel, items: list[bytes], top_k: int = 3) -> list[Predict
 def test_spec_parses_time_and_jitter() -> None:
     assert get_model_spec("sim:ms=12.5,jitter=0.2").sim == SimParams(ms=12.5, jitter=0.2)
     assert get_model_spec("sim:ms=3").sim == SimParams(ms=3.0, jitter=0.0)
+    assert get_model_spec("sim:ms=10,slow_after=2000,slow_factor=4").sim == SimParams(
+        ms=10.0, slow_after=2000, slow_factor=4.0)
 
 
 def test_same_bytes_same_prediction_across_models() -> None:
@@ -61,3 +63,20 @@ def test_time_asked_for_is_ms_per_item_within_jitter(monkeypatch: pytest.MonkeyP
     for _ in range(20):
         predict(model, [b"a", b"b", b"c", b"d"])
     assert all(0.032 <= s <= 0.048 for s in slept)  # 4 items x 10 ms, +-20%
+
+
+def test_a_slowing_model_takes_factor_times_longer_after_so_many_items(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`slow_after=10,slow_factor=4`: the first 10 items 5 ms each, every later one 20 ms,
+    also within the batch that crosses the threshold."""
+    slept: list[float] = []
+    monkeypatch.setattr(sim_module.time, "sleep", slept.append)
+    model = load_model("sim:ms=5,slow_after=10,slow_factor=4")
+    assert isinstance(model, SimModel)
+    for _ in range(4):
+        predict(model, [b"a", b"b", b"c", b"d"])
+    assert slept == pytest.approx([0.020, 0.020, 0.010 + 0.040, 0.080])
+    assert model.items_processed == 16
+    steady = load_model("sim:ms=5")
+    assert isinstance(steady, SimModel)
+    assert predict(steady, [b"a"]) == predict(model, [b"a"])  # same predictions, only slower

@@ -115,7 +115,7 @@ class _RefusedClients(MemoryKafkaClients):
 
 
 CONFIG = Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2,
-                worker=WorkerConfig(models=("sim:ms=0",), worker_id="w1"))
+                task_partitions=2, worker=WorkerConfig(models=("sim:ms=0",), worker_id="w1"))
 
 
 @pytest.fixture

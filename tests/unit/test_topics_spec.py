@@ -35,12 +35,20 @@ def test_default_pool_is_the_configs_pool() -> None:
 
 
 @pytest.mark.parametrize("partitions", [1, 4, 12])
-def test_partitions_follow_the_config_except_policy(partitions: int) -> None:
-    config = Config(partitions=partitions)
+def test_partitions_follow_the_config_except_policy_and_tasks(partitions: int) -> None:
+    config = Config(partitions=partitions, task_partitions=partitions + 1)
     specs = by_short_name(config, topic_specs(config, ("gpu",)))
     for name, spec in specs.items():
         # the policy table is small and read whole by every assignor: one partition, ordered
-        assert spec.partitions == (1 if name == "policy" else partitions), name
+        want = {"policy": 1, "tasks.gpu": partitions + 1}.get(name, partitions)
+        assert spec.partitions == want, name
+
+
+def test_task_topics_have_enough_partitions_for_fine_shares_and_a_pool_may_have_more() -> None:
+    config = Config(pool_partitions=("gpu=240",))
+    specs = by_short_name(config, topic_specs(config, ("gpu", "cpu")))
+    assert (specs["tasks.gpu"].partitions, specs["tasks.cpu"].partitions) == (240, 120)
+    assert specs["jobs"].partitions == config.partitions == 12
 
 
 def test_compaction_and_cleanup_policy() -> None:

@@ -44,7 +44,7 @@ def make_config(**worker: Any) -> Config:
                 "worker_id": "w1", "decode_threads": 2, "sysinfo_interval_s": 0.05,
                 "calibration_items": 4, **worker}
     return Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2,
-                  worker=WorkerConfig(**settings))
+                  task_partitions=2, worker=WorkerConfig(**settings))
 
 
 @pytest.fixture

@@ -30,8 +30,9 @@ def submit_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", nargs="+", required=True, metavar="PATH",
                         help="files, directories, file:// or http(s):// URIs, @LIST files; "
                         "the controller expands directories and lists on its own host")
-    parser.add_argument("--chunk-size", type=int, default=32,
-                        help="items per task, >= 1 (default: %(default)s)")
+    parser.add_argument("--chunk-size", type=int, default=None,
+                        help="items per task, >= 1 (default: the policy's task size for the "
+                        "pool, about 1 s of work, else the controller's default_chunk_size)")
     parser.add_argument("--top-k", type=int, default=5,
                         help="best predictions kept per item, >= 1 (default: %(default)s)")
     parser.add_argument("--inline", action="store_true",

@@ -50,7 +50,12 @@ class Config:
     kafka_config: tuple[tuple[str, str], ...] = setting(
         (), "client setting passed through untouched (repeatable)", secret=True,
         metavar="KEY=VALUE")
-    partitions: int = setting(12, "partitions of created topics")
+    partitions: int = setting(12, "partitions of created topics, except the task topics")
+    task_partitions: int = setting(
+        120, "partitions of each pool's task topic (fine shares, pools of 100 workers)")
+    pool_partitions: tuple[str, ...] = setting(
+        (), "a pool's own task topic partitions (repeatable)", flag="--pool-partitions",
+        metavar="POOL=N")
     replication_factor: int | None = setting(
         None, "replication factor of created topics (empty: the broker's default)")
     connect_timeout_s: float = setting(
@@ -72,6 +77,11 @@ class Config:
 
     def task_topic(self, pool: str | None = None) -> str:
         return self.topic(f"tasks.{pool or self.pool}")
+
+    def task_partitions_for(self, pool: str | None = None) -> int:
+        """Partitions of the task topic of `pool` (default: this config's pool)."""
+        return _pool_partitions(self.pool_partitions).get(pool or self.pool,
+                                                           self.task_partitions)
 
     def worker_group(self, pool: str | None = None) -> str:
         """The consumer group of a pool's workers."""
@@ -167,6 +177,8 @@ def _validate(config: Config) -> None:
         raise ConfigError(f"{config.security_protocol} needs sasl_mechanism in {SASL_MECHANISMS}")
     if config.partitions < 1:
         raise ConfigError(f"partitions must be >= 1, got {config.partitions}")
+    _at_least("task_partitions", config.task_partitions, 1)
+    _pool_partitions(config.pool_partitions)
     if config.replication_factor is not None and config.replication_factor < 1:
         raise ConfigError(f"replication_factor must be >= 1, got {config.replication_factor}")
     if not _TOPIC_SAFE.fullmatch(config.pool):
@@ -178,6 +190,17 @@ def _validate(config: Config) -> None:
     _at_least("stop_grace_s", config.stop_grace_s, 0)
     validate_worker(config.worker)
     validate_controller(config.controller)
+
+
+def _pool_partitions(items: tuple[str, ...]) -> dict[str, int]:
+    """`POOL=N` items as {pool: N}; ConfigError for anything else or N below 1."""
+    found: dict[str, int] = {}
+    for item in items:
+        pool, sep, count = item.partition("=")
+        if not sep or not pool.strip() or not count.strip().isdigit() or int(count) < 1:
+            raise ConfigError(f"pool_partitions expects POOL=N with N >= 1, got {item!r}")
+        found[pool.strip()] = int(count)
+    return found
 
 
 def parse_kafka_config(pairs: list[str] | tuple[str, ...]) -> tuple[tuple[str, str], ...]:

@@ -72,6 +72,9 @@ class ControllerConfig:
     transactional_id: str | None = setting(None, "transactional id (empty: <prefix>controller)")
     tasks_per_round: int = setting(
         256, "tasks issued per job per round, so one huge job cannot starve the others")
+    default_chunk_size: int = setting(
+        32, "items per task of a job without --chunk-size when the policy has no task size "
+        "for its pool")
     progress_interval_s: float = setting(1.0, "least time between a job's PROGRESS events")
     idle_exit_s: float | None = setting(
         None, "exit after this long with no active job (bounded mode)", flag="--idle-exit",
@@ -105,6 +108,7 @@ def validate_worker(worker: WorkerConfig) -> None:
 
 def validate_controller(controller: ControllerConfig) -> None:
     _at_least("controller.tasks_per_round", controller.tasks_per_round, 1)
+    _at_least("controller.default_chunk_size", controller.default_chunk_size, 1)
     for name in ("progress_interval_s", "idle_exit_s", "retain_finished_s", "watchdog_s"):
         _at_least(f"controller.{name}", getattr(controller, name), 0)
     _at_least("controller.commit_timeout_s", controller.commit_timeout_s, 0.001)

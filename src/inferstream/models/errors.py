@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from inferstream.errors import InferstreamError
+from inferstream.schemas.records import SIM_SYNTAX
 
 
 class ModelError(InferstreamError):
@@ -19,8 +20,7 @@ class UnknownModelError(ModelError):
         self.known = tuple(known)
         why = f" ({detail})" if detail else ""
         super().__init__(
-            f"unknown model {name!r}{why}; known models: {', '.join(self.known)}, "
-            "sim:ms=N[,jitter=F]"
+            f"unknown model {name!r}{why}; known models: {', '.join(self.known)}, {SIM_SYNTAX}"
         )
 
 

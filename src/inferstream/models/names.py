@@ -7,42 +7,63 @@ import math
 from dataclasses import dataclass
 
 from inferstream.models.errors import UnknownModelError
-from inferstream.schemas.records import SIM_PREFIX
+from inferstream.schemas.records import SIM_PREFIX, SIM_SYNTAX
+
+__all__ = ["LITE0", "SIM_SYNTAX", "TORCHVISION_MODELS", "SimParams", "check_model_name",
+           "known_models", "parse_sim_name"]
 
 TORCHVISION_MODELS = ("alexnet", "googlenet", "resnet50", "mobilenet_v3_large", "efficientnet_b0")
 LITE0 = "efficientnet_lite0"
-SIM_SYNTAX = "sim:ms=N[,jitter=F]"
+_SIM_KEYS = ("ms", "jitter", "slow_after", "slow_factor")
 
 
 @dataclass(frozen=True)
 class SimParams:
-    """Per-item time `ms` in milliseconds and its uniform relative `jitter` (0.1 = ±10%)."""
+    """Per-item time `ms` in milliseconds and its uniform relative `jitter` (0.1 = ±10%).
+
+    With `slow_after`, each item after the first `slow_after` a model has processed takes
+    `slow_factor` x `ms`: a worker that slows down in the middle of a job (benchmarks).
+    """
 
     ms: float
     jitter: float = 0.0
+    slow_after: int | None = None
+    slow_factor: float = 1.0
 
 
 def known_models() -> tuple[str, ...]:
-    """Every fixed name in the registry (plus any `sim:ms=N[,jitter=F]`)."""
+    """Every fixed name in the registry (plus any `SIM_SYNTAX` name)."""
     return (*TORCHVISION_MODELS, LITE0)
 
 
 def parse_sim_name(name: str) -> SimParams:
-    """Parse `sim:ms=N[,jitter=F]`; ValueError says what is wrong."""
+    """Parse a `SIM_SYNTAX` name; ValueError says what is wrong."""
     if not name.startswith(SIM_PREFIX):
         raise ValueError(f"not a simulated model name: {name!r}")
     fields: dict[str, float] = {}
     for part in name[len(SIM_PREFIX) :].split(","):
         key, sep, value = part.partition("=")
-        if not sep or key.strip() not in ("ms", "jitter"):
-            raise ValueError(f"expected ms=N or jitter=F, got {part!r}")
+        if not sep or key.strip() not in _SIM_KEYS:
+            raise ValueError(f"expected ms=N, jitter=F, slow_after=K or slow_factor=X, "
+                             f"got {part!r}")
         fields[key.strip()] = float(value)
     if "ms" not in fields:
         raise ValueError("ms=N is required")
-    params = SimParams(**fields)
+    if ("slow_after" in fields) != ("slow_factor" in fields):
+        raise ValueError("slow_after=K and slow_factor=X go together")
+    slow_after = fields.pop("slow_after", None)
+    if slow_after is not None and not (0 <= slow_after < math.inf and slow_after.is_integer()):
+        raise ValueError("need slow_after a whole number >= 0")
+    params = SimParams(**fields, slow_after=None if slow_after is None else int(slow_after))
+    _check_sim(params)
+    return params
+
+
+def _check_sim(params: SimParams) -> None:
     if not (0 <= params.ms < math.inf and 0 <= params.jitter <= 1):
         raise ValueError("need ms >= 0 and 0 <= jitter <= 1")
-    return params
+    if not 0 < params.slow_factor < math.inf:
+        raise ValueError("need slow_factor > 0")
 
 
 def check_model_name(name: str) -> None:

@@ -1,4 +1,5 @@
-"""Simulated models (`sim:ms=N[,jitter=F]`): they spend N ms per item asleep, not computing.
+"""Simulated models (`sim:ms=N[,jitter=F][,slow_after=K,slow_factor=X]`): they spend N ms per
+item asleep, not computing; with `slow_after`, N x X ms per item once they have processed K.
 
 They stand in for GPU nodes in scale and fault tests: many can share one CPU, and each
 returns the same prediction for the same bytes wherever and however often it runs.
@@ -30,6 +31,8 @@ class SimModel(LoadedModel):
         self.labels = imagenet_labels()
         self.version = "sim"
         self._rng = random.Random()  # noqa: S311 - jitter, not security
+        #: items this model has predicted (calibration batches included)
+        self.items_processed = 0
 
     def fetch(self, name: str, data: bytes | None = None, **_: object) -> bytes:
         """The inline data, else the item name's UTF-8 bytes: no I/O at all."""
@@ -52,7 +55,17 @@ class SimModel(LoadedModel):
 
     def _delay_s(self, items: int) -> float:
         spread = self._rng.uniform(-self.params.jitter, self.params.jitter)
-        return max(0.0, self.params.ms * items * (1.0 + spread) / 1000.0)
+        return max(0.0, self._item_ms(items) * (1.0 + spread) / 1000.0)
+
+    def _item_ms(self, items: int) -> float:
+        """The ms that the next `items` items take, `slow_factor` x for those past
+        `slow_after`; counts them as processed."""
+        p = self.params
+        self.items_processed += items
+        if p.slow_after is None:
+            return p.ms * items
+        slow = min(items, max(0, self.items_processed - p.slow_after))
+        return p.ms * (items - slow + slow * p.slow_factor)
 
     def _prediction(self, item_hash: int, k: int) -> Prediction:
         # Consecutive class ids are distinct for any k <= 1000; halving scores sum to < 1.

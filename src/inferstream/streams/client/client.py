@@ -179,16 +179,18 @@ class Client:
         self.clients = clients
         self._producer: SyncProducer | None = None
 
-    def submit(self, model: str, inputs: list[str], *, chunk_size: int = 32, top_k: int = 5,
-               inline: bool = False, pool: str | None = None, output_path: str | None = None,
-               job_id: str | None = None) -> Job:
+    def submit(self, model: str, inputs: list[str], *, chunk_size: int | None = None,
+               top_k: int = 5, inline: bool = False, pool: str | None = None,
+               output_path: str | None = None, job_id: str | None = None) -> Job:
         """Produce a job; `inline` sends the files' bytes instead of their paths.
+
+        `chunk_size` None: the controller cuts tasks of the policy's task size for the pool.
         InvalidJobError for a chunk size or top-k below 1, before anything is sent."""
         check_job_options(chunk_size, top_k)
         job_id = job_id or new_job_id()
         record = JobRecord(
             job_id=job_id, model=model, pool=pool or self.config.pool, top_k=top_k,
-            chunk_size=chunk_size, inputs=[] if inline else [_absolute(i) for i in inputs],
+            chunk_size=chunk_size or 0, inputs=[] if inline else [_absolute(i) for i in inputs],
             inline_items=_read_inline(inputs) if inline else [], submitted_at=now_ms(),
             submitter=_whoami(),
             output_path=os.path.abspath(output_path) if output_path else None,

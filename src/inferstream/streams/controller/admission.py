@@ -16,10 +16,10 @@ from inferstream.streams.controller.expansion import check_inputs
 from inferstream.streams.errors import InputError, InvalidJobError, KafkaSetupError
 
 
-def check_job_options(chunk_size: int, top_k: int) -> None:
+def check_job_options(chunk_size: int | None, top_k: int) -> None:
     """InvalidJobError unless a task holds at least one item and an item gets at least
-    one prediction."""
-    if chunk_size < 1:
+    one prediction; a chunk size of None is not given (the policy decides)."""
+    if chunk_size is not None and chunk_size < 1:
         raise InvalidJobError("chunk_size", chunk_size, ">= 1")
     if top_k < 1:
         raise InvalidJobError("top_k", top_k, ">= 1")
@@ -30,7 +30,7 @@ def rejection_reason(job: Job, task_partitions: Callable[[str], int], task_topic
     """Why `job` cannot run, or None; `task_partitions(task_topic)` raises KafkaSetupError
     when the job's pool has no task topic."""
     try:
-        check_job_options(job["chunk_size"], job["top_k"])
+        check_job_options(job["chunk_size"] or None, job["top_k"])
         check_model_name(job["model"])
         check_inputs(job)
         task_partitions(task_topic)

@@ -38,7 +38,9 @@ from inferstream.streams.controller.declines import PoolView, redirect
 from inferstream.streams.controller.expansion import Item
 from inferstream.streams.controller.ledger import JobState, LedgerCodec
 from inferstream.streams.controller.outbox import ControllerTopics, Outbox, PartitionCounts
+from inferstream.streams.controller.placement import task_partition
 from inferstream.streams.controller.replay import read_ledger
+from inferstream.streams.controller.sizing import TaskSizer, choose_task_size, no_policy, sized
 from inferstream.streams.errors import KafkaSetupError, StuckCallError
 from inferstream.streams.kafka.clients import (
     REAL_CLIENTS,
@@ -52,7 +54,6 @@ from inferstream.streams.kafka.groups import describe_with
 from inferstream.streams.kafka.settings import (
     LIBRDKAFKA_LOG,
     consumer_config,
-    partition_for,
     producer_config,
 )
 
@@ -71,9 +72,13 @@ class Controller:
     """One controller replica; `run()` blocks until stopped. Settings: `config.controller`."""
 
     def __init__(self, config: Config, *, codec: Codec | None = None,
-                 clients: KafkaClients = REAL_CLIENTS) -> None:
+                 clients: KafkaClients = REAL_CLIENTS, task_sizer: TaskSizer = no_policy
+                 ) -> None:
+        """`task_sizer(pool)`: the policy's task size for a pool, for jobs without a chunk
+        size (see `sizing`)."""
         self.config = config
         self.options = config.controller
+        self.task_sizer = task_sizer
         self.codec = codec or Codec(config.schema_registry_url)
         self.clients = clients
         self.ledger = LedgerCodec(self.codec)
@@ -178,7 +183,8 @@ class Controller:
         if job["job_id"] in self.jobs:
             log.info("job %s seen again: ignored", job["job_id"])
             return
-        state = JobState(job, partition)
+        size = choose_task_size(job, self.task_sizer, self.options.default_chunk_size)
+        state = JobState(sized(job, size), partition)
         self.jobs[state.job_id] = state
         reason = rejection_reason(job, self.partitions, self.config.task_topic(job["pool"]))
         if reason is None:
@@ -193,7 +199,8 @@ class Controller:
             return
         out.event(state.event(JobEventType.ACCEPTED))
         self._produce_tasks(state, first, out)
-        log.info("job %s accepted model=%s", state.job_id, job["model"])
+        log.info("job %s accepted model=%s task_size=%d (%s)", state.job_id, job["model"],
+                 size.items, size.source)
 
     def _issue_tasks(self, out: Outbox) -> None:
         for state in self.jobs.values():
@@ -205,10 +212,9 @@ class Controller:
                        out: Outbox) -> None:
         topic = self.config.task_topic(state.job["pool"])
         n = self.partitions(topic)
-        base = partition_for(state.job_id, n)
         for task_id, items in tasks:
             task = new_task(state.job, task_id, [i.as_record() for i in items])
-            out.add(topic, (base + task_id) % n, state.job_id.encode(),
+            out.add(topic, task_partition(state.job_id, task_id, n), state.job_id.encode(),
                     self.codec.encode("Task", task))
             state.issued_tasks += 1
             state.issued_items += len(items)

@@ -37,7 +37,10 @@ class TopicSpec:
 
 
 def topic_specs(config: Config, pools: tuple[str, ...] | None = None) -> list[TopicSpec]:
-    """The topics of an installation with the given pools (default: the config's pool)."""
+    """The topics of an installation with the given pools (default: the config's pool).
+
+    Task topics have `task_partitions_for(pool)` partitions, the others `partitions`.
+    """
     n = config.partitions
     large = {"max.message.bytes": str(LARGE_MESSAGE_BYTES)}
     specs = [
@@ -51,7 +54,8 @@ def topic_specs(config: Config, pools: tuple[str, ...] | None = None) -> list[To
         TopicSpec(config.topic("controller-ledger"), n, compacted=True),
     ]
     for pool in dict.fromkeys(pools or (config.pool,)):
-        specs.append(TopicSpec(config.task_topic(pool), n, configs=large))
+        specs.append(TopicSpec(config.task_topic(pool), config.task_partitions_for(pool),
+                               configs=large))
     return specs
 
 

@@ -1,0 +1,67 @@
+"""How many items each task of a job holds: the job's `--chunk-size` if it gave one, else the
+policy's task size for its pool (about 1 s of work on the pool's median worker), else the
+controller's `default_chunk_size`. Whatever the size, `expansion.cut_tasks` closes a task
+early where its inline bytes reach the message-size cap.
+
+The size is chosen once, when the job is accepted, and written into the job as the ledger
+keeps it, so a replica that takes the job over cuts the rest of it the same way even when
+the policy has changed since.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from inferstream.schemas.records import Job
+
+log = logging.getLogger(__name__)
+
+#: The policy's recommended task size for a pool (items), None while it has none.
+TaskSizer = Callable[[str], int | None]
+
+
+def no_policy(_pool: str) -> int | None:
+    """The TaskSizer of a controller that follows no policy."""
+    return None
+
+
+class SizeSource(StrEnum):
+    JOB = "job"
+    POLICY = "policy"
+    DEFAULT = "default"
+
+
+@dataclass(frozen=True)
+class TaskSize:
+    """Items per task of one job, and where that number came from."""
+
+    items: int
+    source: SizeSource
+
+
+def choose_task_size(job: Job, sizer: TaskSizer, default: int) -> TaskSize:
+    """The job's own chunk size when it gave one (0 is "not given"; a negative one is left
+    for admission to reject), else the policy's for its pool, else `default`."""
+    if job["chunk_size"] != 0:
+        return TaskSize(job["chunk_size"], SizeSource.JOB)
+    recommended = _recommended(sizer, job["pool"])
+    if recommended is not None:
+        return TaskSize(recommended, SizeSource.POLICY)
+    return TaskSize(default, SizeSource.DEFAULT)
+
+
+def _recommended(sizer: TaskSizer, pool: str) -> int | None:
+    try:
+        size = sizer(pool)
+    except Exception as exc:  # a policy table that cannot answer: size the job without it
+        log.warning("no task size from the policy for pool %s: %r", pool, exc)
+        return None
+    return size if size is not None and size >= 1 else None
+
+
+def sized(job: Job, size: TaskSize) -> Job:
+    """`job` with its chunk size set to the chosen one (what the ledger keeps)."""
+    return Job(**{**job, "chunk_size": size.items})
