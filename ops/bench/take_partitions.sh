@@ -2,7 +2,7 @@
 # How long one exactly-once worker takes to own all 120 task partitions of a fresh local broker
 # (from its start, Python and torch import included). For the one-at-a-time baseline, run it
 # with PYTHONPATH pointing at a copy of src/ whose ownership.TAKE_AT_ONCE is 1.
-cd /work/main
+cd "$(dirname "$0")/../.."
 D=$(mktemp -d /tmp/k120.XXXX)
 BS=$(.venv/bin/python ops/kafka/cluster start --brokers 1 --dir $D --port auto | tail -1)
 echo "bootstrap $BS"
