@@ -44,7 +44,7 @@ STATE = KafkaError._STATE
 
 
 def make_config(**controller: Any) -> Config:
-    settings = {"idle_exit_s": 0.3, "watchdog_s": None, "progress_interval_s": 0.0,
+    settings = {"idle_exit_s": 0.1, "watchdog_s": None, "progress_interval_s": 0.0,
                 **controller}
     return Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2,
                   task_partitions=2,
