@@ -1,0 +1,225 @@
+"""Benchmark P3: a job's makespan on workers of capacities 1:2:4:8, policy against round-robin.
+
+Four `sim` workers (`sim:ms=80/40/20/10`: 12.5, 25, 50 and 100 items/s) take one job of
+`--items` items on `--partitions` task partitions, each case on a fresh topic prefix of one
+local broker, with a sysinfo app and a controller:
+
+- `roundrobin`: aiokafka's round-robin assignor, every worker an equal share of partitions;
+- `policy`: the PolicyAssignor, shares from the sysinfo app's policy;
+- `slowdown`: the policy, and the fastest worker slows down 4x half-way through its share.
+
+The makespan runs from the job's submission to its COMPLETED event; the ideal is the time the
+summed capacities need for the job (with the slowdown: the first time by which the workers,
+each at its capacity and the slow one slowed after its first items, could have done it all).
+The rebalance cost of the slowdown case is the time from the first revocation after the
+submission to every partition owned again. Prints a Markdown table for BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from failover_common import (
+    CommittedResults,
+    Fleet,
+    Ownership,
+    audit,
+    first_full_ownership,
+    owners_at,
+    ownership_events,
+    source_version,
+    start_broker,
+    wait_for_group,
+    write_listing,
+)
+from p1_stack import BenchError
+
+MS = {"w80": 80, "w40": 40, "w20": 20, "w10": 10}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    assignor: str
+    #: (worker, items after which it slows down, factor)
+    slowdown: tuple[str, int, float] | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    case: Case
+    makespan_s: float
+    ideal_s: float
+    shares: dict[str, float]
+    owned: dict[str, int]
+    rebalance_s: float | None
+    lost_items: int
+    duplicate_items: int
+
+
+def capacity(worker: str) -> float:
+    return 1000.0 / MS[worker]
+
+
+def ideal_makespan(items: int, slowdown: tuple[str, int, float] | None) -> float:
+    """The least time in which the workers at their capacities do `items` (bisection)."""
+    def done_by(t: float) -> float:
+        total = 0.0
+        for worker in MS:
+            rate = capacity(worker)
+            if slowdown is not None and worker == slowdown[0]:
+                fast_s = slowdown[1] / rate
+                total += rate * t if t <= fast_s else slowdown[1] + rate / slowdown[2] * (
+                    t - fast_s)
+            else:
+                total += rate * t
+        return total
+    low, high = 0.0, 1e6
+    for _ in range(100):
+        mid = (low + high) / 2
+        low, high = (mid, high) if done_by(mid) < items else (low, mid)
+    return high
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def model_of(worker: str, case: Case, calibration_items: int) -> str:
+    name = f"sim:ms={MS[worker]}"
+    if case.slowdown is not None and case.slowdown[0] == worker:
+        after = case.slowdown[1] + 2 * calibration_items  # warm-up and timed batch count
+        name += f",slow_after={after},slow_factor={case.slowdown[2]:g}"
+    return name
+
+
+def start_fleet(fleet: Fleet, case: Case) -> None:
+    fleet.create_topics()
+    fleet.start("sysinfo", "sysinfo", "--port", str(free_port()), "--advertised-host",
+                "127.0.0.1", "--session-timeout-s", "6")
+    fleet.start("controller", "controller")
+    for worker in MS:
+        fleet.worker(worker, model_of(worker, case, 8), "--assignor", case.assignor,
+                     "--min-rebalance-interval-s", "10")
+    wait_for_group(fleet, list(MS), timeout_s=300)
+
+
+def settle(fleet: Fleet, case: Case, timeout_s: float = 180) -> None:
+    """Policy cases: wait until the fastest worker owns at least 40 % of the partitions (its
+    share is 8/15) and nothing moved for 5 s."""
+    if case.assignor != "policy":
+        return
+    deadline = time.monotonic() + timeout_s
+    n = fleet.config.task_partitions_for()
+    while time.monotonic() < deadline:
+        fleet.check_alive(*MS)
+        events = ownership_events(fleet, list(MS))
+        owned = owners_at(events, time.time())
+        if len(owned.get("w10", ())) >= 0.4 * n and time.time() - events[-1].t >= 5:
+            return
+        time.sleep(0.5)
+    raise BenchError(f"the policy never settled: {owners_at(events, time.time())}")
+
+
+def run_case(broker_servers: str, logdir: Path, case: Case, items: int,
+             partitions: int, chunk: int) -> Outcome:
+    fleet = Fleet(broker_servers, partitions, logdir, f"p3-{case.name}")
+    try:
+        start_fleet(fleet, case)
+        settle(fleet, case)
+        reader = CommittedResults(fleet.config).start()
+        listing = write_listing(logdir / f"{case.name}.txt", items, case.name)
+        events_before = len(ownership_events(fleet, list(MS)))
+        submitted = time.time()
+        job = fleet.client.submit("sim:ms=10", [f"@{listing}"], chunk_size=chunk)
+        job.wait(timeout_s=3600)
+        makespan = time.time() - submitted
+        reader.read_to_end()
+        results = reader.snapshot()
+        reader.stop()
+        names = [f"{case.name}-{i:07d}" for i in range(items)]
+        check = audit(results, job.job_id, names)
+        per_worker: Counter[str] = Counter()
+        for result in {(r.task_id): r for r in results if r.job_id == job.job_id}.values():
+            per_worker[result.worker] += len(result.names)
+        events = ownership_events(fleet, list(MS))
+        owned = owners_at(events, submitted)
+        return Outcome(case, makespan, ideal_makespan(items, case.slowdown),
+                       {w: per_worker[w] / items for w in MS},
+                       {w: len(owned.get(w, ())) for w in MS},
+                       rebalance_cost(events[events_before:], partitions),
+                       check["lost_items"], check["duplicate_items"])
+    finally:
+        fleet.stop_all()
+
+
+def rebalance_cost(events: list[Ownership], partitions: int) -> float | None:
+    """Seconds from the first revocation in `events` to every partition owned again."""
+    revoked = [e for e in events if e.kind == "revoked" and e.partitions]
+    if not revoked:
+        return None
+    full = first_full_ownership(events, set(MS), partitions, revoked[0].t)
+    return None if full is None else full - revoked[0].t
+
+
+def report(outcomes: list[Outcome], args: argparse.Namespace) -> str:
+    lines = [f"P3 at {source_version()}: {args.items} items in tasks of {args.chunk} on "
+             f"{args.partitions} task partitions, capacities 12.5/25/50/100 items/s",
+             "",
+             "| case | makespan s | ideal s | over ideal | results w80/w40/w20/w10 | "
+             "partitions at submission | rebalance s | lost / duplicate items |",
+             "|---|---:|---:|---:|---|---|---:|---|"]
+    for o in outcomes:
+        shares = "/".join(f"{o.shares[w]:.2f}" for w in MS)
+        owned = "/".join(str(o.owned[w]) for w in MS)
+        rebalance = "-" if o.rebalance_s is None else f"{o.rebalance_s:.1f}"
+        lines.append(f"| {o.case.name} | {o.makespan_s:.1f} | {o.ideal_s:.1f} | "
+                     f"{o.makespan_s / o.ideal_s:.2f} | {shares} | {owned} | {rebalance} | "
+                     f"{o.lost_items} / {o.duplicate_items} |")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=8000)
+    parser.add_argument("--partitions", type=int, default=120)
+    parser.add_argument("--chunk", type=int, default=8, help="items per task")
+    parser.add_argument("--cases", default="roundrobin,policy,slowdown")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    half = int(args.items * 8 / 15 / 2)  # half of the fastest worker's share
+    cases = {"roundrobin": Case("roundrobin", "roundrobin"),
+             "policy": Case("policy", "policy"),
+             "slowdown": Case("slowdown", "policy", ("w10", half, 4.0))}
+    with tempfile.TemporaryDirectory(prefix="p3-") as tmp:
+        broker = start_broker(Path(tmp) / "kafka")
+        try:
+            outcomes = []
+            for name in args.cases.split(","):
+                outcome = run_case(broker.bootstrap, Path(tmp), cases[name], args.items,
+                                   args.partitions, args.chunk)
+                print(f"{name}: makespan {outcome.makespan_s:.1f}s ideal {outcome.ideal_s:.1f}s",
+                      flush=True)
+                outcomes.append(outcome)
+        finally:
+            broker.clean()
+    print(report(outcomes, args))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
