@@ -47,6 +47,10 @@ def worker_consumer_kwargs(config: Config, group_id: str, client_id: str,
         session_timeout_ms=opts.session_timeout_ms,
         heartbeat_interval_ms=opts.heartbeat_interval_ms,
         max_poll_interval_ms=opts.max_poll_interval_ms,
+        # As Java's consumer: a member may take its listener's time to rejoin (a worker
+        # opens a transactional producer per assigned partition); aiokafka's default, the
+        # session timeout, evicts a member that takes over 20 partitions, again and again.
+        rebalance_timeout_ms=opts.max_poll_interval_ms,
         max_partition_fetch_bytes=16 * 1024 * 1024,
         partition_assignment_strategy=strategies)
 

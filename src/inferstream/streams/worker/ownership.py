@@ -51,10 +51,12 @@ class Ownership:
         async with self._lock:
             for tp in [tp for tp in self.committers if tp not in partitions]:
                 await self._drop(tp)
-            for tp in sorted(partitions):
-                if self.active(tp) is None:
-                    await self._drop(tp)
-                    await self._own(tp)
+            taken = [tp for tp in sorted(partitions) if self.active(tp) is None]
+            for tp in taken:
+                await self._drop(tp)
+            # Concurrently: one init_transactions takes about 0.5 s, and aiokafka sends no
+            # heartbeat while this listener runs, so 20 in a row outlast a 10 s session.
+            await asyncio.gather(*(self._own(tp) for tp in taken))
             self.rebalancing = False
         self.on_change(len(self.committers))
         log.info("assigned partitions=%s", sorted(tp.partition for tp in self.committers))
