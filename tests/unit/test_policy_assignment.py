@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from inferstream.streams.policy.assignment import (
     Member,
     WorkerPolicy,
@@ -106,3 +108,15 @@ def test_the_plan_is_deterministic_whatever_the_member_order() -> None:
 
 def test_no_member_no_partitions() -> None:
     assert plan([], range(3), None).partitions == {}
+
+
+def test_a_hundred_workers_on_240_partitions_stay_within_one_of_their_quota() -> None:
+    rng = random.Random(11)
+    raw = {f"w{i:03d}": rng.uniform(1, 8) for i in range(100)}
+    total = sum(raw.values())
+    table = policy(**{w: v / total for w, v in raw.items()})
+    result = plan(members(*raw), range(240), table)
+    got = counts(result.partitions)
+    assert sum(got.values()) == 240 and min(got.values()) >= 1
+    for worker, count in got.items():
+        assert abs(count - table[worker].share * 240) < 2

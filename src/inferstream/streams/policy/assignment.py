@@ -109,19 +109,20 @@ def target_counts(shares: Mapping[str, float], partitions: int, order: Sequence[
     """Partitions per member: largest remainder of `shares` x `partitions` (ties go by
     `order`), then one for each member with a share that got none, taken from the member
     furthest above its exact quota, when there are enough partitions."""
+    rank = {m: i for i, m in enumerate(order)}
     quotas = {m: shares[m] * partitions for m in order}
     counts = {m: math.floor(quotas[m]) for m in order}
     rest = partitions - sum(counts.values())
     # A member without a share never gets a seat for a float's rounding error.
     by_remainder = sorted(order, key=lambda m: (shares[m] <= 0, counts[m] - quotas[m],
-                                                order.index(m)))
+                                                rank[m]))
     for member in by_remainder[:rest]:
         counts[member] += 1
     wanting = [m for m in order if shares[m] > 0 and counts[m] == 0]
     if len([m for m in order if shares[m] > 0]) <= partitions:
         for member in wanting:
             donor = max((m for m in order if counts[m] > 1),
-                        key=lambda m: (counts[m] - quotas[m], -order.index(m)))
+                        key=lambda m: (counts[m] - quotas[m], -rank[m]))
             counts[donor] -= 1
             counts[member] += 1
     return counts
