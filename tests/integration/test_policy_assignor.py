@@ -1,9 +1,12 @@
 """Issue 11, points 1-2 on the real broker: the PolicyAssignor gives a fast worker its
 capacity share of the task partitions once the sysinfo app's policy settles (the leader
-rebalances when the policy appears), and without sysinfo the pool works on even shares."""
+rebalances when the policy appears), and without sysinfo, from the start or once it stops, the
+pool works on even shares."""
 
 from __future__ import annotations
 
+import signal
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -75,6 +78,25 @@ def test_the_fast_worker_owns_its_capacity_share_of_the_partitions(
     assert set(done) == {"fast", "slow"}
     # Measured rates under load move the shares a little: still about 80 %.
     assert after is not None and 14 <= after["fast"] <= 17
+
+
+@pytest.mark.timeout(600)
+def test_when_sysinfo_stops_the_pool_falls_back_to_even_shares(
+        procs: Processes, config: Config, tmp_path: Path) -> None:
+    sysinfo = start_replica(procs, "sysinfo", free_port())
+    procs.controller()
+    quick = ("--min-rebalance-interval-s", "5", "--policy-max-age-s", "10")
+    procs.worker("sim:ms=10", *quick, name="fast")
+    procs.worker("sim:ms=40", *quick, name="slow")
+    wait_for("the policy's split", lambda: (
+        (found := owned(procs, "fast", "slow")) and 15 <= found["fast"] < 20 and found), 180)
+    sysinfo.send_signal(signal.SIGKILL)
+    stopped = time.monotonic()
+    wait_for("the even fallback", lambda: owned(procs, "fast", "slow") == {
+        "fast": 10, "slow": 10}, 120)
+    print(f"even {time.monotonic() - stopped:.1f}s after sysinfo was killed")
+    assert "policy gone" in procs.log("fast") + procs.log("slow")
+    assert set(run_job(config, tmp_path, 300)) == {"fast", "slow"}
 
 
 @pytest.mark.timeout(600)
