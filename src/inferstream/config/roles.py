@@ -10,6 +10,8 @@ from inferstream.config.fields import setting
 from inferstream.errors import ConfigError
 
 GUARANTEES = ("exactly-once", "at-least-once")
+#: How a pool's partitions are shared: `streams.policy.PolicyAssignor`, or aiokafka's own.
+ASSIGNORS = ("policy", "roundrobin")
 #: The built-in collectors of `streams.worker.collectors`, all on by default.
 DEFAULT_COLLECTORS = ("cpu", "memory", "accelerator", "models", "queue", "software")
 
@@ -59,6 +61,16 @@ class WorkerConfig:
         metavar="NAME")
     calibration_items: int = setting(
         8, "items in the calibration batch run at start (0: no calibration)")
+    assignor: str = setting(
+        "policy", "policy: partitions in proportion to the policy's capacity shares; "
+        "roundrobin: aiokafka's equal shares", choices=ASSIGNORS)
+    rebalance_threshold: float = setting(
+        0.15, "the leader rebalances when a member's share moves by more than this "
+        "fraction of it, or a member turns unhealthy")
+    min_rebalance_interval_s: float = setting(
+        30.0, "least time between two policy-triggered rebalances")
+    policy_max_age_s: float = setting(
+        90.0, "a pool policy older than this is ignored (sysinfo not running): even shares")
 
     @property
     def max_in_flight_items(self) -> int:
@@ -93,12 +105,15 @@ class ControllerConfig:
 def validate_worker(worker: WorkerConfig) -> None:
     if worker.guarantee not in GUARANTEES:
         raise ConfigError(f"worker.guarantee {worker.guarantee!r} is not one of {GUARANTEES}")
+    if worker.assignor not in ASSIGNORS:
+        raise ConfigError(f"worker.assignor {worker.assignor!r} is not one of {ASSIGNORS}")
     for name in ("max_batch", "decode_threads", "max_item_bytes", "session_timeout_ms",
                  "max_loaded_models",
                  "heartbeat_interval_ms", "max_poll_interval_ms"):
         _at_least(f"worker.{name}", getattr(worker, name), 1)
     for name in ("max_wait_ms", "http_timeout_s", "idle_exit_s", "revoke_grace_s",
-                 "sysinfo_interval_s", "calibration_items"):
+                 "sysinfo_interval_s", "calibration_items", "rebalance_threshold",
+                 "min_rebalance_interval_s", "policy_max_age_s"):
         _at_least(f"worker.{name}", getattr(worker, name), 0)
     if worker.heartbeat_interval_ms >= worker.session_timeout_ms:
         raise ConfigError("worker.heartbeat_interval_ms must be below worker.session_timeout_ms")

@@ -347,3 +347,10 @@ def read_ledger_entry(codec: Codec, value: bytes) -> LedgerEntry:
     entry["kind"] = LedgerKind(entry["kind"])
     entry["status"] = LedgerStatus(entry["status"])
     return entry
+
+
+def read_policy_entry(codec: Codec, value: bytes) -> PolicyEntry:
+    entry = cast(PolicyEntry, codec.decode(value, expected="PolicyEntry"))
+    entry["kind"] = PolicyKind(entry["kind"])
+    entry["health"] = WorkerHealth(entry["health"])
+    return entry

@@ -5,7 +5,8 @@
     worker = Worker(config, model, clients=MemoryKafkaClients(broker))
 
 `MemoryKafkaClients` implements `inferstream.streams.kafka.clients.KafkaClients`, so the
-worker, controller and client run on it unchanged (the shape of dramatiq's `StubBroker`).
+worker, controller and client run on it unchanged (the shape of dramatiq's `StubBroker`),
+the worker's `PolicyAssignor` included (groups run client-side assignor objects as aiokafka does).
 Faults are injected on the broker: `inject` (a transactional call fails, optionally after
 taking effect, or stalls), `fence` (a successor takes a transactional id) and
 `expire_member` (a session times out).

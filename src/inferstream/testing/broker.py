@@ -12,7 +12,7 @@ import asyncio
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from inferstream.testing.errors import (
     Fault,
@@ -176,9 +176,20 @@ class MemoryBroker:
 
     # -- groups ------------------------------------------------------------------------------
     def join(self, group_id: str, client_id: str, topics: tuple[str, ...],
-             strategy: str = "range") -> str:
+             strategy: str = "range", assignor: Any = None) -> str:
         with self._changing():
-            return self.groups.join(group_id, client_id, topics, strategy)
+            return self.groups.join(group_id, client_id, topics, strategy, assignor)
+
+    def rebalance(self, group_id: str) -> None:
+        """A member asked to rejoin: every member revokes, then the group assigns anew."""
+        with self._changing():
+            self.groups.rebalance(group_id)
+
+    def assignment_of(self, group_id: str, member_id: str, partitions: tuple[Key, ...]
+                      ) -> Any:
+        """The member's assignment as aiokafka's `on_assignment` gets it."""
+        with self._lock:
+            return self.groups.assignment_of(group_id, member_id, partitions)
 
     def leave(self, group_id: str, member_id: str) -> None:
         with self._changing():

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
 from inferstream.testing.errors import NotMemberError, StaleGenerationError
 from inferstream.testing.log import Key
@@ -30,6 +33,8 @@ class Member:
     client_id: str = ""
     joined: bool = False  # has revoked and waits for this rebalance's assignment
     told: int = -1  # the latest generation whose assignment its consumer has been given
+    assignor: Any = None  # a client-side assignor object (e.g. PolicyAssignor), or None
+    user_data: bytes = b""  # what the leader's assignor sent along with `assignment`
 
 
 @dataclass(frozen=True)
@@ -63,13 +68,14 @@ class GroupCoordinator:
         return self.groups.setdefault(group_id, Group(group_id))
 
     def join(self, group_id: str, client_id: str, topics: tuple[str, ...],
-             strategy: str) -> str:
+             strategy: str, assignor: Any = None) -> str:
         group = self.group(group_id)
         if not group.members:
             group.strategy = strategy
         seq = next(self._seq)
         member_id = f"{client_id or 'consumer'}-{seq}"
-        group.members[member_id] = Member(member_id, seq, topics, client_id=client_id)
+        group.members[member_id] = Member(member_id, seq, topics, client_id=client_id,
+                                          assignor=assignor)
         self._rebalance(group)
         return member_id
 
@@ -116,6 +122,18 @@ class GroupCoordinator:
     def committed(self, group_id: str, key: Key) -> int | None:
         return self.group(group_id).committed.get(key)
 
+    def rebalance(self, group_id: str) -> None:
+        self._rebalance(self.group(group_id))
+
+    def assignment_of(self, group_id: str, member_id: str, partitions: tuple[Key, ...]
+                      ) -> ConsumerProtocolMemberAssignment:
+        member = self.group(group_id).members.get(member_id)
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        return ConsumerProtocolMemberAssignment(
+            1, sorted(by_topic.items()), member.user_data if member else b"")
+
     # -- internals ---------------------------------------------------------------------------
     def _rebalance(self, group: Group) -> None:
         group.rebalancing = bool(group.members)
@@ -124,8 +142,12 @@ class GroupCoordinator:
 
     def _assign(self, group: Group) -> None:
         members = sorted(group.members.values(), key=lambda m: m.seq)
-        assign = _round_robin if group.strategy == "roundrobin" else _range
-        shares = assign(members, self._partitions_of)
+        leader = members[0].assignor
+        if leader is not None and all(m.assignor is not None for m in members):
+            shares = _client_side(leader, members, self._partitions_of)
+        else:
+            assign = _round_robin if group.strategy == "roundrobin" else _range
+            shares = assign(members, self._partitions_of)
         group.generation += 1
         for member in members:
             member.assignment = shares[member.member_id]
@@ -160,4 +182,30 @@ def _round_robin(members: list[Member], partitions_of: dict[str, int]
             while topic not in member.topics:
                 member = next(turn)
             shares[member.member_id].append((topic, partition))
+    return shares
+
+
+class _Cluster:
+    """The one call an aiokafka assignor makes of the cluster metadata."""
+
+    def __init__(self, partitions_of: dict[str, int]) -> None:
+        self._partitions_of = partitions_of
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        count = self._partitions_of.get(topic)
+        return None if count is None else set(range(count))
+
+
+def _client_side(leader: Any, members: list[Member], partitions_of: dict[str, int]
+                 ) -> dict[str, list[Key]]:
+    """As aiokafka's leader does: every member's `metadata`, the first member's `assign`;
+    each member keeps its assignment's user data for its consumer's `on_assignment`."""
+    metadata = {m.member_id: m.assignor.metadata(m.topics) for m in members}
+    assignments: dict[str, ConsumerProtocolMemberAssignment] = leader.assign(
+        _Cluster(partitions_of), metadata)
+    shares: dict[str, list[Key]] = {}
+    for member in members:
+        assignment = assignments[member.member_id]
+        member.user_data = assignment.user_data
+        shares[member.member_id] = [(tp.topic, tp.partition) for tp in assignment.partitions()]
     return shares

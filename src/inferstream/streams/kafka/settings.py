@@ -7,6 +7,7 @@ import inspect
 import logging
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer
 from aiokafka.partitioner import murmur2
 from confluent_kafka import KafkaError
 
@@ -32,6 +33,26 @@ def aiokafka_kwargs(config: Config, cls: type, **extra: Any) -> dict[str, Any]:
     kwargs = {k: v for k, v in config.aiokafka_config().items() if k in accepted}
     kwargs.update(extra)
     return kwargs
+
+
+def worker_consumer_kwargs(config: Config, group_id: str, client_id: str,
+                           strategies: tuple[Any, ...]) -> dict[str, Any]:
+    """aiokafka consumer arguments of a pool's worker: manual commits, read_committed, the
+    group settings of `config.worker` and the partition assignors `strategies`."""
+    opts = config.worker
+    return aiokafka_kwargs(
+        config, AIOKafkaConsumer, group_id=group_id, client_id=client_id,
+        group_instance_id=opts.instance_id, enable_auto_commit=False,
+        auto_offset_reset="earliest", isolation_level="read_committed",
+        session_timeout_ms=opts.session_timeout_ms,
+        heartbeat_interval_ms=opts.heartbeat_interval_ms,
+        max_poll_interval_ms=opts.max_poll_interval_ms,
+        # As Java's consumer: a member may take its listener's time to rejoin (a worker
+        # opens a transactional producer per assigned partition); aiokafka's default, the
+        # session timeout, evicts a member that takes over 20 partitions, again and again.
+        rebalance_timeout_ms=opts.max_poll_interval_ms,
+        max_partition_fetch_bytes=16 * 1024 * 1024,
+        partition_assignment_strategy=strategies)
 
 
 #: librdkafka's own log lines go through Python logging under this name.

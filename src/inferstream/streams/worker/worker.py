@@ -14,7 +14,7 @@ import time
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
 from inferstream.config import Config
@@ -38,7 +38,12 @@ from inferstream.streams.kafka.clients import (
     Record,
 )
 from inferstream.streams.kafka.deadletters import dead_letter
-from inferstream.streams.kafka.settings import aiokafka_kwargs, partition_for
+from inferstream.streams.kafka.settings import (
+    aiokafka_kwargs,
+    partition_for,
+    worker_consumer_kwargs,
+)
+from inferstream.streams.policy.membership import PoolMembership
 from inferstream.streams.worker.committers.at_least_once import AtLeastOnceCommitter
 from inferstream.streams.worker.committers.base import PartitionCommitter, PendingTask
 from inferstream.streams.worker.committers.exactly_once import TransactionalCommitter
@@ -81,6 +86,9 @@ class Worker:
                                self.sysinfo.queue)
         loaded = [models] if isinstance(models, LoadedModel) else list(models)
         self.served = ServedModels(self.options, loaded, self.hooks, loader)
+        self.membership = PoolMembership(config, self.worker_id, clients, self.codec,
+                                         lambda: self.served.names,
+                                         lambda: self.sysinfo.calibration)
         self.group_id = worker_group(config)
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
@@ -130,7 +138,9 @@ class Worker:
                 max_request_size=16 * 1024 * 1024))
             await self._shared_producer.start()
         await self.sysinfo.start(self.served, lambda: self._consumer, self.hooks)
+        self.membership.start()
         self._consumer = self._new_consumer()
+        self.membership.watch(self._consumer)
         self.ownership = Ownership(self._consumer, self._new_committer,
                                    self.hooks.on_assignment, self._stopping)
         await self._consumer.start()
@@ -139,20 +149,8 @@ class Worker:
         self.served.start()
 
     def _new_consumer(self) -> AsyncConsumer:
-        opts = self.options
-        consumer = self.clients.aio_consumer(aiokafka_kwargs(
-            self.config, AIOKafkaConsumer,
-            group_id=self.group_id,
-            client_id=self.worker_id,
-            group_instance_id=opts.instance_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            isolation_level="read_committed",
-            session_timeout_ms=opts.session_timeout_ms,
-            heartbeat_interval_ms=opts.heartbeat_interval_ms,
-            max_poll_interval_ms=opts.max_poll_interval_ms,
-            max_partition_fetch_bytes=16 * 1024 * 1024,
-        ))
+        consumer = self.clients.aio_consumer(worker_consumer_kwargs(
+            self.config, self.group_id, self.worker_id, self.membership.strategies()))
         consumer.subscribe([self.config.task_topic()], listener=_Rebalance(self))
         return consumer
 
@@ -370,6 +368,7 @@ class Worker:
 
     async def _shutdown(self) -> None:
         await self.sysinfo.stop()
+        await self.membership.stop()
         if self._consumer is not None:  # built with its ownership, after no await
             await self.ownership.close()
             await self._consumer.stop()  # leaves the group

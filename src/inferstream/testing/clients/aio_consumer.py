@@ -45,6 +45,11 @@ class MemoryAIOConsumer:
         assignors = kwargs.get("partition_assignment_strategy") or ()
         self.strategy = ("range" if any("Range" in getattr(a, "__name__", str(a))
                                         for a in assignors) else "roundrobin")
+        # A client-side assignor object first in the list (not a class) runs as aiokafka
+        # runs it: metadata from every member, assign on the leader, on_assignment on each.
+        first = assignors[0] if assignors else None
+        self.assignor: Any = None if first is None or isinstance(first, type) else first
+        self._coordinator = _Coordinator(self)
         self.member_id: str | None = None
         self.generation = -1
         self._topics: tuple[str, ...] = ()
@@ -79,7 +84,12 @@ class MemoryAIOConsumer:
         if self.member_id is not None:
             self._broker.leave(self.group_id, self.member_id)
         self.member_id = self._broker.join(self.group_id, self.client_id, self._topics,
-                                           self.strategy)
+                                           self.strategy, self.assignor)
+
+    def request_rejoin(self) -> None:
+        """Revoke and join again (what aiokafka's coordinator does on `request_rejoin`)."""
+        if self.group_id is not None and self.member_id is not None:
+            self._broker.rebalance(self.group_id)
 
     async def _serve_group(self) -> None:
         while self.group_id is not None and self.member_id is not None:
@@ -93,12 +103,15 @@ class MemoryAIOConsumer:
             self._positions = {}
             if event.kind == EXPIRED:  # the heartbeat found the session gone: join again
                 self.member_id = self._broker.join(self.group_id, self.client_id,
-                                                   self._topics, self.strategy)
+                                                   self._topics, self.strategy, self.assignor)
             else:
                 self._broker.revoked(self.group_id, self.member_id)
 
     async def _assigned(self, event: GroupEvent) -> None:
         self.generation = event.generation
+        if self.assignor is not None and self.group_id and self.member_id:
+            self.assignor.on_assignment(self._broker.assignment_of(
+                self.group_id, self.member_id, event.partitions))
         self._positions = {TopicPartition(t, p): OFFSET_COMMITTED for t, p in event.partitions}
         await self._call_listener("on_partitions_assigned", set(self._positions))
 
@@ -218,3 +231,14 @@ def _consumer_record(record: StoredRecord) -> ConsumerRecord[bytes, bytes]:
         timestamp=record.timestamp_ms, timestamp_type=0, key=record.key, value=record.value,
         checksum=None, serialized_key_size=len(record.key or b""),
         serialized_value_size=len(record.value or b""), headers=[])
+
+
+class _Coordinator:
+    """Models the part of aiokafka's GroupCoordinator that `streams/policy/rejoin.py` uses."""
+
+    def __init__(self, consumer: MemoryAIOConsumer) -> None:
+        self._consumer = consumer
+        self._rejoin_needed_fut = None
+
+    def request_rejoin(self) -> None:
+        self._consumer.request_rejoin()
