@@ -28,7 +28,7 @@ PARTITIONS = 20
 def config(kafka: str) -> Config:
     """The conftest's config with 20 partitions per topic, so shares can be seen."""
     cfg = Config(bootstrap_servers=kafka, topic_prefix=f"t{uuid.uuid4().hex[:10]}.",
-                 partitions=PARTITIONS)
+                 partitions=PARTITIONS, task_partitions=PARTITIONS)
     report = ensure_topics(cfg)
     assert report.ok, report.mismatched
     return cfg

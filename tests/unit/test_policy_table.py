@@ -81,3 +81,16 @@ def test_an_undecodable_record_is_skipped() -> None:
     table.apply(b"default/x", b"garbage")
     assert table.entries("default") == []
     assert table.age_s() is None
+
+
+def test_the_controller_sizes_tasks_by_the_pool_entry_while_the_policy_is_fresh() -> None:
+    """`task_size` is the controller's TaskSizer: the POOL entry's size, none when stale."""
+    clock = [1_000_000.0]
+    table = PolicyTable(CONFIG, codec=CODEC, max_age_s=90, clock=lambda: clock[0])
+    assert table.task_size("default") is None
+    pool = PolicyEntry(**{**entry("", 1.0, updated_at=999_990_000), "task_size": 37})
+    table.apply(b"default", CODEC.encode("PolicyEntry", pool))
+    assert table.task_size("default") == 37
+    assert table.task_size("other") is None
+    clock[0] += 200  # sysinfo stopped writing: its recommendation no longer holds
+    assert table.task_size("default") is None

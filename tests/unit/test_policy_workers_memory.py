@@ -21,7 +21,8 @@ def worker_config(worker_id: str) -> Config:
     options = WorkerConfig(models=("sim:ms=0",), worker_id=worker_id, decode_threads=1,
                            max_wait_ms=1.0, sysinfo_interval_s=0, calibration_items=0,
                            min_rebalance_interval_s=0.0)
-    return Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=8, worker=options)
+    return Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=8, task_partitions=8,
+                  worker=options)
 
 
 def owned(broker: MemoryBroker, config: Config) -> dict[str, int]:

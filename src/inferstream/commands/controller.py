@@ -11,9 +11,17 @@ from inferstream.config import Config
 
 def run(args: argparse.Namespace, config: Config) -> int:
     from inferstream.streams.controller.controller import Controller
+    from inferstream.streams.policy.table import PolicyTable
 
     dump_stacks_on_usr1()
-    controller = Controller(config)
+    # Jobs without --chunk-size get the policy's task size (sysinfo's POOL entry); a policy
+    # older than the workers' policy_max_age_s is none, and the default applies.
+    policy = PolicyTable(config, max_age_s=config.worker.policy_max_age_s)
+    policy.start()
+    controller = Controller(config, task_sizer=policy.task_size)
     when_stopping(controller.request_stop)  # thread-safe: sets an Event
-    controller.run()
+    try:
+        controller.run()
+    finally:
+        policy.stop()
     return 0

@@ -23,13 +23,13 @@ def worker_needs(config: Config) -> Needs:
 
     check_collectors(config.worker.collectors)  # before any connection: fail fast, in one line
     return Needs(librdkafka=False, aiokafka=True,
-                 topics=(config.task_topic(), *_topics(config, "results", "dlq", "sysinfo")),
+                 topics=(config.task_topic(), *_topics(config, "results", "dlq", "sysinfo", "policy")),
                  metrics_port=config.worker.metrics_port)
 
 
 def controller_needs(config: Config) -> Needs:
     return Needs(topics=_topics(config, "jobs", "results", "job-events", "controller-ledger",
-                                "dlq"))
+                                "dlq", "policy"))
 
 
 def sysinfo_needs(config: Config) -> Needs:

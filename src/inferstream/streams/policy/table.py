@@ -98,6 +98,12 @@ class PolicyTable:
                                           e["capacity_items_per_s"])
                 for e in self.entries(pool)}
 
+    def task_size(self, pool: str) -> int | None:
+        """The policy's recommended items per task for `pool` (about 1 s of work); None when
+        the pool has no policy: the controller's TaskSizer."""
+        pool_entry = self.pool_entry(pool)
+        return pool_entry["task_size"] if pool_entry and self.has_policy(pool) else None
+
     def age_s(self) -> float | None:
         """Seconds since the reader applied its last entry; None before the first."""
         with self._lock:
