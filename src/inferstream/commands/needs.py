@@ -23,7 +23,8 @@ def worker_needs(config: Config) -> Needs:
 
     check_collectors(config.worker.collectors)  # before any connection: fail fast, in one line
     return Needs(librdkafka=False, aiokafka=True,
-                 topics=(config.task_topic(), *_topics(config, "results", "dlq", "sysinfo", "policy")),
+                 topics=(config.task_topic(),
+                         *_topics(config, "results", "dlq", "sysinfo", "policy")),
                  metrics_port=config.worker.metrics_port)
 
 
