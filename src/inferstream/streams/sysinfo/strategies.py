@@ -75,15 +75,23 @@ class LeastLoadedStrategy:
         return plans
 
 
-class MemoryAwareStrategy:
-    """No more per batch than fits on the device: the batch size is bounded by free device
-    memory at the memory one item took so far, and capacity shrinks with it."""
-
-    name = "memory-aware"
+class _EachWorker:
+    """A strategy that plans each worker on its own (`_one`), regardless of the others."""
 
     def plan(self, workers: Sequence[WorkerView],
              settings: StrategySettings) -> dict[str, WorkerPlan]:
         return {w.worker: self._one(w, settings) for w in workers}
+
+    @staticmethod
+    def _one(w: WorkerView, settings: StrategySettings) -> WorkerPlan:
+        raise NotImplementedError
+
+
+class MemoryAwareStrategy(_EachWorker):
+    """No more per batch than fits on the device: the batch size is bounded by free device
+    memory at the memory one item took so far, and capacity shrinks with it."""
+
+    name = "memory-aware"
 
     @staticmethod
     def _one(w: WorkerView, settings: StrategySettings) -> WorkerPlan:
@@ -100,16 +108,12 @@ class MemoryAwareStrategy:
         return WorkerPlan(rate * min(1.0, fits / batch), fits)
 
 
-class LatencySloStrategy:
+class LatencySloStrategy(_EachWorker):
     """The most throughput whose p95 batch latency stays under the target: batches shrink
     in proportion to the overshoot (latency taken as proportional to batch size), capacity
     with them; a worker that misses the target even at batch size 1 gets none."""
 
     name = "latency-slo"
-
-    def plan(self, workers: Sequence[WorkerView],
-             settings: StrategySettings) -> dict[str, WorkerPlan]:
-        return {w.worker: self._one(w, settings) for w in workers}
 
     @staticmethod
     def _one(w: WorkerView, settings: StrategySettings) -> WorkerPlan:
