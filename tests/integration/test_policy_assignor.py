@@ -111,3 +111,14 @@ def test_without_sysinfo_the_pool_works_on_the_even_fallback(
     logs = procs.log("one") + procs.log("two")
     assert "no policy for pool default: even assignment" in logs
     assert set(run_job(config, tmp_path, 300)) == {"one", "two"}
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_with_another_assignor_is_refused_with_one_line(procs: Processes) -> None:
+    procs.worker("sim:ms=1", name="worker-policy")
+    procs.wait_for_log("worker-policy", "assigned partitions=")
+    other = procs.worker("sim:ms=1", "--assignor", "roundrobin", name="worker-rr")
+    assert other.wait(timeout=120) != 0
+    log = procs.log("worker-rr")
+    assert "same --assignor" in log and "Traceback" not in log, log
+    assert len(procs.assigned("worker-policy")) == PARTITIONS  # the pool goes on

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from types import SimpleNamespace
 
 import pytest
 from aiokafka import AIOKafkaConsumer
-from aiokafka.consumer.group_coordinator import GroupCoordinator
+from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance, GroupCoordinator
 from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+from aiokafka.errors import GroupLoadInProgressError
 from aiokafka.util import create_future
 
 from inferstream.config import Config, WorkerConfig
@@ -157,7 +159,7 @@ def test_the_leaders_watch_asks_its_consumer_to_rejoin() -> None:
     assert memberships["m-a"].check(consumers["m-a"])  # the leader
     assert not memberships["m-b"].check(consumers["m-b"])
     assert consumers["m-a"]._coordinator.requests == 1
-    assert memberships["m-a"].strategies()[0] is memberships["m-a"].assignor
+    assert memberships["m-a"].strategies() == (memberships["m-a"].assignor,)
 
 
 def test_roundrobin_leaves_the_policy_out() -> None:
@@ -167,3 +169,35 @@ def test_roundrobin_leaves_the_policy_out() -> None:
     assert membership.strategies() == (RoundRobinPartitionAssignor,)
     with pytest.raises(ConfigError):
         Config(bootstrap_servers="mem:1", worker=WorkerConfig(assignor="sticky"))
+
+
+class _JoinRecorder:
+    """The coordinator side of aiokafka's `CoordinatorGroupRebalance`: records each
+    JoinGroup request and answers "coordinator loading" (the member retries later)."""
+
+    _rebalance_timeout_ms = 1000
+    member_id = ""
+    _group_instance_id = None
+
+    def __init__(self) -> None:
+        self.requests: list[object] = []
+
+    async def _send_req(self, request: object) -> object:
+        self.requests.append(request)
+        return SimpleNamespace(error_code=GroupLoadInProgressError.errno, member_id="")
+
+
+@pytest.mark.parametrize("assignor", ["policy", "roundrobin"])
+def test_a_worker_sends_one_join_request_per_join(assignor: str) -> None:
+    """aiokafka sends one JoinGroup per configured assignor (aio-libs/aiokafka#1168); with
+    two, every join changed the member's metadata and two workers rebalanced each other
+    for minutes. The worker's consumer must send exactly one per join."""
+    config = Config(bootstrap_servers="mem:1", worker=WorkerConfig(assignor=assignor))
+    membership = PoolMembership(config, "w", MemoryKafkaClients(), Codec(None), tuple,
+                                lambda: None)
+    recorder = _JoinRecorder()
+    subscription = SimpleNamespace(topics={"t.tasks.default"}, active=True)
+    rebalance = CoordinatorGroupRebalance(recorder, "g", 1, subscription,
+                                          membership.strategies(), 10_000, 1)
+    assert asyncio.run(rebalance.perform_group_join()) is None
+    assert len(recorder.requests) == 1

@@ -47,11 +47,18 @@ class PoolMembership:
         self._watch: asyncio.Task[None] | None = None
 
     def strategies(self) -> tuple[Any, ...]:
-        """The consumer's `partition_assignment_strategy`: ours first, round-robin as the
-        protocol every member of a mixed (upgrading) group shares."""
+        """The consumer's `partition_assignment_strategy`: exactly one assignor.
+
+        Never more than one: aiokafka 0.14 sends one JoinGroup per configured assignor
+        (the request is built inside its loop over the assignors, aio-libs/aiokafka#1168),
+        each with different protocol metadata, so every join looks like a metadata change
+        to the broker and starts another rebalance; two such members could rebalance each
+        other for minutes. The price: every worker of a pool uses the same `--assignor`
+        (a member with another one is refused by the broker, see `worker.worker`).
+        """
         if not self.enabled:
             return (RoundRobinPartitionAssignor,)
-        return (self.assignor, RoundRobinPartitionAssignor)
+        return (self.assignor,)
 
     def start(self) -> None:
         if self.enabled:

@@ -15,7 +15,11 @@ from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import (
+    GroupAuthorizationFailedError,
+    InconsistentGroupProtocolError,
+    KafkaError,
+)
 
 from inferstream.config import Config
 from inferstream.models import LoadedModel, ModelError
@@ -127,9 +131,21 @@ class Worker:
         """Start the clients; a cluster that cannot be used is one KafkaSetupError."""
         try:
             await self._start()
+        except (InconsistentGroupProtocolError, GroupAuthorizationFailedError) as exc:
+            raise self._refused(exc) from exc
         except KafkaError as exc:  # aiokafka: KafkaConnectionError, UnsupportedVersion, ...
             raise KafkaSetupError(f"cannot start the worker's Kafka clients at "
                                   f"{self.config.bootstrap_servers}: {exc!r}") from exc
+
+    def _refused(self, exc: KafkaError) -> KafkaSetupError:
+        """The one-line error for a group that will not have this worker (fatal in aiokafka:
+        its consumer raises the same error on every later call)."""
+        if isinstance(exc, InconsistentGroupProtocolError):
+            return KafkaSetupError(
+                f"the workers of pool {self.config.pool} (group {self.group_id}) use another "
+                f"assignor than this one's {self.options.assignor!r}: start every worker of "
+                "a pool with the same --assignor (INFERSTREAM_WORKER_ASSIGNOR)")
+        return KafkaSetupError(f"not authorised to join group {self.group_id}: {exc}")
 
     async def _start(self) -> None:
         if self.options.guarantee == "at-least-once":
@@ -184,6 +200,8 @@ class Worker:
                 continue
             try:
                 batches = await self._fetch(room)
+            except (InconsistentGroupProtocolError, GroupAuthorizationFailedError) as exc:
+                raise self._refused(exc) from exc
             except KafkaError as exc:  # a broker restarting: the client reconnects by itself
                 log.warning("fetch failed: %r", exc)
                 await asyncio.sleep(0.5)
