@@ -34,9 +34,9 @@ def make_config(worker_id: str = "w", models: tuple[str, ...] = ("sim:ms=0",)) -
         bootstrap_servers="mem:1", topic_prefix="t.", partitions=2, task_partitions=2,
         # No sysinfo (so no calibration and no first sample before joining): both workers
         # must be in the group before the controller looks for a worker of each model.
-        worker=WorkerConfig(models=models, worker_id=worker_id, idle_exit_s=1.0,
+        worker=WorkerConfig(models=models, worker_id=worker_id, idle_exit_s=0.5,
                             max_wait_ms=1.0, decode_threads=2, sysinfo_interval_s=0),
-        controller=ControllerConfig(idle_exit_s=0.5, watchdog_s=None,
+        controller=ControllerConfig(idle_exit_s=0.3, watchdog_s=None,
                                     progress_interval_s=0.0))
 
 

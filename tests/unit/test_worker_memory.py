@@ -29,7 +29,7 @@ CODEC = Codec(None)
 
 
 def make_config(**worker: Any) -> Config:
-    settings = {"models": (MODEL,), "idle_exit_s": 0.3, "max_wait_ms": 1.0, "worker_id": "w1",
+    settings = {"models": (MODEL,), "idle_exit_s": 0.15, "max_wait_ms": 1.0, "worker_id": "w1",
                 "decode_threads": 2, **worker}
     return Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2,
                   task_partitions=2, worker=WorkerConfig(**settings))

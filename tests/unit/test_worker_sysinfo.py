@@ -40,7 +40,7 @@ CODEC = Codec(None)
 
 
 def make_config(**worker: Any) -> Config:
-    settings = {"models": ("sim:ms=1",), "idle_exit_s": 0.4, "max_wait_ms": 1.0,
+    settings = {"models": ("sim:ms=1",), "idle_exit_s": 0.25, "max_wait_ms": 1.0,
                 "worker_id": "w1", "decode_threads": 2, "sysinfo_interval_s": 0.05,
                 "calibration_items": 4, **worker}
     return Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2,

@@ -54,6 +54,7 @@ from inferstream.streams.kafka.groups import describe_with
 from inferstream.streams.kafka.settings import (
     LIBRDKAFKA_LOG,
     consumer_config,
+    poll_timeout_s,
     producer_config,
 )
 
@@ -134,7 +135,8 @@ class Controller:
 
     # -- one round: consume, decide, commit ------------------------------------------------
     def _round(self) -> bool:
-        messages = self._consumer.consume(num_messages=500, timeout=0.2)
+        messages = self._consumer.consume(num_messages=500, timeout=poll_timeout_s(
+            self.options.idle_exit_s))
         out = Outbox(self.topics, self.codec, self.partitions)
         for message in messages:
             self._dispatch(message, out)

@@ -89,3 +89,15 @@ def consumer_config(config: Config, group_id: str | None, **extra: Any) -> dict[
         settings["group.id"] = "inferstream-reader-unused"
     settings.update(extra)
     return config.confluent_config(**settings)
+
+
+#: How long a role's poll waits for records when there are none (seconds).
+POLL_TIMEOUT_S = 0.2
+
+
+def poll_timeout_s(idle_exit_s: float | None) -> float:
+    """The poll timeout of a role that exits after `idle_exit_s` idle (bounded mode):
+    at most a quarter of that limit, so it exits on time rather than a poll late."""
+    if idle_exit_s is None:
+        return POLL_TIMEOUT_S
+    return max(0.01, min(POLL_TIMEOUT_S, idle_exit_s / 4))

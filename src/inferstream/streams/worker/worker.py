@@ -45,6 +45,7 @@ from inferstream.streams.kafka.deadletters import dead_letter
 from inferstream.streams.kafka.settings import (
     aiokafka_kwargs,
     partition_for,
+    poll_timeout_s,
     worker_consumer_kwargs,
 )
 from inferstream.streams.policy.membership import PoolMembership
@@ -232,7 +233,7 @@ class Worker:
         if batches:
             return batches
         got_any: dict[TopicPartition, list[Any]] = await self._consumer.getmany(
-            timeout_ms=200, max_records=share)
+            timeout_ms=int(poll_timeout_s(self.options.idle_exit_s) * 1000), max_records=share)
         return got_any
 
     def _busy(self) -> bool:
