@@ -43,7 +43,9 @@ from failover_common import (
 )
 from p1_stack import BenchError
 
+#: ms per item of each worker: capacities 1:2:4:8, and the acceptance check's 1:4.
 MS = {"w80": 80, "w40": 40, "w20": 20, "w10": 10}
+MS_1_4 = {"w40": 40, "w10": 10}
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,11 @@ class Case:
     assignor: str
     #: (worker, items after which it slows down, factor)
     slowdown: tuple[str, int, float] | None = None
+    workers: tuple[tuple[str, int], ...] = tuple(MS.items())
+
+    @property
+    def ms(self) -> dict[str, int]:
+        return dict(self.workers)
 
 
 @dataclass(frozen=True)
@@ -66,16 +73,14 @@ class Outcome:
     duplicate_items: int
 
 
-def capacity(worker: str) -> float:
-    return 1000.0 / MS[worker]
-
-
-def ideal_makespan(items: int, slowdown: tuple[str, int, float] | None) -> float:
+def ideal_makespan(items: int, case: Case) -> float:
     """The least time in which the workers at their capacities do `items` (bisection)."""
+    slowdown = case.slowdown
+
     def done_by(t: float) -> float:
         total = 0.0
-        for worker in MS:
-            rate = capacity(worker)
+        for worker, ms in case.workers:
+            rate = 1000.0 / ms
             if slowdown is not None and worker == slowdown[0]:
                 fast_s = slowdown[1] / rate
                 total += rate * t if t <= fast_s else slowdown[1] + rate / slowdown[2] * (
@@ -97,7 +102,7 @@ def free_port() -> int:
 
 
 def model_of(worker: str, case: Case, calibration_items: int) -> str:
-    name = f"sim:ms={MS[worker]}"
+    name = f"sim:ms={case.ms[worker]}"
     if case.slowdown is not None and case.slowdown[0] == worker:
         after = case.slowdown[1] + 2 * calibration_items  # warm-up and timed batch count
         name += f",slow_after={after},slow_factor={case.slowdown[2]:g}"
@@ -109,24 +114,26 @@ def start_fleet(fleet: Fleet, case: Case) -> None:
     fleet.start("sysinfo", "sysinfo", "--port", str(free_port()), "--advertised-host",
                 "127.0.0.1", "--session-timeout-s", "6")
     fleet.start("controller", "controller")
-    for worker in MS:
+    for worker in case.ms:
         fleet.worker(worker, model_of(worker, case, 8), "--assignor", case.assignor,
                      "--min-rebalance-interval-s", "10")
-    wait_for_group(fleet, list(MS), timeout_s=300)
+    wait_for_group(fleet, list(case.ms), timeout_s=300)
 
 
 def settle(fleet: Fleet, case: Case, timeout_s: float = 180) -> None:
-    """Policy cases: wait until the fastest worker owns at least 40 % of the partitions (its
-    share is 8/15) and nothing moved for 5 s."""
+    """Policy cases: wait until the fastest worker owns at least 3/4 of its capacity share
+    of the partitions and nothing moved for 5 s."""
     if case.assignor != "policy":
         return
     deadline = time.monotonic() + timeout_s
     n = fleet.config.task_partitions_for()
     while time.monotonic() < deadline:
-        fleet.check_alive(*MS)
-        events = ownership_events(fleet, list(MS))
+        fleet.check_alive(*case.ms)
+        events = ownership_events(fleet, list(case.ms))
         owned = owners_at(events, time.time())
-        if len(owned.get("w10", ())) >= 0.4 * n and time.time() - events[-1].t >= 5:
+        fastest = 10 / sum(10 / ms for ms in case.ms.values())  # w10's capacity share
+        if (len(owned.get("w10", ())) >= 0.75 * fastest * n
+                and time.time() - events[-1].t >= 5):
             return
         time.sleep(0.5)
     raise BenchError(f"the policy never settled: {owners_at(events, time.time())}")
@@ -140,7 +147,7 @@ def run_case(broker_servers: str, logdir: Path, case: Case, items: int,
         settle(fleet, case)
         reader = CommittedResults(fleet.config).start()
         listing = write_listing(logdir / f"{case.name}.txt", items, case.name)
-        events_before = len(ownership_events(fleet, list(MS)))
+        events_before = len(ownership_events(fleet, list(case.ms)))
         submitted = time.time()
         job = fleet.client.submit("sim:ms=10", [f"@{listing}"], chunk_size=chunk)
         job.wait(timeout_s=3600)
@@ -153,36 +160,36 @@ def run_case(broker_servers: str, logdir: Path, case: Case, items: int,
         per_worker: Counter[str] = Counter()
         for result in {(r.task_id): r for r in results if r.job_id == job.job_id}.values():
             per_worker[result.worker] += len(result.names)
-        events = ownership_events(fleet, list(MS))
+        events = ownership_events(fleet, list(case.ms))
         owned = owners_at(events, submitted)
-        return Outcome(case, makespan, ideal_makespan(items, case.slowdown),
-                       {w: per_worker[w] / items for w in MS},
-                       {w: len(owned.get(w, ())) for w in MS},
-                       rebalance_cost(events[events_before:], partitions),
+        return Outcome(case, makespan, ideal_makespan(items, case),
+                       {w: per_worker[w] / items for w in case.ms},
+                       {w: len(owned.get(w, ())) for w in case.ms},
+                       rebalance_cost(events[events_before:], partitions, case),
                        check["lost_items"], check["duplicate_items"])
     finally:
         fleet.stop_all()
 
 
-def rebalance_cost(events: list[Ownership], partitions: int) -> float | None:
+def rebalance_cost(events: list[Ownership], partitions: int, case: Case) -> float | None:
     """Seconds from the first revocation in `events` to every partition owned again."""
     revoked = [e for e in events if e.kind == "revoked" and e.partitions]
     if not revoked:
         return None
-    full = first_full_ownership(events, set(MS), partitions, revoked[0].t)
+    full = first_full_ownership(events, set(case.ms), partitions, revoked[0].t)
     return None if full is None else full - revoked[0].t
 
 
 def report(outcomes: list[Outcome], args: argparse.Namespace) -> str:
     lines = [f"P3 at {source_version()}: {args.items} items in tasks of {args.chunk} on "
-             f"{args.partitions} task partitions, capacities 12.5/25/50/100 items/s",
+             f"{args.partitions} task partitions; w<N>: sim:ms=N, 1000/N items/s",
              "",
-             "| case | makespan s | ideal s | over ideal | results w80/w40/w20/w10 | "
+             "| case | makespan s | ideal s | over ideal | share of results | "
              "partitions at submission | rebalance s | lost / duplicate items |",
              "|---|---:|---:|---:|---|---|---:|---|"]
     for o in outcomes:
-        shares = "/".join(f"{o.shares[w]:.2f}" for w in MS)
-        owned = "/".join(str(o.owned[w]) for w in MS)
+        shares = "/".join(f"{w} {o.shares[w]:.2f}" for w in o.case.ms)
+        owned = "/".join(str(o.owned[w]) for w in o.case.ms)
         rebalance = "-" if o.rebalance_s is None else f"{o.rebalance_s:.1f}"
         lines.append(f"| {o.case.name} | {o.makespan_s:.1f} | {o.ideal_s:.1f} | "
                      f"{o.makespan_s / o.ideal_s:.2f} | {shares} | {owned} | {rebalance} | "
@@ -204,7 +211,10 @@ def main(argv: list[str] | None = None) -> int:
     half = int(args.items * 8 / 15 / 2)  # half of the fastest worker's share
     cases = {"roundrobin": Case("roundrobin", "roundrobin"),
              "policy": Case("policy", "policy"),
-             "slowdown": Case("slowdown", "policy", ("w10", half, 4.0))}
+             "slowdown": Case("slowdown", "policy", ("w10", half, 4.0)),
+             "policy-1:4": Case("policy-1:4", "policy", workers=tuple(MS_1_4.items())),
+             "roundrobin-1:4": Case("roundrobin-1:4", "roundrobin",
+                                    workers=tuple(MS_1_4.items()))}
     with tempfile.TemporaryDirectory(prefix="p3-") as tmp:
         broker = start_broker(Path(tmp) / "kafka")
         try:

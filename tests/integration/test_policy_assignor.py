@@ -72,10 +72,18 @@ def test_the_fast_worker_owns_its_capacity_share_of_the_partitions(
     counts = wait_for("the fast worker owning about 80 % of the partitions", settled, 180)
     print("partitions", counts)
     assert "assigned topic=" in procs.log("fast") + procs.log("slow")
-    done = run_job(config, tmp_path, 1000)
+    items = 2000
+    started = time.monotonic()
+    done = run_job(config, tmp_path, items)
+    makespan = time.monotonic() - started
     after = owned(procs, "fast", "slow")
-    print("items", dict(done), "partitions after the job", after)
-    assert set(done) == {"fast", "slow"}
+    # The ideal: the work over the summed capacities (100 + 25 items/s). Reported, not
+    # asserted (a shared host's noise); BENCHMARKS.md P3 has the side-by-side figure.
+    print("items", dict(done), "partitions after the job", after,
+          f"makespan {makespan:.1f}s = {makespan / (items / 125):.2f} x ideal")
+    # Each worker's share of the results is within 0.07 of its capacity share (0.8 / 0.2).
+    assert abs(done["fast"] / items - 0.8) <= 0.07, done
+    assert abs(done["slow"] / items - 0.2) <= 0.07, done
     # Measured rates under load move the shares a little: still about 80 %.
     assert after is not None and 14 <= after["fast"] <= 17
 
@@ -122,3 +130,4 @@ def test_a_worker_with_another_assignor_is_refused_with_one_line(procs: Processe
     log = procs.log("worker-rr")
     assert "same --assignor" in log and "Traceback" not in log, log
     assert len(procs.assigned("worker-policy")) == PARTITIONS  # the pool goes on
+

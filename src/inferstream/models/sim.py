@@ -8,6 +8,7 @@ returns the same prediction for the same bytes wherever and however often it run
 from __future__ import annotations
 
 import hashlib
+import logging
 import random
 import time
 
@@ -17,6 +18,8 @@ from inferstream.models.base import LoadedModel, Prediction, check_top_k, imagen
 from inferstream.models.names import SimParams, parse_sim_name
 
 __all__ = ["SimModel", "SimParams", "parse_sim_name"]
+
+log = logging.getLogger(__name__)
 
 _HASH_MASK = (1 << 63) - 1  # fits a signed int64 tensor
 
@@ -61,10 +64,14 @@ class SimModel(LoadedModel):
         """The ms that the next `items` items take, `slow_factor` x for those past
         `slow_after`; counts them as processed."""
         p = self.params
+        before = self.items_processed
         self.items_processed += items
         if p.slow_after is None:
             return p.ms * items
         slow = min(items, max(0, self.items_processed - p.slow_after))
+        if slow and before <= p.slow_after:
+            log.info("model %s slows down %gx after %d items", self.name, p.slow_factor,
+                     p.slow_after)
         return p.ms * (items - slow + slow * p.slow_factor)
 
     def _prediction(self, item_hash: int, k: int) -> Prediction:

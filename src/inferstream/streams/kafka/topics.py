@@ -83,16 +83,24 @@ def ensure_topics(
     """Create the missing topics; report existing ones whose settings differ from the spec."""
     admin = admin_client(config, clients)
     specs = topic_specs(config, pools)
-    existing = _list_topics(admin, timeout_s)
-    report = TopicReport()
-    missing = [s for s in specs if s.name not in existing]
-    if missing:
-        _create(admin, missing, config.replication_factor, timeout_s, report)
-        wait_until_visible(admin, {s.name: s.partitions for s in missing}, timeout_s)
+    report, existing = create_missing(admin, specs, config.replication_factor, timeout_s)
     present = [s for s in specs if s.name in existing]
     report.existing.extend(s.name for s in present)
     report.mismatched.update(describe_mismatches(admin, present, config, timeout_s))
     return report
+
+
+def create_missing(admin: AdminClient, specs: list[TopicSpec], replication_factor: int | None,
+                   timeout_s: float = 30.0) -> tuple[TopicReport, set[str]]:
+    """Create the topics of `specs` that do not exist and wait until the brokers show them;
+    returns what was done and the names that existed before."""
+    existing = _list_topics(admin, timeout_s)
+    report = TopicReport()
+    missing = [s for s in specs if s.name not in existing]
+    if missing:
+        _create(admin, missing, replication_factor, timeout_s, report)
+        wait_until_visible(admin, {s.name: s.partitions for s in missing}, timeout_s)
+    return report, existing
 
 
 def _list_topics(admin: AdminClient, timeout_s: float) -> set[str]:

@@ -153,6 +153,7 @@ class SysinfoApp:
     def run(self) -> int:
         """Run the replica until SIGTERM or SIGINT (drain, leave the group, exit 0) or, in
         bounded mode, until no sample came for `idle_exit_s`; returns the exit status."""
+        self.declare_internal_topics()
         worker = faust.Worker(self.app, quiet=True, redirect_stdouts=False,
                               override_logging=False)
         worker.spinner = None  # it writes terminal escapes into logs that are no terminal
@@ -163,6 +164,22 @@ class SysinfoApp:
         finally:
             shutil.rmtree(self._datadir, ignore_errors=True)
         return 0
+
+    def declare_internal_topics(self) -> None:
+        """Create the app's own topics (the fleet topic, the tables' changelogs) before Faust
+        starts. Faust creates them itself, but when its first assignment comes before the
+        brokers show them it logs "Ignoring missing topic" and its agents and tables never
+        get those partitions: the replica then writes no policy at all (seen on a loaded
+        host with faust-streaming 0.11). Topics that exist are left as they are."""
+        from inferstream.streams.kafka.topics import TopicSpec, admin_client, create_missing
+
+        specs = [TopicSpec(self.fleet_topic.get_topic_name(), 1,
+                           configs={"retention.ms": str(3_600_000)})]
+        for table, partitions in ((self.aggregates, self.topology.sysinfo_partitions),
+                                  (self.workers, 1)):
+            specs.append(TopicSpec(table.changelog_topic.get_topic_name(), partitions,
+                                   compacted=True))
+        create_missing(admin_client(self.config), specs, self.topology.replication)
 
     # -- stage 1: samples -------------------------------------------------------------------------
     async def _intake(self, stream: Any) -> None:
