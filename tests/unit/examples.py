@@ -117,6 +117,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "batch_size": 32,
         "task_size": 1450,
         "models": ["googlenet"],
+        "model_partitions": [],
     },
     "DeadLetter": {
         "origin_topic": "inferstream.tasks.gpu",

@@ -49,7 +49,7 @@ def policy_entry(name: str, pool: str = "gpu", **fields: Any) -> dict[str, Any]:
         "worker": name, "pool": pool, "model": None, "capacity_items_per_s": 100.0,
         "weight": 0.8, "strategy": "throughput", "updated_at": NOW_MS, "kind": "WORKER",
         "share": 0.8, "health": "HEALTHY", "batch_size": 32, "task_size": 100,
-        "models": ["sim:ms=10"],
+        "models": ["sim:ms=10"], "model_partitions": [],
     }
     return {**base, **fields}
 

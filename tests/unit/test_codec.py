@@ -73,7 +73,7 @@ V2_DEFAULTS = {
                       "consumer_lag": None, "served_models": [], "models": [],
                       "calibration": None, "software": {}},
     "PolicyEntry": {"kind": "WORKER", "share": 0.0, "health": "HEALTHY", "batch_size": None,
-                    "task_size": None, "models": []},
+                    "task_size": None, "models": [], "model_partitions": []},
 }
 
 
@@ -87,6 +87,13 @@ def test_a_v1_sample_and_policy_entry_read_with_the_new_fields_at_their_defaults
     assert set(old) == set(current)
     assert {k: old[k] for k in V2_DEFAULTS[name]} == V2_DEFAULTS[name]
     assert old["worker"] == current["worker"]
+
+
+def test_a_v2_policy_entry_reads_without_model_ranges(codec: Codec) -> None:
+    """PolicyEntry v2 (before model affinity; tests/unit/golden/PolicyEntry.v2.bin) reads as
+    the current record with no model partition ranges."""
+    old = codec.decode((GOLDEN / "PolicyEntry.v2.bin").read_bytes(), expected="PolicyEntry")
+    assert old == {**EXAMPLES["PolicyEntry"], "model_partitions": []}
 
 
 def test_records_of_an_earlier_schema_version_still_decode(codec: Codec) -> None:

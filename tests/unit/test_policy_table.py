@@ -9,7 +9,7 @@ from inferstream.config import Config
 from inferstream.schemas import Codec
 from inferstream.schemas.records import PolicyEntry, PolicyKind, WorkerHealth, now_ms
 from inferstream.streams.kafka.topics import topic_specs
-from inferstream.streams.policy.assignment import WorkerPolicy
+from inferstream.streams.policy.assignment import ModelRange, WorkerPolicy
 from inferstream.streams.policy.table import PolicyTable
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 
@@ -23,7 +23,8 @@ def entry(worker: str, share: float, health: WorkerHealth = WorkerHealth.HEALTHY
     return PolicyEntry(worker=worker, pool=pool, model=None, capacity_items_per_s=share * 100,
                        weight=share, strategy="throughput",
                        updated_at=now_ms() if updated_at is None else updated_at, kind=kind,
-                       share=share, health=health, batch_size=None, task_size=None, models=[])
+                       share=share, health=health, batch_size=None, task_size=None, models=[],
+                       model_partitions=[])
 
 
 def write(broker: MemoryBroker, *entries: PolicyEntry) -> None:
@@ -94,3 +95,18 @@ def test_the_controller_sizes_tasks_by_the_pool_entry_while_the_policy_is_fresh(
     assert table.task_size("other") is None
     clock[0] += 200  # sysinfo stopped writing: its recommendation no longer holds
     assert table.task_size("default") is None
+
+
+def test_the_model_ranges_of_a_pool_hold_while_the_policy_is_fresh() -> None:
+    """`model_ranges` is what the assignor and the controller route by: none when stale."""
+    clock = [1_000_000.0]
+    table = PolicyTable(CONFIG, codec=CODEC, max_age_s=90, clock=lambda: clock[0])
+    assert table.model_ranges("default") == ()
+    ranges = [{"model": "efficientnet_lite0", "first": 0, "count": 3},
+              {"model": "sim:ms=2", "first": 3, "count": 9}]
+    pool = PolicyEntry(**{**entry("", 1.0, updated_at=999_990_000), "model_partitions": ranges})
+    table.apply(b"default", CODEC.encode("PolicyEntry", pool))
+    assert table.model_ranges("default") == (ModelRange("efficientnet_lite0", 0, 3),
+                                             ModelRange("sim:ms=2", 3, 9))
+    clock[0] += 200
+    assert table.model_ranges("default") == ()

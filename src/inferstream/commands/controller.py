@@ -14,11 +14,13 @@ def run(args: argparse.Namespace, config: Config) -> int:
     from inferstream.streams.policy.table import PolicyTable
 
     dump_stacks_on_usr1()
-    # Jobs without --chunk-size get the policy's task size (sysinfo's POOL entry); a policy
-    # older than the workers' policy_max_age_s is none, and the default applies.
+    # Jobs without --chunk-size get the policy's task size (sysinfo's POOL entry), and their
+    # tasks go to their model's partitions; a policy older than the workers'
+    # policy_max_age_s is none, and the default size and all partitions apply.
     policy = PolicyTable(config, max_age_s=config.worker.policy_max_age_s)
     policy.start()
-    controller = Controller(config, task_sizer=policy.task_size)
+    controller = Controller(config, task_sizer=policy.task_size,
+                            model_ranges=policy.model_ranges)
     when_stopping(controller.request_stop)  # thread-safe: sets an Event
     try:
         controller.run()

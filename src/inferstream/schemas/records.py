@@ -243,6 +243,14 @@ class SysInfoSample(TypedDict):
     software: dict[str, str]
 
 
+class ModelPartitions(TypedDict):
+    """Partitions `first` .. `first + count - 1` of a pool's task topic carry `model`'s tasks."""
+
+    model: str
+    first: int
+    count: int
+
+
 class PolicyEntry(TypedDict):
     worker: str
     pool: str
@@ -257,6 +265,7 @@ class PolicyEntry(TypedDict):
     batch_size: int | None
     task_size: int | None
     models: list[str]
+    model_partitions: list[ModelPartitions]
 
 
 #: Every TypedDict above by the name of its Avro record (top-level and nested).
@@ -267,6 +276,7 @@ RECORD_TYPES: dict[str, type] = {
     "JobEvent": JobEvent, "LedgerEntry": LedgerEntry, "DeadLetter": DeadLetter,
     "SysInfoSample": SysInfoSample, "ModelPerformance": ModelPerformance,
     "Calibration": Calibration, "PolicyEntry": PolicyEntry,
+    "ModelPartitions": ModelPartitions,
 }
 
 

@@ -57,6 +57,12 @@ from inferstream.streams.kafka.settings import (
     poll_timeout_s,
     producer_config,
 )
+from inferstream.streams.policy.assignment import (
+    ModelRange,
+    RangeSource,
+    model_range,
+    no_ranges,
+)
 
 log = logging.getLogger(__name__)
 
@@ -73,13 +79,15 @@ class Controller:
     """One controller replica; `run()` blocks until stopped. Settings: `config.controller`."""
 
     def __init__(self, config: Config, *, codec: Codec | None = None,
-                 clients: KafkaClients = REAL_CLIENTS, task_sizer: TaskSizer = no_policy
-                 ) -> None:
+                 clients: KafkaClients = REAL_CLIENTS, task_sizer: TaskSizer = no_policy,
+                 model_ranges: RangeSource = no_ranges) -> None:
         """`task_sizer(pool)`: the policy's task size for a pool, for jobs without a chunk
-        size (see `sizing`)."""
+        size (see `sizing`); `model_ranges(pool)`: the policy's partition range per model,
+        where a job's tasks go (see `placement`)."""
         self.config = config
         self.options = config.controller
         self.task_sizer = task_sizer
+        self.model_ranges = model_ranges
         self.codec = codec or Codec(config.schema_registry_url)
         self.clients = clients
         self.ledger = LedgerCodec(self.codec)
@@ -214,15 +222,24 @@ class Controller:
                        out: Outbox) -> None:
         topic = self.config.task_topic(state.job["pool"])
         n = self.partitions(topic)
+        within = self._model_range(state.job) if tasks else None
         for task_id, items in tasks:
             task = new_task(state.job, task_id, [i.as_record() for i in items])
-            out.add(topic, task_partition(state.job_id, task_id, n), state.job_id.encode(),
+            out.add(topic, task_partition(state.job_id, task_id, n, within),
+                    state.job_id.encode(),
                     self.codec.encode("Task", task))
             state.issued_tasks += 1
             state.issued_items += len(items)
         state.expanded = state.cursor().finished
         state.changed = True
         out.ledger(*self.ledger.job_entry(state), state.partition)
+
+    def _model_range(self, job: Job) -> ModelRange | None:
+        try:
+            return model_range(job["model"], self.model_ranges(job["pool"]))
+        except Exception as exc:  # a policy table that cannot answer: all partitions
+            log.warning("no model range from the policy for pool %s: %r", job["pool"], exc)
+            return None
 
     def _on_declined(self, declined: TaskDeclined, out: Outbox) -> None:
         state = self.jobs.get(declined["job_id"])

@@ -6,15 +6,19 @@ count is proportional to its capacity share (largest remainder, at least one for
 with a share when there are enough partitions); members keep as many of the partitions they
 own as their count allows, so a small change in shares moves few partitions.
 
-The partitions given are one range of one topic: model affinity later plans each model's
-range among the members that serve the model, with their capacity for it.
+Model affinity: where the policy gives the models of a pool ranges of partitions
+(`ModelRange`), `plan_by_model` plans each range among the members that serve its model,
+with their shares, and the partitions of no range (or of a range nobody serves) among all
+members, so that no partition is left without an owner.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from inferstream.schemas.records import serves
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,65 @@ def plan(members: Sequence[Member], partitions: Sequence[int],
     assigned, moved = fill_sticky(counts, owned, sorted(partitions),
                                   [m.member_id for m in ordered])
     return Plan(assigned, shares, even=not policy, moved=moved)
+
+
+@dataclass(frozen=True)
+class ModelRange:
+    """Partitions `first` .. `first + count - 1` carry the tasks of `model` (and of every
+    model a worker of `model` answers alike, `records.serves`: any `sim:` one)."""
+
+    model: str
+    first: int
+    count: int
+
+    @property
+    def partitions(self) -> range:
+        return range(self.first, self.first + self.count)
+
+
+#: The model ranges of a pool's task partitions, as `PolicyTable.model_ranges` gives them.
+RangeSource = Callable[[str], Sequence[ModelRange]]
+
+
+def no_ranges(_pool: str) -> tuple[ModelRange, ...]:
+    """The RangeSource of a pool without model affinity (or of no policy)."""
+    return ()
+
+
+def model_range(model: str, ranges: Sequence[ModelRange]) -> ModelRange | None:
+    """The range of `ranges` that carries tasks of `model`, or None."""
+    return next((r for r in ranges if serves(r.model, model)), None)
+
+
+def plan_by_model(members: Sequence[Member], partitions: Sequence[int],
+                  policy: Mapping[str, WorkerPolicy] | None,
+                  ranges: Sequence[ModelRange] = ()) -> Plan:
+    """`plan` of each of `ranges` among the members that serve its model, and of the other
+    `partitions` among all members; the union. A member's share in the union is its
+    planned fraction of all `partitions`. Without ranges, or a policy, it is `plan`."""
+    if not ranges or not policy:
+        return plan(members, partitions, policy)
+    rest = set(partitions)
+    parts: list[tuple[Plan, int]] = []
+    for model_range in ranges:
+        serving = [m for m in members if any(serves(s, model_range.model) for s in m.models)]
+        mine = [p for p in model_range.partitions if p in rest]
+        if serving and mine:
+            parts.append((plan(serving, mine, policy), len(mine)))
+            rest -= set(mine)
+    parts.append((plan(members, sorted(rest), policy), len(rest)))
+    return _union(members, parts, len(partitions))
+
+
+def _union(members: Sequence[Member], parts: Sequence[tuple[Plan, int]], total: int) -> Plan:
+    assigned: dict[str, list[int]] = {m.member_id: [] for m in members}
+    shares = dict.fromkeys(assigned, 0.0)
+    for part, size in parts:
+        for member, owned in part.partitions.items():
+            assigned[member] += owned
+            shares[member] += part.shares.get(member, 0.0) * size / max(total, 1)
+    return Plan({m: sorted(ps) for m, ps in assigned.items()}, shares,
+                even=parts[-1][0].even, moved=sum(p.moved for p, _ in parts))
 
 
 def member_shares(members: Sequence[Member], policy: Mapping[str, WorkerPolicy] | None

@@ -5,7 +5,8 @@ Every worker's consumer has its own instance (aiokafka calls `metadata`, `assign
 avoids the class-level state of aiokafka's sticky assignor, aio-libs/aiokafka#1175, and it
 carries its own assignment epoch instead of the generation aiokafka never sets, #1176).
 The group's leader decodes each member's metadata, reads the `PolicyTable` and plans with
-`assignment.plan`; it keeps what it planned (`leader_state`) for the rebalance trigger.
+`assignment.plan_by_model` (each model's range of partitions among the members that serve
+it); it keeps what it planned (`leader_state`) for the rebalance trigger.
 """
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberMetadata,
 )
 
-from inferstream.streams.policy.assignment import Member, Plan, WorkerPolicy, plan
+from inferstream.streams.policy.assignment import (
+    Member,
+    ModelRange,
+    Plan,
+    RangeSource,
+    WorkerPolicy,
+    no_ranges,
+    plan_by_model,
+)
 from inferstream.streams.policy.subscription import (
     AssignmentInfo,
     MemberMetadata,
@@ -40,11 +49,13 @@ PolicySource = Callable[[str], Mapping[str, WorkerPolicy] | None]
 
 @dataclass(frozen=True)
 class TopicPlan:
-    """One topic's plan: the members as planned (`owned` = what they got) and partitions."""
+    """One topic's plan: the members as planned (`owned` = what they got), partitions, and
+    the model ranges it was planned with."""
 
     members: tuple[Member, ...]
     partitions: tuple[int, ...]
     plan: Plan
+    ranges: tuple[ModelRange, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,8 +70,9 @@ class LeaderState:
 class PolicyAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
     """Capacity-proportional, sticky partitions for the members of `pool`'s group.
 
-    `policy(pool)` gives the pool's policy (a `PolicyTable.workers`); `models()` and
-    `calibration()` what this worker serves and its calibrated items/s, asked at each join.
+    `policy(pool)` gives the pool's policy (a `PolicyTable.workers`), `ranges(pool)` its
+    model ranges (a `PolicyTable.model_ranges`); `models()` and `calibration()` what this
+    worker serves and its calibrated items/s, asked at each join.
     """
 
     name = "inferstream-policy"
@@ -69,10 +81,12 @@ class PolicyAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
     def __init__(self, pool: str, worker: str, policy: PolicySource,
                  models: Callable[[], Sequence[str]] = tuple,
                  calibration: Callable[[], float | None] = lambda: None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 ranges: RangeSource = no_ranges) -> None:
         self.pool = pool
         self.worker = worker
         self.policy = policy
+        self.ranges = ranges
         self.models = models
         self.calibration = calibration
         self.clock = clock
@@ -106,6 +120,7 @@ class PolicyAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         metas = {mid: decode_member(m.user_data, mid) for mid, m in members.items()}
         epoch = max((m.epoch for m in metas.values()), default=0) + 1
         policy = self.policy(self.pool)
+        ranges = tuple(self.ranges(self.pool)) if policy else ()
         self._tell_fallback(policy)
         topics: dict[str, TopicPlan] = {}
         for topic in sorted({t for m in members.values() for t in m.subscription}):
@@ -115,7 +130,7 @@ class PolicyAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
                 continue
             subscribed = [mid for mid, m in members.items() if topic in m.subscription]
             topics[topic] = plan_topic(topic, [metas[mid] for mid in subscribed], subscribed,
-                                       sorted(partitions), policy)
+                                       sorted(partitions), policy, ranges)
         self.leader_state = LeaderState(self.pool, topics, self.clock())
         info = encode_assignment(AssignmentInfo(epoch, self.worker))
         return {mid: _assignment(self.version, mid, topics, info) for mid in members}
@@ -129,19 +144,19 @@ class PolicyAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
 
 
 def plan_topic(topic: str, metas: Sequence[MemberMetadata], member_ids: Sequence[str],
-               partitions: Sequence[int], policy: Mapping[str, WorkerPolicy] | None
-               ) -> TopicPlan:
-    """The plan of one topic for the members subscribed to it."""
+               partitions: Sequence[int], policy: Mapping[str, WorkerPolicy] | None,
+               ranges: Sequence[ModelRange] = ()) -> TopicPlan:
+    """The plan of one topic for the members subscribed to it (`ranges`: its models')."""
     members = [Member(mid, meta.worker, meta.models, meta.owned.get(topic, ()), meta.epoch,
                       meta.calibration_items_per_s)
                for mid, meta in zip(member_ids, metas, strict=True)]
-    planned = plan(members, partitions, policy)
-    log.info("assigned topic=%s partitions=%d moved=%d even=%s counts=%s", topic,
-             len(partitions), planned.moved, planned.even,
+    planned = plan_by_model(members, partitions, policy, ranges)
+    log.info("assigned topic=%s partitions=%d moved=%d even=%s ranges=%d counts=%s", topic,
+             len(partitions), planned.moved, planned.even, len(ranges),
              {m.worker: len(planned.partitions[m.member_id]) for m in members})
     as_planned = tuple(replace(m, owned=tuple(planned.partitions[m.member_id]))
                        for m in members)
-    return TopicPlan(as_planned, tuple(partitions), planned)
+    return TopicPlan(as_planned, tuple(partitions), planned, tuple(ranges))
 
 
 def _assignment(version: int, member_id: str, topics: Mapping[str, TopicPlan],

@@ -40,7 +40,8 @@ class PoolMembership:
         self.enabled = options.assignor == "policy"
         self.table = PolicyTable(config, clients, codec, max_age_s=options.policy_max_age_s)
         self.assignor = PolicyAssignor(config.pool, worker_id, self.table.workers, models,
-                                       lambda: _items_per_s(calibration()))
+                                       lambda: _items_per_s(calibration()),
+                                       ranges=self.table.model_ranges)
         self.trigger = RebalanceTrigger(options.rebalance_threshold,
                                         options.min_rebalance_interval_s)
         self.rejoins = 0
@@ -83,7 +84,9 @@ class PoolMembership:
     def check(self, consumer: Any) -> bool:
         """Rebalance now if this member leads and the policy moved materially."""
         state = self.assignor.leader_state if self.assignor.is_leader else None
-        reason = self.trigger.check(state, self.assignor.policy(self.assignor.pool))
+        pool = self.assignor.pool
+        reason = self.trigger.check(state, self.assignor.policy(pool),
+                                    self.assignor.ranges(pool))
         if reason is None:
             return False
         log.info("policy changed (%s): asking the group to rebalance", reason)

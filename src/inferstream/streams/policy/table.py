@@ -25,7 +25,7 @@ from inferstream.streams.kafka.reader import (
     reader_consumer,
     topic_partitions,
 )
-from inferstream.streams.policy.assignment import WorkerPolicy
+from inferstream.streams.policy.assignment import ModelRange, WorkerPolicy
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,15 @@ class PolicyTable:
         the pool has no policy: the controller's TaskSizer."""
         pool_entry = self.pool_entry(pool)
         return pool_entry["task_size"] if pool_entry and self.has_policy(pool) else None
+
+    def model_ranges(self, pool: str) -> tuple[ModelRange, ...]:
+        """Each model's range of `pool`'s task partitions; none when the pool serves one
+        model or has no policy (every task may go to any partition)."""
+        pool_entry = self.pool_entry(pool)
+        if pool_entry is None or not self.has_policy(pool):
+            return ()
+        return tuple(ModelRange(r["model"], r["first"], r["count"])
+                     for r in pool_entry["model_partitions"])
 
     def age_s(self) -> float | None:
         """Seconds since the reader applied its last entry; None before the first."""

@@ -3,7 +3,8 @@
 `RebalanceTrigger.check` compares what the leader assigned last (`LeaderState`) with what
 the policy says now: a member whose share moved by more than `threshold` of its planned
 share (0.20 -> 0.24 is 20 %), a member turned unhealthy (its share drops to 0), the policy
-appearing or going away; and only where the new plan would move a partition. It answers at
+appearing or going away, the model ranges changing; and only where the new plan would move
+a partition. It answers at
 most once per `min_interval_s` after an assignment or a trigger, so a noisy policy cannot
 cause rebalance storms. Each member runs the check; only the leader has a state to check.
 """
@@ -11,9 +12,9 @@ cause rebalance storms. Each member runs the check; only the leader has a state 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
-from inferstream.streams.policy.assignment import WorkerPolicy, plan
+from inferstream.streams.policy.assignment import ModelRange, WorkerPolicy, plan_by_model
 from inferstream.streams.policy.assignor import LeaderState, TopicPlan
 
 
@@ -27,13 +28,14 @@ class RebalanceTrigger:
         self.clock = clock
         self._last_trigger: float | None = None
 
-    def check(self, state: LeaderState | None,
-              policy: Mapping[str, WorkerPolicy] | None) -> str | None:
-        """Why to rebalance now (and count it as done), or None."""
+    def check(self, state: LeaderState | None, policy: Mapping[str, WorkerPolicy] | None,
+              ranges: Sequence[ModelRange] = ()) -> str | None:
+        """Why to rebalance now (and count it as done), or None; `ranges`: the model ranges
+        of the policy now."""
         if state is None or not self._may_trigger(state):
             return None
         for topic, planned in sorted(state.topics.items()):
-            reason = self._reason(topic, planned, policy)
+            reason = self._reason(topic, planned, policy, tuple(ranges) if policy else ())
             if reason is not None:
                 self._last_trigger = self.clock()
                 return reason
@@ -44,12 +46,15 @@ class RebalanceTrigger:
         return self.clock() - last >= self.min_interval_s
 
     def _reason(self, topic: str, planned: TopicPlan,
-                policy: Mapping[str, WorkerPolicy] | None) -> str | None:
-        fresh = plan(planned.members, planned.partitions, policy)
+                policy: Mapping[str, WorkerPolicy] | None,
+                ranges: tuple[ModelRange, ...]) -> str | None:
+        fresh = plan_by_model(planned.members, planned.partitions, policy, ranges)
         if fresh.moved == 0:
             return None
         if fresh.even != planned.plan.even:
             return f"topic {topic}: policy {'gone' if fresh.even else 'appeared'}"
+        if ranges != planned.ranges:
+            return f"topic {topic}: model ranges {len(planned.ranges)} -> {len(ranges)}"
         moves = [(m.worker, planned.plan.shares.get(m.member_id, 0.0),
                   fresh.shares.get(m.member_id, 0.0)) for m in planned.members]
         for worker, old, new in moves:

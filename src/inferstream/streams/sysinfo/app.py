@@ -135,7 +135,8 @@ class SysinfoApp:
         self.aggregates = self.app.Table(AGGREGATES_TABLE, default=None,
                                          partitions=topology.sysinfo_partitions, **tables)
         self.workers = self.app.Table(WORKERS_TABLE, default=None, partitions=1, **tables)
-        self.fleet = Fleet(self.sysinfo, self.workers)
+        self.fleet = Fleet(self.sysinfo, self.workers,
+                           task_partitions=config.task_partitions_for)
         self.fleet.check_strategies()
         self._owner = False
         self._fleet_offset = -1

@@ -12,7 +12,13 @@ from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 from inferstream.config.sysinfo import SysinfoConfig
-from inferstream.schemas.records import PolicyEntry, PolicyKind, SysInfoSample, WorkerHealth
+from inferstream.schemas.records import (
+    ModelPartitions,
+    PolicyEntry,
+    PolicyKind,
+    SysInfoSample,
+    WorkerHealth,
+)
 from inferstream.streams.sysinfo.aggregates import ModelAggregate, fold
 from inferstream.streams.sysinfo.policy import Hysteresis, policy_key, pool_entries
 from inferstream.streams.sysinfo.strategies import Strategy, StrategySettings, load_strategy
@@ -43,8 +49,12 @@ class Fleet:
     """The policy owner's view of every worker; `records` is the workers table."""
 
     def __init__(self, sysinfo: SysinfoConfig, records: MutableMapping[str, WorkerRecord],
-                 strategy_loader: Callable[[str, str | None], Strategy] = load_strategy) -> None:
+                 strategy_loader: Callable[[str, str | None], Strategy] = load_strategy,
+                 task_partitions: Callable[[str], int] = lambda _pool: 0) -> None:
+        """`task_partitions(pool)`: partitions of the pool's task topic, which the POOL
+        entry splits among its models (0: no model ranges)."""
         self.sysinfo = sysinfo
+        self.task_partitions = task_partitions
         self.records = records
         self._load = strategy_loader
         self._strategies: dict[str, Strategy] = {}
@@ -123,13 +133,19 @@ class Fleet:
             strategy = self.strategy(pool)
             try:
                 entries = pool_entries(pool, workers, strategy, self._settings,
-                                       self.sysinfo.task_seconds, now_ms)
+                                       self.sysinfo.task_seconds, now_ms,
+                                       partitions=self.task_partitions(pool),
+                                       previous=self._ranges_written(pool))
             except Exception:  # a plug-in strategy's bug keeps its pool's last entries
                 log.exception("strategy %s failed for pool=%s", strategy.name, pool)
                 continue
             self.planned.update((policy_key(e), e) for e in entries)
             chosen += self.hysteresis.select(entries, now_ms)
         return chosen
+
+    def _ranges_written(self, pool: str) -> list[ModelPartitions]:
+        written = self.written.get(pool)
+        return written["model_partitions"] if written else []
 
     def mark_written(self, entries: list[PolicyEntry]) -> None:
         for entry in entries:

@@ -1,8 +1,9 @@
 """The policy table: PolicyEntry records per pool and worker, and when to rewrite them.
 
 `pool_entries` is pure: one pool's workers and its strategy in, its entries out (a WORKER
-entry per worker, then the POOL entry). `Hysteresis` decides which of them are worth writing
-to the compacted policy topic, where the latest entry per key wins.
+entry per worker, then the POOL entry, with each model's range of task partitions when the
+pool serves several, see `model_ranges`). `Hysteresis` decides which of them are worth
+writing to the compacted policy topic, where the latest entry per key wins.
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from inferstream.schemas.records import PolicyEntry, PolicyKind, WorkerHealth
+from inferstream.schemas.records import (
+    ModelPartitions,
+    PolicyEntry,
+    PolicyKind,
+    WorkerHealth,
+    serves,
+)
+from inferstream.streams.policy.assignment import target_counts
 from inferstream.streams.sysinfo.strategies import Strategy, StrategySettings, WorkerPlan
 from inferstream.streams.sysinfo.workers import WorkerView
 
@@ -32,12 +40,15 @@ def task_size(capacity_items_per_s: float, task_seconds: float) -> int | None:
 
 
 def pool_entries(pool: str, workers: Sequence[WorkerView], strategy: Strategy,
-                 settings: StrategySettings, task_seconds: float,
-                 now_ms: int) -> list[PolicyEntry]:
+                 settings: StrategySettings, task_seconds: float, now_ms: int, *,
+                 partitions: int = 0, previous: Sequence[ModelPartitions] = ()
+                 ) -> list[PolicyEntry]:
     """The entries of `pool`: one per worker (any health), then the POOL entry.
 
     HEALTHY workers share the pool in proportion to their planned capacities (equally when
-    none has a capacity yet), so their shares sum to 1; other workers get share 0.
+    none has a capacity yet), so their shares sum to 1; other workers get share 0. The POOL
+    entry splits the `partitions` of the pool's task topic among its models (`model_ranges`,
+    kept from `previous`, the last written ranges, while they still fit).
     """
     healthy = [w for w in workers if w.health == WorkerHealth.HEALTHY]
     plans = strategy.plan(healthy, settings) if healthy else {}
@@ -54,8 +65,9 @@ def pool_entries(pool: str, workers: Sequence[WorkerView], strategy: Strategy,
             share, capacity, batch = 0.0, w.base_capacity or 0.0, None
         entries.append(_worker_entry(w, strategy.name, capacity, share, batch, task_seconds,
                                      now_ms))
-    entries.append(_pool_entry(pool, strategy.name, entries, total, now_ms))
-    return entries
+    pool_entry = _pool_entry(pool, strategy.name, entries, total, now_ms)
+    pool_entry["model_partitions"] = model_ranges(entries, partitions, previous)
+    return [*entries, pool_entry]
 
 
 def _worker_entry(w: WorkerView, strategy: str, capacity: float, share: float,
@@ -66,7 +78,8 @@ def _worker_entry(w: WorkerView, strategy: str, capacity: float, share: float,
         capacity_items_per_s=capacity, weight=share, strategy=strategy, updated_at=now_ms,
         kind=PolicyKind.WORKER, share=share, health=w.health,
         batch_size=batch or (round(default_batch) if default_batch else None),
-        task_size=task_size(capacity, task_seconds), models=list(w.models))
+        task_size=task_size(capacity, task_seconds), models=list(w.models),
+        model_partitions=[])
 
 
 def _pool_entry(pool: str, strategy: str, workers: list[PolicyEntry], total: float,
@@ -78,7 +91,65 @@ def _pool_entry(pool: str, strategy: str, workers: list[PolicyEntry], total: flo
         worker="", pool=pool, model=None, capacity_items_per_s=total, weight=1.0,
         strategy=strategy, updated_at=now_ms, kind=PolicyKind.POOL, share=1.0,
         health=WorkerHealth.HEALTHY if live else WorkerHealth.GONE, batch_size=None,
-        task_size=round(statistics.median(sizes)) if sizes else None, models=models)
+        task_size=round(statistics.median(sizes)) if sizes else None, models=models,
+        model_partitions=[])
+
+
+def model_ranges(workers: Sequence[PolicyEntry], partitions: int,
+                 previous: Sequence[ModelPartitions] = ()) -> list[ModelPartitions]:
+    """Consecutive ranges of the `partitions` task partitions, one per model the HEALTHY
+    `workers` serve, sized by each model's capacity (largest remainder, at least one each).
+
+    Models one worker answers alike (`serves`: every `sim:` model) share one range, named by
+    the first of them. A worker's capacity counts for each model it serves in equal parts
+    (equal weights where no capacity is known). No ranges for one model, or for fewer
+    partitions than models. `previous` is kept while it covers the same models and
+    partitions and every count is within one partition of its exact quota, so a measurement
+    that wobbles moves no partition.
+    """
+    weights = _model_weights([w for w in workers if w["health"] == WorkerHealth.HEALTHY])
+    if len(weights) < 2 or partitions < len(weights):
+        return []
+    total = sum(weights.values())
+    quotas = {m: w / total * partitions for m, w in weights.items()}
+    if _still_fits(previous, quotas, partitions):
+        return [ModelPartitions(model=r["model"], first=r["first"], count=r["count"])
+                for r in previous]
+    counts = target_counts({m: w / total for m, w in weights.items()}, partitions,
+                           sorted(weights))
+    ranges, first = [], 0
+    for model in sorted(m for m in weights if counts[m] > 0):
+        ranges.append(ModelPartitions(model=model, first=first, count=counts[model]))
+        first += counts[model]
+    return ranges
+
+
+def _model_weights(workers: Sequence[PolicyEntry]) -> dict[str, float]:
+    """Capacity by model group (named by its first model), each worker's split evenly."""
+    groups = _model_groups(sorted({m for w in workers for m in w["models"]}))
+    known = any(w["capacity_items_per_s"] > 0 for w in workers)
+    weights = dict.fromkeys(groups, 0.0)
+    for w in workers:
+        served = [g for g in groups if any(serves(g, m) for m in w["models"])]
+        for group in served:
+            weights[group] += (w["capacity_items_per_s"] if known else 1.0) / len(served)
+    return weights
+
+
+def _model_groups(models: Sequence[str]) -> list[str]:
+    """The first of each set of `models` that serve each other (sorted names in)."""
+    groups: list[str] = []
+    for model in models:
+        if not any(serves(g, model) for g in groups):
+            groups.append(model)
+    return groups
+
+
+def _still_fits(previous: Sequence[ModelPartitions], quotas: dict[str, float],
+                partitions: int) -> bool:
+    counts = {r["model"]: r["count"] for r in previous}
+    return (set(counts) == set(quotas) and sum(counts.values()) == partitions
+            and all(c >= 1 and abs(c - quotas[m]) < 1 for m, c in counts.items()))
 
 
 @dataclass(frozen=True)
@@ -89,8 +160,8 @@ class _Written:
 
 class Hysteresis:
     """Which entries to write: a pool is rewritten when one of its entries moves materially
-    (a share by more than `hysteresis`, a health, a model list, the pool's capacity by more
-    than `hysteresis` relative), and then every entry of it that changed at all, so the
+    (a share by more than `hysteresis`, a health, a model list or range, the pool's capacity
+    by more than `hysteresis` relative), and then every entry of it that changed at all, so the
     written shares keep summing to 1. Otherwise entries are refreshed every `refresh_s`,
     except those already written as GONE."""
 
@@ -125,7 +196,8 @@ class Hysteresis:
         if previous is None:
             return True
         old = previous.entry
-        if entry["health"] != old["health"] or entry["models"] != old["models"]:
+        if (entry["health"], entry["models"], entry["model_partitions"]) != (
+                old["health"], old["models"], old["model_partitions"]):
             return True
         if entry["kind"] == PolicyKind.POOL:
             base = max(old["capacity_items_per_s"], 1e-9)
