@@ -60,14 +60,20 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                    capture_output=True, timeout=120, check=False)
 
 
-@pytest.fixture
-def config(kafka: str) -> Config:
-    """A Config with a topic prefix of its own; the topics exist."""
+def topics_config(kafka: str, partitions: int = 4) -> Config:
+    """A Config with a topic prefix of its own and `partitions` per topic; the topics exist."""
     prefix = f"t{uuid.uuid4().hex[:10]}."
-    cfg = Config(bootstrap_servers=kafka, topic_prefix=prefix, partitions=4, task_partitions=4)
+    cfg = Config(bootstrap_servers=kafka, topic_prefix=prefix, partitions=partitions,
+                 task_partitions=partitions)
     report = ensure_topics(cfg)
     assert report.ok, report.mismatched
     return cfg
+
+
+@pytest.fixture
+def config(kafka: str) -> Config:
+    """A Config with a topic prefix of its own; the topics exist."""
+    return topics_config(kafka)
 
 
 def config_env(cfg: Config) -> dict[str, str]:

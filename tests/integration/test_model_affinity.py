@@ -5,7 +5,6 @@ job's results come only from workers that serve its model, and (almost) no task 
 from __future__ import annotations
 
 import shutil
-import uuid
 from pathlib import Path
 
 import pytest
@@ -15,9 +14,8 @@ from inferstream.schemas import Codec
 from inferstream.schemas.records import TaskResult
 from inferstream.streams.client.client import Client
 from inferstream.streams.client.results import job_results
-from inferstream.streams.kafka.topics import ensure_topics
 from inferstream.streams.policy.table import PolicyTable
-from tests.integration.conftest import Processes
+from tests.integration.conftest import Processes, topics_config
 from tests.integration.test_sysinfo import free_port, start_replica, wait_for
 from tests.unit.test_mixed_pool import write_photos
 
@@ -31,11 +29,7 @@ WORKERS = {"lite": LITE0, "sim-a": "sim:ms=2", "sim-b": "sim:ms=2"}
 @pytest.fixture
 def config(kafka: str) -> Config:
     """The conftest's config with 12 task partitions, to be split between two models."""
-    cfg = Config(bootstrap_servers=kafka, topic_prefix=f"t{uuid.uuid4().hex[:10]}.",
-                 partitions=PARTITIONS, task_partitions=PARTITIONS)
-    report = ensure_topics(cfg)
-    assert report.ok, report.mismatched
-    return cfg
+    return topics_config(kafka, PARTITIONS)
 
 
 def settled(procs: Processes, table: PolicyTable) -> dict[str, set[int]] | None:
