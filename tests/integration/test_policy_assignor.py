@@ -6,8 +6,8 @@ pool works on even shares."""
 from __future__ import annotations
 
 import signal
+import threading
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -15,8 +15,7 @@ import pytest
 
 from inferstream.config import Config
 from inferstream.streams.client.client import Client
-from inferstream.streams.kafka.topics import ensure_topics
-from tests.integration.conftest import Processes
+from tests.integration.conftest import Processes, topics_config
 from tests.integration.test_sysinfo import free_port, start_replica, wait_for
 
 pytestmark = pytest.mark.integration
@@ -27,11 +26,7 @@ PARTITIONS = 20
 @pytest.fixture
 def config(kafka: str) -> Config:
     """The conftest's config with 20 partitions per topic, so shares can be seen."""
-    cfg = Config(bootstrap_servers=kafka, topic_prefix=f"t{uuid.uuid4().hex[:10]}.",
-                 partitions=PARTITIONS, task_partitions=PARTITIONS)
-    report = ensure_topics(cfg)
-    assert report.ok, report.mismatched
-    return cfg
+    return topics_config(kafka, PARTITIONS)
 
 
 def owned(procs: Processes, *workers: str) -> dict[str, int] | None:
@@ -131,3 +126,77 @@ def test_a_worker_with_another_assignor_is_refused_with_one_line(procs: Processe
     assert "same --assignor" in log and "Traceback" not in log, log
     assert len(procs.assigned("worker-policy")) == PARTITIONS  # the pool goes on
 
+
+def lines_at(procs: Processes, name: str, text: str) -> list[tuple[float, str]]:
+    """(Unix time, line) of each line of `name`'s log that contains `text`."""
+    found = []
+    for line in procs.log(name).splitlines():
+        if text in line:
+            stamp = time.mktime(time.strptime(line[:19], "%Y-%m-%d %H:%M:%S"))
+            found.append((stamp + int(line[20:23]) / 1000, line))
+    return found
+
+
+def assignments(procs: Processes, name: str) -> list[tuple[float, int]]:
+    """(Unix time, partition count) of each assignment `name` logged."""
+    return [(t, len([p for p in line.split("assigned partitions=")[1].strip("[] ").split(",")
+                     if p.strip()]))
+            for t, line in lines_at(procs, name, "assigned partitions=")]
+
+
+def revoked_after(procs: Processes, name: str, since: float) -> list[float]:
+    """When `name` revoked partitions (a rebalance began) after `since`."""
+    return [t for t, line in lines_at(procs, name, "revoked partitions=")
+            if t > since and "revoked partitions=[]" not in line]
+
+
+@pytest.mark.timeout(600)
+def test_a_worker_slowed_4x_loses_partitions_and_every_item_is_done_once(
+        procs: Processes, config: Config, tmp_path: Path) -> None:
+    """Issue 11 acceptance: the slowed worker loses partitions within the rebalance interval
+    plus one policy interval (and a sample's lag); then a worker killed -9 during a
+    rebalance (one that a joining worker starts) costs nothing: every item once."""
+    start_replica(procs, "sysinfo", free_port())
+    procs.controller()
+    quick = ("--min-rebalance-interval-s", "5")
+    procs.worker("sim:ms=10,slow_after=600,slow_factor=4", *quick, name="slowing")
+    procs.worker("sim:ms=10", *quick, name="steady")
+    victim = procs.worker("sim:ms=10", *quick, name="victim")
+    names = ("slowing", "steady", "victim")
+    wait_for("even thirds", lambda: (found := owned(procs, *names)) and all(
+        6 <= n <= 7 for n in found.values()) and found, 180)
+    outcome: dict[str, float] = {}
+
+    def watch() -> None:
+        slowed = wait_for("the slowdown", lambda: lines_at(procs, "slowing", "slows down"),
+                          300)[0][0]
+        outcome["slowed"] = slowed
+        held = [n for t, n in assignments(procs, "slowing") if t <= slowed][-1]
+        outcome["lost"] = wait_for("the slowed worker losing partitions", lambda: [
+            t for t, n in assignments(procs, "slowing") if t > slowed and n < held], 120)[0]
+        # 100 : 100 : 25 items/s: 2 or 3 of the 20 partitions, maybe in two steps.
+        outcome["settled"] = wait_for("the slowed worker's new share", lambda: [
+            t for t, n in assignments(procs, "slowing") if t > slowed and n <= 4], 120)[0]
+        joined = time.time()
+        procs.worker("sim:ms=10", *quick, name="joiner")
+        wait_for("the joiner's rebalance", lambda: revoked_after(procs, "victim", joined), 120)
+        victim.send_signal(signal.SIGKILL)
+        outcome["killed"] = time.time()
+        wait_for("the survivors owning every partition", lambda: owned(
+            procs, "slowing", "steady", "joiner"), 120)
+        outcome["owned"] = time.time()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    done = run_job(config, tmp_path, 9000)  # every item exactly once
+    watcher.join(180)
+    assert "owned" in outcome, f"the job ended before the kill: {outcome}"
+    lost_after = outcome["lost"] - outcome["slowed"]
+    print(f"partitions lost {lost_after:.1f}s after the slowdown, down to its share "
+          f"{outcome['settled'] - outcome['slowed']:.1f}s after it; victim killed during a "
+          f"rebalance, every partition owned again {outcome['owned'] - outcome['killed']:.1f}s "
+          f"later; items {dict(done)}")
+    # 5 s rebalance interval + 1 s policy interval, + the samples that show the slowdown
+    # (2 s each) and the leader's 1 s check.
+    assert lost_after <= 5 + 1 + 2 * 2 + 1, lost_after
+    assert done["victim"] > 0 and done["joiner"] > 0, done

@@ -68,6 +68,22 @@ def test_idle_samples_keep_the_smoothed_capacity() -> None:
     assert agg["busy_samples"] == 1 and agg["samples"] == 3 and len(agg["window"]) == 3
 
 
+def test_a_worker_with_too_little_work_keeps_its_capacity() -> None:
+    """Both go 10 ms per item while busy; "starved" finished half the items, because its
+    partitions ran dry half the time. Shares taken from items/s would be 2:1 and move
+    partitions away from it, which would starve it more: capacity is the busy rate."""
+    fleet = Fleet(SYSINFO, {})
+    starved = sample("starved", 50.0)
+    starved["models"][0]["item_seconds"] = 0.01
+    feed(fleet, sample("busy", 100.0), starved)
+    fleet.mark_written(fleet.policy_to_write(now_ms()))
+    policy = fleet.policy_json()
+    assert policy is not None
+    shares = {e["worker"]: e["share"] for e in policy["entries"] if e["worker"]}
+    assert shares == pytest.approx({"busy": 0.5, "starved": 0.5})
+    assert fleet.worker_json("starved", now_ms())["items_per_s"] == pytest.approx(50.0)
+
+
 def test_a_v1_sample_without_model_figures_still_counts() -> None:
     fleet = Fleet(SYSINFO, {})
     feed(fleet, sample("w1", 40.0, models=[], served_models=[]))

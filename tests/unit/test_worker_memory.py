@@ -138,10 +138,12 @@ class StartsAnotherWorker(WorkerHooks):
 
 
 @pytest.mark.parametrize("grace_s", [10.0, 0.0], ids=["commits-in-flight", "abandons"])
-def test_a_rebalance_mid_batch_leaves_one_result_per_task(broker: MemoryBroker,
-                                                          grace_s: float) -> None:
-    """A second worker joins while the first has tasks in flight: the first commits them
-    within its revoke grace (or abandons them, and their next owner redoes them)."""
+def test_a_rebalance_mid_batch_leaves_one_result_per_task(
+        broker: MemoryBroker, caplog: pytest.LogCaptureFixture, grace_s: float) -> None:
+    """A second worker joins while the first has a window of tasks in flight: the first
+    commits those under way within its revoke grace (or abandons them) and leaves those not
+    started to their next owner, which does them; each task once."""
+    caplog.set_level("INFO", logger="inferstream.streams.worker.ownership")
     config = make_config(models=("sim:ms=1",), revoke_grace_s=grace_s, max_batch=1)
     put_tasks(broker, config, 48)  # more items than the first worker takes in at once
     second = new_worker(named(config, "w2"), broker)
@@ -156,6 +158,7 @@ def test_a_rebalance_mid_batch_leaves_one_result_per_task(broker: MemoryBroker,
     found = results(broker, config)
     assert task_counts(found) == dict.fromkeys(range(48), 1)
     assert {r["worker"] for r in found} == {"w1", "w2"}
+    assert "tasks not started left to the next owner" in caplog.text
 
 
 def test_at_least_once_redoes_a_task_whose_offset_was_never_committed(

@@ -23,6 +23,9 @@ class ModelAggregate(TypedDict):
     ewma_items_per_s: float | None
     latency_seconds_p95: float | None
     mean_batch_size: float | None
+    #: Seconds of model time per item in the latest busy sample: not smoothed again, the
+    #: worker's window already averages 10 s or more, and the capacity taken from it must
+    #: follow a slowdown within a few samples.
     item_seconds: float | None
     #: [timestamp_ms, items_per_s] of the samples of the last window, oldest first.
     window: list[list[float]]
@@ -61,7 +64,8 @@ def fold(previous: ModelAggregate | None, worker: str, perf: ModelPerformance,
         else agg["latency_seconds_p95"],
         mean_batch_size=ewma(agg["mean_batch_size"], perf["mean_batch_size"] if busy else None,
                              alpha),
-        item_seconds=ewma(agg["item_seconds"], perf["item_seconds"] if busy else None, alpha),
+        item_seconds=perf["item_seconds"] if busy and perf["item_seconds"]
+        else agg["item_seconds"],
         window=window, updated_at=timestamp_ms)
 
 

@@ -57,7 +57,8 @@ class WorkerView:
     pool: str
     health: WorkerHealth
     models: tuple[str, ...]
-    #: Smoothed measured items/s (all models); None until the worker has processed tasks.
+    #: Smoothed items/s the worker does while busy (all models, `busy_items_per_s`); None
+    #: until the worker has processed tasks.
     measured_items_per_s: float | None
     calibration_items_per_s: float | None
     latency_seconds_p95: float | None = None
@@ -79,7 +80,7 @@ class WorkerView:
 def view_of(record: WorkerRecord, health_now: WorkerHealth) -> WorkerView:
     sample = record["sample"]
     busy = [a for a in record["perf"].values() if a["items_total"] > 0]
-    measured = sum(a["ewma_items_per_s"] or 0.0 for a in busy) if busy else None
+    measured = sum(busy_items_per_s(a) for a in busy) if busy else None
     p95s = [a["latency_seconds_p95"] for a in busy if a["latency_seconds_p95"] is not None]
     batches = [a["mean_batch_size"] for a in busy if a["mean_batch_size"] is not None]
     calibration = sample["calibration"]
@@ -93,6 +94,18 @@ def view_of(record: WorkerRecord, health_now: WorkerHealth) -> WorkerView:
         queue_depth=sample["queue_depth"], consumer_lag=sample["consumer_lag"],
         gpu_memory_bytes=sample["gpu_memory_bytes"],
         gpu_memory_total_bytes=sample["gpu_memory_total_bytes"])
+
+
+def busy_items_per_s(agg: ModelAggregate) -> float:
+    """How fast the model goes while it has work: 1 / its seconds per item.
+
+    Not the items/s it finished: a worker whose partitions run dry for part of a window
+    finishes fewer items without being slower, and a capacity taken from that follows the
+    assignment (fewer partitions, lower rate, fewer partitions) instead of the hardware.
+    Samples without per-item times (a v1 writer) fall back to the items/s."""
+    if agg["item_seconds"]:
+        return 1.0 / agg["item_seconds"]
+    return agg["ewma_items_per_s"] or 0.0
 
 
 def served_models(sample: SysInfoSample) -> tuple[str, ...]:

@@ -71,11 +71,15 @@ class Ownership:
     async def release(self, partitions: set[TopicPartition], grace_s: float,
                       commit: Callable[[PartitionCommitter], Awaitable[None]],
                       rebalance: bool = True) -> None:
-        """Give partitions up: in-flight tasks may finish and commit for up to `grace_s`."""
+        """Give partitions up: tasks under way may finish and commit for up to `grace_s`; in a
+        rebalance, those not started yet are left to the next owner (a graceful stop, with
+        `rebalance=False`, finishes them all)."""
         self.rebalancing = self.rebalancing or rebalance
         async with self._lock:
             owned = [self.committers[tp] for tp in sorted(partitions) if tp in self.committers]
-            log.info("revoked partitions=%s", [c.tp.partition for c in owned])
+            shed = sum(c.shed_unstarted() for c in owned) if rebalance else 0
+            log.info("revoked partitions=%s%s", [c.tp.partition for c in owned],
+                     f" ({shed} tasks not started left to the next owner)" if shed else "")
             deadline = time.monotonic() + grace_s
             while any(c.busy for c in owned) and time.monotonic() < deadline:
                 for committer in owned:

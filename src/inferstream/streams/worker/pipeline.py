@@ -46,6 +46,8 @@ class TaskRun:
     outcomes: list[ItemResult | None] = field(default_factory=list)
     remaining: int = 0
     cancelled: bool = False
+    #: some of its items went into a forward pass (or were answered): it is under way
+    started: bool = False
     #: the model that runs the task (set by the pipeline it is submitted to)
     model: str = ""
 
@@ -54,6 +56,7 @@ class TaskRun:
         self.remaining = len(self.outcomes)
 
     def record(self, position: int, outcome: ItemResult) -> None:
+        self.started = True
         self.outcomes[position] = outcome
         self.remaining -= 1
         if self.remaining == 0:
@@ -100,12 +103,15 @@ class BatchingPipeline:
             run.on_done(run)
             return
         for position, item in enumerate(run.task["items"]):
-            future = loop.run_in_executor(self._decoders, self._decode, item)
+            future = loop.run_in_executor(self._decoders, self._decode, run, item)
             self._queue.put_nowait(_Slot(run, position, future))
             self.items_in_flight += 1
 
-    def _decode(self, item: TaskItem) -> tuple[torch.Tensor | str, float]:
-        """Fetch and preprocess one item; a bad item becomes its error reason (a str)."""
+    def _decode(self, run: TaskRun, item: TaskItem) -> tuple[torch.Tensor | str, float]:
+        """Fetch and preprocess one item; a bad item becomes its error reason (a str), and
+        an item of a task given up (its partition revoked) is not decoded at all."""
+        if run.cancelled:
+            return "cancelled", 0.0
         started = time.perf_counter()
         try:
             data = self.model.fetch(
@@ -151,16 +157,18 @@ class BatchingPipeline:
             tensor, seconds = await slot.decoded
             slot.run.decode_seconds += seconds
             decoded.append(tensor)
-        good = [(s, t) for s, t in zip(batch, decoded, strict=True) if isinstance(t, torch.Tensor)]
-        for slot, reason in zip(batch, decoded, strict=True):
-            if isinstance(reason, str):
-                self._finish(slot, error_item(_item(slot), reason))
-        for slot, _ in good:
+        good: list[tuple[_Slot, torch.Tensor]] = []
+        for slot, tensor in zip(batch, decoded, strict=True):
             if slot.run.cancelled:  # its partition was given up: nobody wants the outcome
                 self.items_in_flight -= 1
-        good = [(s, t) for s, t in good if not s.run.cancelled]
+            elif isinstance(tensor, str):
+                self._finish(slot, error_item(_item(slot), tensor))
+            else:
+                good.append((slot, tensor))
         if not good:
             return
+        for slot, _ in good:
+            slot.run.started = True
         top_k = max(s.run.task["top_k"] for s, _ in good)
         started = time.perf_counter()
         try:

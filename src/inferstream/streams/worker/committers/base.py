@@ -95,6 +95,22 @@ class PartitionCommitter(ABC):
                 await self._commit(ready)
             return ready
 
+    def shed_unstarted(self) -> int:
+        """Leave the tasks from the first one not under way yet to the partition's next owner:
+        drop them from the queue and cancel them. Those before it commit as usual, so a
+        revoked partition waits for the batches under way, not for its whole queue (a slow
+        worker's window took 8.7 s); the next owner reads the rest from the committed offset.
+        Returns how many were dropped."""
+        cut = next((i for i, task in enumerate(self._pending)
+                    if task.run is not None and not task.run.started), len(self._pending))
+        shed = 0
+        while len(self._pending) > cut:
+            task = self._pending.pop()
+            if task.run is not None:
+                task.run.cancelled = True
+            shed += 1
+        return shed
+
     def _mark_lost(self) -> None:
         self.lost = True
         for task in self._pending:
