@@ -12,7 +12,10 @@ The makespan runs from the job's submission to its COMPLETED event; the ideal is
 summed capacities need for the job (with the slowdown: the first time by which the workers,
 each at its capacity and the slow one slowed after its first items, could have done it all).
 The rebalance cost of the slowdown case is the time from the first revocation after the
-submission to every partition owned again. Prints a Markdown table for BENCHMARKS.md.
+submission to every partition owned again, and the throughput lost: the items the pool's
+capacity would have done in that time less those finished in it. `policy-1to4` and
+`roundrobin-1to4` are the acceptance check's two workers of capacities 1:4 (w40, w10).
+Prints a Markdown table for BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from failover_common import (
     CommittedResults,
     Fleet,
     Ownership,
+    SeenResult,
     audit,
     first_full_ownership,
     owners_at,
@@ -69,6 +73,7 @@ class Outcome:
     shares: dict[str, float]
     owned: dict[str, int]
     rebalance_s: float | None
+    throughput_lost: float | None
     lost_items: int
     duplicate_items: int
 
@@ -131,7 +136,7 @@ def settle(fleet: Fleet, case: Case, timeout_s: float = 180) -> None:
         fleet.check_alive(*case.ms)
         events = ownership_events(fleet, list(case.ms))
         owned = owners_at(events, time.time())
-        fastest = 10 / sum(10 / ms for ms in case.ms.values())  # w10's capacity share
+        fastest = (1 / 10) / sum(1 / ms for ms in case.ms.values())  # w10's capacity share
         if (len(owned.get("w10", ())) >= 0.75 * fastest * n
                 and time.time() - events[-1].t >= 5):
             return
@@ -162,22 +167,37 @@ def run_case(broker_servers: str, logdir: Path, case: Case, items: int,
             per_worker[result.worker] += len(result.names)
         events = ownership_events(fleet, list(case.ms))
         owned = owners_at(events, submitted)
+        window = rebalance_window(events[events_before:], partitions, case)
         return Outcome(case, makespan, ideal_makespan(items, case),
                        {w: per_worker[w] / items for w in case.ms},
                        {w: len(owned.get(w, ())) for w in case.ms},
-                       rebalance_cost(events[events_before:], partitions, case),
+                       None if window is None else window[1] - window[0],
+                       None if window is None else items_lost(results, job.job_id, window,
+                                                              case),
                        check["lost_items"], check["duplicate_items"])
     finally:
         fleet.stop_all()
 
 
-def rebalance_cost(events: list[Ownership], partitions: int, case: Case) -> float | None:
-    """Seconds from the first revocation in `events` to every partition owned again."""
+def rebalance_window(events: list[Ownership], partitions: int, case: Case
+                     ) -> tuple[float, float] | None:
+    """From the first revocation in `events` to every partition owned again (Unix times)."""
     revoked = [e for e in events if e.kind == "revoked" and e.partitions]
     if not revoked:
         return None
     full = first_full_ownership(events, set(case.ms), partitions, revoked[0].t)
-    return None if full is None else full - revoked[0].t
+    return None if full is None else (revoked[0].t, full)
+
+
+def items_lost(results: list[SeenResult], job_id: str, window: tuple[float, float],
+               case: Case) -> float:
+    """Items the pool's capacity would have done during the rebalance `window`, less the
+    items whose tasks finished in it (before any slowdown: the capacities as started)."""
+    start, end = window
+    done = sum(len(r.names) for r in results
+               if r.job_id == job_id and start <= r.finished_at <= end)
+    capacity = sum(1000 / ms for ms in case.ms.values())
+    return max(0.0, capacity * (end - start) - done)
 
 
 def report(outcomes: list[Outcome], args: argparse.Namespace) -> str:
@@ -185,16 +205,22 @@ def report(outcomes: list[Outcome], args: argparse.Namespace) -> str:
              f"{args.partitions} task partitions; w<N>: sim:ms=N, 1000/N items/s",
              "",
              "| case | makespan s | ideal s | over ideal | share of results | "
-             "partitions at submission | rebalance s | lost / duplicate items |",
-             "|---|---:|---:|---:|---|---|---:|---|"]
-    for o in outcomes:
-        shares = "/".join(f"{w} {o.shares[w]:.2f}" for w in o.case.ms)
-        owned = "/".join(str(o.owned[w]) for w in o.case.ms)
-        rebalance = "-" if o.rebalance_s is None else f"{o.rebalance_s:.1f}"
-        lines.append(f"| {o.case.name} | {o.makespan_s:.1f} | {o.ideal_s:.1f} | "
-                     f"{o.makespan_s / o.ideal_s:.2f} | {shares} | {owned} | {rebalance} | "
-                     f"{o.lost_items} / {o.duplicate_items} |")
+             "partitions at submission | rebalance s | throughput lost (items) | "
+             "lost / duplicate items |",
+             "|---|---:|---:|---:|---|---|---:|---:|---|"]
+    lines += [row(o) for o in outcomes]
     return "\n".join(lines)
+
+
+def row(o: Outcome) -> str:
+    """One case's line of the table."""
+    shares = "/".join(f"{w} {o.shares[w]:.2f}" for w in o.case.ms)
+    owned = "/".join(str(o.owned[w]) for w in o.case.ms)
+    rebalance = "-" if o.rebalance_s is None else f"{o.rebalance_s:.1f}"
+    lost = "-" if o.throughput_lost is None else f"{o.throughput_lost:.0f}"
+    return (f"| {o.case.name} | {o.makespan_s:.1f} | {o.ideal_s:.1f} | "
+            f"{o.makespan_s / o.ideal_s:.2f} | {shares} | {owned} | {rebalance} | {lost} | "
+            f"{o.lost_items} / {o.duplicate_items} |")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -202,7 +228,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--items", type=int, default=8000)
     parser.add_argument("--partitions", type=int, default=120)
     parser.add_argument("--chunk", type=int, default=8, help="items per task")
-    parser.add_argument("--cases", default="roundrobin,policy,slowdown")
+    parser.add_argument("--cases", default="roundrobin,policy,slowdown")  # ,policy-1to4,...
     return parser.parse_args(argv)
 
 
@@ -212,9 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     cases = {"roundrobin": Case("roundrobin", "roundrobin"),
              "policy": Case("policy", "policy"),
              "slowdown": Case("slowdown", "policy", ("w10", half, 4.0)),
-             "policy-1:4": Case("policy-1:4", "policy", workers=tuple(MS_1_4.items())),
-             "roundrobin-1:4": Case("roundrobin-1:4", "roundrobin",
-                                    workers=tuple(MS_1_4.items()))}
+             "policy-1to4": Case("policy-1to4", "policy", workers=tuple(MS_1_4.items())),
+             "roundrobin-1to4": Case("roundrobin-1to4", "roundrobin",
+                                     workers=tuple(MS_1_4.items()))}
     with tempfile.TemporaryDirectory(prefix="p3-") as tmp:
         broker = start_broker(Path(tmp) / "kafka")
         try:
@@ -222,8 +248,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in args.cases.split(","):
                 outcome = run_case(broker.bootstrap, Path(tmp), cases[name], args.items,
                                    args.partitions, args.chunk)
-                print(f"{name}: makespan {outcome.makespan_s:.1f}s ideal {outcome.ideal_s:.1f}s",
-                      flush=True)
+                print(row(outcome), flush=True)  # a later case's failure loses nothing
                 outcomes.append(outcome)
         finally:
             broker.clean()
