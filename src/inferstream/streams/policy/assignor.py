@@ -120,7 +120,7 @@ class PolicyAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         metas = {mid: decode_member(m.user_data, mid) for mid, m in members.items()}
         epoch = max((m.epoch for m in metas.values()), default=0) + 1
         policy = self.policy(self.pool)
-        ranges = tuple(self.ranges(self.pool)) if policy else ()
+        ranges = tuple(self.ranges(self.pool))  # plan_by_model ignores them without a policy
         self._tell_fallback(policy)
         topics: dict[str, TopicPlan] = {}
         for topic in sorted({t for m in members.values() for t in m.subscription}):

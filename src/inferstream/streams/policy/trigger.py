@@ -35,7 +35,7 @@ class RebalanceTrigger:
         if state is None or not self._may_trigger(state):
             return None
         for topic, planned in sorted(state.topics.items()):
-            reason = self._reason(topic, planned, policy, tuple(ranges) if policy else ())
+            reason = self._reason(topic, planned, policy, tuple(ranges))
             if reason is not None:
                 self._last_trigger = self.clock()
                 return reason

@@ -103,12 +103,11 @@ class PartitionCommitter(ABC):
         Returns how many were dropped."""
         cut = next((i for i, task in enumerate(self._pending)
                     if task.run is not None and not task.run.started), len(self._pending))
-        shed = 0
-        while len(self._pending) > cut:
+        shed = len(self._pending) - cut
+        for _ in range(shed):
             task = self._pending.pop()
             if task.run is not None:
                 task.run.cancelled = True
-            shed += 1
         return shed
 
     def _mark_lost(self) -> None:
