@@ -156,6 +156,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "attempts": 2,
         "worker": "worker-b",
         "item_count": 32,
+        "output_written_at": None,
         "accepted_at": T0,
         "updated_at": T0 + 8,
     },

@@ -96,6 +96,13 @@ def test_a_v2_policy_entry_reads_without_model_ranges(codec: Codec) -> None:
     assert old == {**EXAMPLES["PolicyEntry"], "model_partitions": []}
 
 
+def test_a_v1_ledger_entry_reads_with_no_output_written(codec: Codec) -> None:
+    """LedgerEntry v1 (before the output file was part of a job's state) reads as the
+    current record with no output written."""
+    old = codec.decode((GOLDEN / "LedgerEntry.v1.bin").read_bytes(), expected="LedgerEntry")
+    assert old == {**EXAMPLES["LedgerEntry"], "output_written_at": None}
+
+
 def test_records_of_an_earlier_schema_version_still_decode(codec: Codec) -> None:
     """DeadLetter v1 (value not nullable, no origin_timestamp): its golden bytes read as the
     current record, with the new field at its default."""

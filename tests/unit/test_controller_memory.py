@@ -5,12 +5,14 @@ transaction that is stuck, fails, or fails after taking effect."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -213,8 +215,47 @@ def test_another_controller_resumes_a_job_from_the_ledger(clients: MemoryKafkaCl
     assert_completed_exactly(clients.broker, config, job, items=6, tasks=6)
 
 
-def controller_producers(clients: MemoryKafkaClients) -> list[MemoryProducer]:
-    return [p for p in clients.of_type(MemoryProducer) if p.transactional_id == "t.controller"]
+class DiesBeforeTheOutput(Controller):
+    """A replica killed after committing COMPLETED, before its output file was written."""
+
+    def _write_outputs(self) -> None:
+        if any(s.output_due for s in self.jobs.values()):
+            self.request_stop()
+
+
+def test_a_replica_that_died_before_the_output_file_leaves_it_to_the_next(
+        clients: MemoryKafkaClients, responders: list[Responder], tmp_path: Path) -> None:
+    """The output file is part of a job's state: the next owner of the job's partition
+    finds it due in the ledger, writes it and records it; a third writes nothing."""
+    config = make_config()
+    output = tmp_path / "out.jsonl"
+    names = [f"item-{i:02d}" for i in range(6)]
+    job = Client(config, CODEC, clients).submit(MODEL, names, chunk_size=2,
+                                                output_path=str(output))
+    respond(responders, clients, config)
+    DiesBeforeTheOutput(config, codec=CODEC, clients=clients).run()
+    assert events(clients.broker, config, JobEventType.COMPLETED) and not output.exists()
+
+    Controller(config, codec=CODEC, clients=clients).run()
+    lines = [json.loads(line) for line in output.read_text().splitlines()]
+    assert sorted(line["item"] for line in lines) == item_names(6)
+    entries = [read_ledger_entry(CODEC, v)
+               for v in clients.broker.values(config.topic("controller-ledger"))]
+    written = [e for e in entries if e["kind"] == LedgerKind.JOB and e["output_written_at"]]
+    assert len(written) == 1
+
+    output.unlink()
+    Controller(config, codec=CODEC, clients=clients).run()
+    assert not output.exists()  # written once is enough
+
+
+def home_id(job: Job) -> str:
+    """The transactional id under which the controller commits `job`'s partition."""
+    return f"t.controller.{partition_for(job.job_id, 2)}"
+
+
+def controller_producers(clients: MemoryKafkaClients, job: Job) -> list[MemoryProducer]:
+    return [p for p in clients.of_type(MemoryProducer) if p.transactional_id == home_id(job)]
 
 
 def test_a_stuck_send_offsets_replaces_the_producer(clients: MemoryKafkaClients,
@@ -223,8 +264,8 @@ def test_a_stuck_send_offsets_replaces_the_producer(clients: MemoryKafkaClients,
     controller gives up on it, fences the stuck producer with a new one and rolls back."""
     config = make_config(commit_timeout_s=0.1, call_grace_s=0.1)
     never = threading.Event()
-    stuck = clients.broker.inject("t.controller", "send_offsets", fail=None, stall=never)
     job = submit(clients, config, items=6)
+    stuck = clients.broker.inject(home_id(job), "send_offsets", fail=None, stall=never)
     respond(responders, clients, config)
     try:
         Controller(config, codec=CODEC, clients=clients).run()
@@ -232,23 +273,23 @@ def test_a_stuck_send_offsets_replaces_the_producer(clients: MemoryKafkaClients,
         never.set()  # the stuck call returns (fenced) on its abandoned thread
 
     assert stuck.reached.is_set()
-    assert len(controller_producers(clients)) == 2
-    assert clients.broker.epoch("t.controller") == 1
+    assert len(controller_producers(clients, job)) == 2
+    assert clients.broker.epoch(home_id(job)) == 1
     assert_completed_exactly(clients.broker, config, job, items=6, tasks=2)
 
 
 def test_a_failed_abort_replaces_the_producer(clients: MemoryKafkaClients,
                                               responders: list[Responder]) -> None:
     config = make_config()
-    commit = clients.broker.inject("t.controller", "commit")
-    abort = clients.broker.inject("t.controller", "abort",
-                                  error=KafkaException(KafkaError(STATE, "cannot abort")))
     job = submit(clients, config, items=6)
+    commit = clients.broker.inject(home_id(job), "commit")
+    abort = clients.broker.inject(home_id(job), "abort",
+                                  error=KafkaException(KafkaError(STATE, "cannot abort")))
     respond(responders, clients, config)
     Controller(config, codec=CODEC, clients=clients).run()
 
     assert commit.reached.is_set() and abort.reached.is_set()
-    assert len(controller_producers(clients)) == 2
+    assert len(controller_producers(clients, job)) == 2
     assert_completed_exactly(clients.broker, config, job, items=6, tasks=2)
 
 
@@ -257,8 +298,8 @@ def test_a_commit_that_failed_after_taking_effect_is_not_redone(
     """The commit went through but reported a timeout: the controller rolls back to what
     was committed, which includes that round, and issues nothing twice."""
     config = make_config()
-    fault = clients.broker.inject("t.controller", "commit", fail="after")
     job = submit(clients, config, items=9)
+    fault = clients.broker.inject(home_id(job), "commit", fail="after")
     respond(responders, clients, config)
     Controller(config, codec=CODEC, clients=clients).run()
 

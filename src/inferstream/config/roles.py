@@ -81,7 +81,13 @@ class WorkerConfig:
 class ControllerConfig:
     """`inferstream controller`: one controller replica ([controller] in TOML)."""
 
-    transactional_id: str | None = setting(None, "transactional id (empty: <prefix>controller)")
+    transactional_id: str | None = setting(
+        None, "base of the per-partition transactional ids, <base>.<partition> "
+        "(empty: <prefix>controller)")
+    session_timeout_ms: int = setting(
+        6_000, "a replica silent this long is dead and its partitions go to the others "
+        "(the broker's group.min.session.timeout.ms is 6 s by default)")
+    heartbeat_interval_ms: int = setting(1_000, "controller group heartbeat interval")
     tasks_per_round: int = setting(
         256, "tasks issued per job per round, so one huge job cannot starve the others")
     default_chunk_size: int = setting(
@@ -128,3 +134,8 @@ def validate_controller(controller: ControllerConfig) -> None:
         _at_least(f"controller.{name}", getattr(controller, name), 0)
     _at_least("controller.commit_timeout_s", controller.commit_timeout_s, 0.001)
     _at_least("controller.call_grace_s", controller.call_grace_s, 0.001)
+    _at_least("controller.session_timeout_ms", controller.session_timeout_ms, 1)
+    _at_least("controller.heartbeat_interval_ms", controller.heartbeat_interval_ms, 1)
+    if controller.heartbeat_interval_ms >= controller.session_timeout_ms:
+        raise ConfigError(
+            "controller.heartbeat_interval_ms must be below controller.session_timeout_ms")

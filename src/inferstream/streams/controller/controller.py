@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import faulthandler
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -41,11 +42,13 @@ from inferstream.streams.controller.outbox import ControllerTopics, Outbox, Part
 from inferstream.streams.controller.placement import task_partition
 from inferstream.streams.controller.replay import read_ledger
 from inferstream.streams.controller.sizing import TaskSizer, choose_task_size, no_policy, sized
+from inferstream.streams.controller.transactions import PartitionProducers
 from inferstream.streams.errors import KafkaSetupError, StuckCallError
 from inferstream.streams.kafka.clients import (
     REAL_CLIENTS,
     KafkaClients,
     Message,
+    Outgoing,
     SyncConsumer,
     SyncProducer,
 )
@@ -98,24 +101,31 @@ class Controller:
             dlq=config.topic("dlq"))
         self._stop = threading.Event()
         self._consumer: SyncConsumer = clients.consumer(consumer_config(
-            config, controller_group(config), **{"partition.assignment.strategy": "range"}))
-        self.transactional_id = (self.options.transactional_id
-                                 or f"{config.topic_prefix}controller")
+            config, controller_group(config), **{
+                "partition.assignment.strategy": "range",
+                "session.timeout.ms": self.options.session_timeout_ms,
+                "heartbeat.interval.ms": self.options.heartbeat_interval_ms}))
+        self.producers = PartitionProducers(
+            self.options.transactional_id or f"{config.topic_prefix}controller",
+            self._new_producer, self._stop)
+        #: partition index -> when to take it back (monotonic): its producer was fenced
+        self._retakes: dict[int, float] = {}
+        #: output files being written, by job id, and those written (ms), for the ledger
+        self._writing: dict[str, threading.Thread] = {}
+        self._written: queue.SimpleQueue[tuple[str, int | None]] = queue.SimpleQueue()
         self._counts = PartitionCounts(self._consumer, self.topics)
-        self._producer = self._new_producer()
         admin = clients.admin(config.confluent_config(logger=LIBRDKAFKA_LOG))
         self.pools = PoolView(describe_with(admin))
 
-    def _new_producer(self) -> SyncProducer:
+    def _new_producer(self, transactional_id: str) -> SyncProducer:
         return self.clients.producer(producer_config(self.config, **{
-            "transactional.id": self.transactional_id}))
+            "transactional.id": transactional_id}))
 
     def request_stop(self) -> None:
         self._stop.set()
 
     def run(self) -> None:
         self._counts.load()
-        self._init_transactions()
         self._consumer.subscribe([self.topics.jobs, self.topics.results],
                                  on_assign=self._on_assign, on_revoke=self._on_revoke)
         idle_since = time.monotonic()
@@ -125,14 +135,15 @@ class Controller:
                     faulthandler.dump_traceback_later(self.options.watchdog_s)
                 busy = self._round()
                 faulthandler.cancel_dump_traceback_later()
-                if busy or any(j.status == LedgerStatus.ACTIVE for j in self.jobs.values()):
+                if busy or any(j.status == LedgerStatus.ACTIVE or (
+                        j.output_due and not j.output_failed) for j in self.jobs.values()):
                     idle_since = time.monotonic()
                 elif self._idle(idle_since):
                     break
         finally:
             faulthandler.cancel_dump_traceback_later()
             self._consumer.close()
-            self._producer.flush(10)
+            self.producers.close_all()
 
     def _idle(self, since: float) -> bool:
         limit = self.options.idle_exit_s
@@ -145,18 +156,23 @@ class Controller:
     def _round(self) -> bool:
         messages = self._consumer.consume(num_messages=500, timeout=poll_timeout_s(
             self.options.idle_exit_s))
+        self._retake_due()
         out = Outbox(self.topics, self.codec, self.partitions)
+        owned = self.producers.owned
+        consumed = set()
         for message in messages:
-            self._dispatch(message, out)
+            index = message.partition() or 0
+            if index in owned:  # else fenced: read again from the committed offset
+                consumed.add(index)
+                self._dispatch(message, out)
         self._issue_tasks(out)
-        finished = self._emit_events(out)
-        if not messages and not out.records:
-            return False
-        if self._commit(out):
-            for state in finished:
-                self._write_output(state)
+        self._emit_events(out)
+        self._record_outputs(out)
+        if consumed or len(out):
+            self._commit(out, consumed)
+        self._write_outputs()
         self._forget_finished()
-        return True
+        return bool(messages) or bool(len(out))
 
     def _dispatch(self, message: Message, out: Outbox) -> None:
         if message.error() is not None:
@@ -186,7 +202,8 @@ class Controller:
         out.event(JobEvent(
             job_id=job_id, type=JobEventType.REJECTED, timestamp=now_ms(), model=None,
             reason=f"the job record could not be read: {reason}", total_items=None,
-            total_tasks=None, done_items=0, ok_items=0, error_items=0, rate_items_per_s=None))
+            total_tasks=None, done_items=0, ok_items=0, error_items=0, rate_items_per_s=None),
+            message.partition() or 0)
         log.info("job %s rejected: its record could not be read (%s)", job_id, reason)
 
     def _on_job(self, job: Job, partition: int, out: Outbox) -> None:
@@ -203,11 +220,11 @@ class Controller:
                 reason = "empty input: the job names no items"
         if reason is not None:
             state.status = LedgerStatus.REJECTED
-            out.event(state.event(JobEventType.REJECTED, reason))
+            out.event(state.event(JobEventType.REJECTED, reason), partition)
             out.ledger(*self.ledger.job_entry(state), partition)
             log.info("job %s rejected: %s", state.job_id, reason)
             return
-        out.event(state.event(JobEventType.ACCEPTED))
+        out.event(state.event(JobEventType.ACCEPTED), partition)
         self._produce_tasks(state, first, out)
         log.info("job %s accepted model=%s task_size=%d (%s)", state.job_id, job["model"],
                  size.items, size.source)
@@ -225,7 +242,7 @@ class Controller:
         within = self._model_range(state.job) if tasks else None
         for task_id, items in tasks:
             task = new_task(state.job, task_id, [i.as_record() for i in items])
-            out.add(topic, task_partition(state.job_id, task_id, n, within),
+            out.add(state.partition, topic, task_partition(state.job_id, task_id, n, within),
                     state.job_id.encode(),
                     self.codec.encode("Task", task))
             state.issued_tasks += 1
@@ -246,8 +263,8 @@ class Controller:
         if (state is None or state.status != LedgerStatus.ACTIVE
                 or declined["task_id"] in state.done):
             return
-        out.records.append(redirect(self.pools, self.config, self.codec, declined,
-                                    self.partitions))
+        out.append(state.partition, redirect(self.pools, self.config, self.codec, declined,
+                                             self.partitions))
 
     def _on_result(self, result: TaskResult, out: Outbox) -> None:
         self.pools.record_result(result["worker"], result["model"])
@@ -265,107 +282,124 @@ class Controller:
             worker=result["worker"], attempt=result["attempt"])
         out.ledger(key, value, state.partition)
 
-    def _emit_events(self, out: Outbox) -> list[JobState]:
-        finished = []
+    def _emit_events(self, out: Outbox) -> None:
         now = now_ms()
         interval_ms = self.options.progress_interval_s * 1000
         for state in self.jobs.values():
             if state.complete:
                 state.status = LedgerStatus.COMPLETED
-                out.event(state.event(JobEventType.COMPLETED))
+                out.event(state.event(JobEventType.COMPLETED), state.partition)
                 out.ledger(*self.ledger.job_entry(state), state.partition)
-                finished.append(state)
                 log.info("job %s completed ok=%d error=%d", state.job_id, state.ok_items,
                          state.error_items)
             elif state.status == LedgerStatus.ACTIVE and state.changed and (
                     now - state.last_event_ms >= interval_ms):
-                out.event(state.event(JobEventType.PROGRESS))
+                out.event(state.event(JobEventType.PROGRESS), state.partition)
                 out.ledger(*self.ledger.job_entry(state), state.partition)
-        return finished
 
-    def _commit(self, out: Outbox) -> bool:
-        """Write the round's records with the consumed offsets; on failure, rebuild state."""
+    def _commit(self, out: Outbox, consumed: set[int]) -> set[int]:
+        """Commit each home partition's records with its jobs and results offsets, one
+        transaction per partition index; returns the indexes whose commit went through."""
+        committed = set()
+        for index in sorted(set(out.records) | consumed):
+            producer = self.producers.producer(index)
+            if producer is not None and self._commit_one(index, producer,
+                                                         out.records.get(index, [])):
+                committed.add(index)
+        return committed
+
+    def _commit_one(self, index: int, producer: SyncProducer, records: list[Outgoing]) -> bool:
+        """Write `records` with the consumed offsets of `index`; on failure, roll back."""
         timeout = self.options.commit_timeout_s
         try:
-            self._producer.begin_transaction()
-            for record in out.records:
-                self._produce(*record)
-            positions = [tp for tp in self._consumer.position(self._consumer.assignment())
+            producer.begin_transaction()
+            for record in records:
+                self._produce(producer, *record)
+            positions = [tp for tp in self._consumer.position(self._home(index))
                          if tp.offset >= 0]
-            self._bounded(self._producer.send_offsets_to_transaction, timeout, positions,
-                          self._consumer.consumer_group_metadata())
-            self._bounded(self._producer.commit_transaction, 2 * timeout)
+            if positions:
+                self._bounded(producer.send_offsets_to_transaction, timeout, positions,
+                              self._consumer.consumer_group_metadata())
+            self._bounded(producer.commit_transaction, 2 * timeout)
             return True
         except (KafkaException, StuckCallError) as exc:
-            self._recover(exc)
+            self._recover(index, producer, exc)
             return False
+
+    def _home(self, index: int) -> list[TopicPartition]:
+        """The partitions whose offsets commit in the transaction of `index`."""
+        return [TopicPartition(self.topics.jobs, index),
+                TopicPartition(self.topics.results, index)]
 
     def _bounded(self, call: Callable[..., object], timeout_s: float, *args: Any) -> None:
         """`call(*args, timeout_s)`, given up on (StuckCallError) `call_grace_s` after that."""
         call_with_deadline(call, *args, timeout_s,
                            deadline_s=timeout_s + self.options.call_grace_s)
 
-    def _produce(self, topic: str, partition: int, key: bytes, value: bytes) -> None:
+    @staticmethod
+    def _produce(producer: SyncProducer, topic: str, partition: int, key: bytes,
+                 value: bytes) -> None:
         while True:
             try:
-                self._producer.produce(topic, value, key, partition=partition)
+                producer.produce(topic, value, key, partition=partition)
                 return
             except BufferError:  # the local queue is full: let deliveries drain it
-                self._producer.poll(0.1)
+                producer.poll(0.1)
 
-    def _recover(self, exc: KafkaException | StuckCallError) -> None:
-        """After a failed or stuck transaction: abort it, or replace the producer (whose
-        init_transactions aborts it) when it is stuck, fatal or cannot abort; then rebuild
-        state from what was committed."""
+    def _recover(self, index: int, producer: SyncProducer,
+                 exc: KafkaException | StuckCallError) -> None:
+        """After a failed or stuck transaction of `index`: when another replica's producer
+        fenced ours, give the partition up until the group settles; else abort, or replace
+        the producer (whose init aborts it) when it is stuck, fatal or cannot abort, and
+        rebuild the partition's state from what was committed."""
         stuck = isinstance(exc, StuckCallError)
-        log.warning("transaction %s (%s): rolling back to the last commit",
-                    "stuck" if stuck else "failed", exc if stuck else exc.args[0])
-        if stuck or exc.args[0].fatal() or not self._abort():
-            self._replace_producer()
-        self._reset(self._consumer.assignment())
+        if not stuck and exc.args[0].code() in _FENCED:
+            log.warning("partition %d: another replica took it over (%s): dropped until the "
+                        "group says otherwise", index, exc.args[0])
+            self._drop({index})
+            self._retakes[index] = time.monotonic() + self.options.session_timeout_ms / 1000
+            return
+        log.warning("partition %d: transaction %s (%s): rolling back to the last commit",
+                    index, "stuck" if stuck else "failed", exc if stuck else exc.args[0])
+        if stuck or exc.args[0].fatal() or not self._abort(producer):
+            self.producers.replace(index)
+        self._reset({index})
 
-    def _abort(self) -> bool:
+    def _abort(self, producer: SyncProducer) -> bool:
         try:
-            self._bounded(self._producer.abort_transaction, self.options.commit_timeout_s)
+            self._bounded(producer.abort_transaction, self.options.commit_timeout_s)
             return True
         except (KafkaException, StuckCallError) as exc:
             log.warning("abort failed (%s): replacing the transactional producer", exc)
             return False
 
-    def _replace_producer(self) -> None:
-        """A new producer under the same transactional id: its init_transactions fences the
-        old one and aborts (or completes) whatever transaction the old one left open. A
-        producer stuck in a call stays alive on that call's thread; nothing uses it again."""
-        self._producer = self._new_producer()
-        self._init_transactions()
+    def _retake_due(self) -> None:
+        """Take back a fenced partition that the group still assigns to this replica a
+        session timeout later (a replica paused past its session sees its revocation by
+        then; one that is not a zombie was fenced by a stray producer)."""
+        now = time.monotonic()
+        for index in [i for i, at in self._retakes.items() if at <= now]:
+            del self._retakes[index]
+            if self._assigned_indexes() & {index}:
+                log.info("partition %d: still assigned here: taking it back", index)
+                self.producers.open({index})
+                self._reset({index})
 
-    def _init_transactions(self) -> None:
-        """Fence any earlier holder of the transactional id; a fresh producer per retry,
-        until it works or the controller is asked to stop."""
-        attempt = 0
-        while not self._stop.is_set():
-            attempt += 1
-            if attempt > 1:
-                self._producer = self._new_producer()
-            try:
-                self._producer.init_transactions(30)
-                return
-            except KafkaException as exc:
-                if exc.args[0].code() in _FENCED:
-                    raise KafkaSetupError(f"another controller took over: {exc}") from exc
-                log.warning("cannot init transactions (attempt %d): %s", attempt, exc)
-                self._stop.wait(min(attempt, 5))
+    def _assigned_indexes(self) -> set[int]:
+        return {tp.partition for tp in self._consumer.assignment()
+                if tp.topic == self.topics.jobs}
 
-    def _reset(self, assignment: list[TopicPartition]) -> None:
-        """Forget in-memory state, rebuild it from the ledger, rewind to committed offsets;
-        retried until it works or the controller is asked to stop."""
+    def _reset(self, indexes: set[int]) -> None:
+        """Forget the state of `indexes`, rebuild it from the ledger, rewind their jobs and
+        results to the committed offsets; retried until it works or the controller stops."""
         attempt = 0
         while not self._stop.is_set():
             attempt += 1
             try:
-                self.jobs.clear()
-                self._on_assign(self._consumer, assignment)
-                for tp in self._consumer.committed(assignment, timeout=30):
+                self._forget(indexes)
+                self._rebuild(indexes)
+                partitions = [tp for i in sorted(indexes) for tp in self._home(i)]
+                for tp in self._consumer.committed(partitions, timeout=30):
                     offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
                     self._consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
                 return
@@ -375,30 +409,85 @@ class Controller:
 
     # -- rebalance --------------------------------------------------------------------------
     def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
-        owned = sorted({tp.partition for tp in partitions if tp.topic == self.topics.jobs})
-        records = read_ledger(self.config, self.topics.ledger, owned, self.clients)
-        for job_id, state in self.ledger.rebuild(records).items():
-            if state.status == LedgerStatus.ACTIVE:
-                self.jobs[job_id] = state
-        log.info("owning job partitions=%s active jobs rebuilt=%d", owned, len(self.jobs))
+        """Own the partition indexes of `partitions`: their producers first (fencing the
+        previous owner and aborting what it left open), then their jobs from the ledger."""
+        owned = {tp.partition for tp in partitions if tp.topic == self.topics.jobs}
+        self._drop(self.producers.owned - owned)
+        self.producers.open(owned)
+        self._forget(owned)
+        self._rebuild(owned)
+        log.info("owning job partitions=%s active jobs rebuilt=%d", sorted(owned),
+                 len(self.jobs))
 
     def _on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
-        lost = {tp.partition for tp in partitions if tp.topic == self.topics.jobs}
-        for job_id in [j for j, s in self.jobs.items() if s.partition in lost]:
+        """Forget the jobs of revoked partitions; their producers stay open until the next
+        assignment says whether they are still ours (an eager rebalance revokes all)."""
+        self._forget({tp.partition for tp in partitions if tp.topic == self.topics.jobs})
+
+    def _rebuild(self, indexes: set[int]) -> None:
+        """The active jobs of `indexes` from the ledger, and the completed ones whose output
+        file the ledger does not show as written (the next rounds write it)."""
+        records = read_ledger(self.config, self.topics.ledger, sorted(indexes), self.clients)
+        recent = now_ms() - self.options.retain_finished_s * 1000
+        for job_id, state in self.ledger.rebuild(records).items():
+            if state.status == LedgerStatus.ACTIVE or (
+                    state.output_due and state.last_event_ms >= recent):
+                self.jobs[job_id] = state
+
+    def _forget(self, indexes: set[int]) -> None:
+        for job_id in [j for j, s in self.jobs.items() if s.partition in indexes]:
             del self.jobs[job_id]
+
+    def _drop(self, indexes: set[int]) -> None:
+        """No longer own `indexes`: their jobs and producers go."""
+        self._forget(indexes)
+        self.producers.close(indexes)
 
     def _forget_finished(self) -> None:
         horizon = now_ms() - self.options.retain_finished_s * 1000
         for job_id in [j for j, s in self.jobs.items()
-                       if s.status != LedgerStatus.ACTIVE and s.last_event_ms < horizon]:
+                       if s.status != LedgerStatus.ACTIVE
+                       and not (s.output_due and not s.output_failed)
+                       and s.last_event_ms < horizon]:
             del self.jobs[job_id]
 
+    # -- output files: part of a job's state -----------------------------------------------
+    def _write_outputs(self) -> None:
+        """Start writing the file of every committed, completed job that has one due (on
+        threads: a large output takes a while); the ledger records each when it is done."""
+        for state in self.jobs.values():
+            if (state.output_due and not state.output_failed
+                    and state.job_id not in self._writing
+                    and state.partition in self.producers.owned):
+                thread = threading.Thread(target=self._write_output, args=(state,),
+                                          name=f"output-{state.job_id}", daemon=True)
+                self._writing[state.job_id] = thread
+                thread.start()
+
     def _write_output(self, state: JobState) -> None:
-        path = state.job.get("output_path")
-        if path:
-            threading.Thread(target=write_job_output, name=f"output-{state.job_id}",
-                             args=(self.config, state.job_id, path),
-                             kwargs={"clients": self.clients}, daemon=True).start()
+        path = str(state.job.get("output_path"))
+        try:
+            count = write_job_output(self.config, state.job_id, path, clients=self.clients)
+        except Exception as exc:  # a bad path must not stop the controller
+            log.error("job %s: cannot write its output to %s: %s", state.job_id, path, exc)
+            self._written.put((state.job_id, None))
+            return
+        log.info("job %s: output written to %s (%d lines)", state.job_id, path, count)
+        self._written.put((state.job_id, now_ms()))
+
+    def _record_outputs(self, out: Outbox) -> None:
+        """Ledger entries for the output files written since the last round."""
+        while not self._written.empty():
+            job_id, at = self._written.get()
+            self._writing.pop(job_id, None)
+            state = self.jobs.get(job_id)
+            if state is None or state.output_written_at is not None:
+                continue
+            if at is None:
+                state.output_failed = True
+            else:
+                state.output_written_at = at
+                out.ledger(*self.ledger.job_entry(state), state.partition)
 
 
 def _job_id_of(key: bytes | None) -> str | None:

@@ -45,6 +45,10 @@ class JobState:
     changed: bool = True
     #: the job record as encoded for the ledger, encoded once (inline jobs are large)
     job_bytes: bytes | None = None
+    #: when the job's output file was written (ms); None until then, or without one
+    output_written_at: int | None = None
+    #: writing the output file failed here (logged); a later owner tries again
+    output_failed: bool = False
 
     @property
     def job_id(self) -> str:
@@ -57,6 +61,13 @@ class JobState:
     @property
     def total_items(self) -> int | None:
         return self.issued_items if self.expanded else None
+
+    @property
+    def output_due(self) -> bool:
+        """Completed with an output path, and the file not written yet (as far as the
+        ledger knows: a replica may have died between COMPLETED and the file)."""
+        return (self.status == LedgerStatus.COMPLETED and bool(self.job.get("output_path"))
+                and self.output_written_at is None)
 
     @property
     def complete(self) -> bool:
@@ -114,6 +125,7 @@ class LedgerCodec:
         entry["expanded"], entry["done_tasks"] = state.expanded, len(state.done)
         entry["ok_items"], entry["error_items"] = state.ok_items, state.error_items
         entry["accepted_at"] = state.accepted_at_ms
+        entry["output_written_at"] = state.output_written_at
         return state.job_id.encode(), self.codec.encode("LedgerEntry", entry)
 
     def _job_bytes(self, state: JobState) -> bytes:
@@ -167,4 +179,6 @@ class LedgerCodec:
         state.issued_tasks = entry["issued_tasks"]
         state.issued_items = entry["issued_items"]
         state.expanded = entry["expanded"]
+        state.output_written_at = entry["output_written_at"]
+        state.last_event_ms = entry["updated_at"]
         state.changed = False

@@ -56,7 +56,8 @@ class PartitionCounts:
 
 @dataclass
 class Outbox:
-    """Records as (topic, partition, key, value), produced in order in one transaction.
+    """Records as (topic, partition, key, value) by the partition index of the job they are
+    about (their home), produced in order in that index's transaction.
 
     `partitions(topic)` gives a topic's partition count (the controller caches them).
     """
@@ -64,25 +65,33 @@ class Outbox:
     topics: ControllerTopics
     codec: Codec
     partitions: Callable[[str], int]
-    records: list[Outgoing] = field(default_factory=list)
+    records: dict[int, list[Outgoing]] = field(default_factory=dict)
 
-    def add(self, topic: str, partition: int, key: bytes, value: bytes) -> None:
-        self.records.append((topic, partition, key, value))
+    def __len__(self) -> int:
+        return sum(map(len, self.records.values()))
 
-    def ledger(self, key: bytes, value: bytes, partition: int) -> None:
+    def add(self, home: int, topic: str, partition: int, key: bytes, value: bytes) -> None:
+        self.records.setdefault(home, []).append((topic, partition, key, value))
+
+    def append(self, home: int, record: Outgoing) -> None:
+        self.add(home, *record)
+
+    def ledger(self, key: bytes, value: bytes, home: int) -> None:
         """A ledger entry, on the ledger partition of its job's home partition."""
-        self.add(self.topics.ledger, partition, key, value)
+        self.add(home, self.topics.ledger, home, key, value)
 
-    def event(self, event: JobEvent) -> None:
+    def event(self, event: JobEvent, home: int) -> None:
         """A JobEvent, on the job-events partition of its job id."""
         topic = self.topics.events
         partition = partition_for(event["job_id"], self.partitions(topic))
-        self.add(topic, partition, event["job_id"].encode(), self.codec.encode("JobEvent", event))
+        self.add(home, topic, partition, event["job_id"].encode(),
+                 self.codec.encode("JobEvent", event))
 
     def dead_letter(self, message: Message, reason: str) -> None:
-        """The unreadable record, with where it came from, to the dead-letter topic."""
+        """The unreadable record, with where it came from, to the dead-letter topic, in the
+        transaction of the partition it was read from."""
         kind, timestamp_ms = message.timestamp()
-        self.records.append(dead_letter(
+        self.append(message.partition() or 0, dead_letter(
             self.codec, self.topics.dlq, self.partitions(self.topics.dlq),
             topic=message.topic() or "", partition=message.partition() or 0,
             offset=message.offset() or 0, reason=reason, value=message.value(),

@@ -1,0 +1,130 @@
+"""Issue 12, points 1-2 on the real broker: controller replicas share the job partitions with
+no flag and no fencing, and a replica killed -9 mid-job is replaced within its session
+timeout: the job completes exactly once, its counts equal to its output."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from subprocess import Popen
+
+import pytest
+
+from inferstream.config import Config
+from inferstream.streams.client.client import Client, Job
+from inferstream.streams.kafka.settings import partition_for
+from tests.integration.conftest import Processes
+
+pytestmark = pytest.mark.integration
+
+#: The controller group's default session timeout (ControllerConfig.session_timeout_ms).
+SESSION_S = 6.0
+
+
+def owned(procs: Processes, name: str) -> set[int]:
+    """The job partitions controller `name` said it owns last."""
+    lines = [line for line in procs.log(name).splitlines() if "owning job partitions=" in line]
+    if not lines:
+        return set()
+    listed = lines[-1].split("owning job partitions=")[1].split("]")[0].strip("[ ")
+    return {int(p) for p in listed.split(",") if p.strip()}
+
+
+def wait_until(what: str, check: object, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():  # type: ignore[operator]
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def shared(procs: Processes, config: Config, *names: str) -> bool:
+    """Whether the replicas `names` own every job partition between them, each some."""
+    sets = [owned(procs, n) for n in names]
+    return all(sets) and sorted(p for s in sets for p in s) == list(range(config.partitions))
+
+
+def listing(tmp_path: Path, name: str, count: int) -> tuple[Path, list[str]]:
+    path = tmp_path / f"{name}.txt"
+    names = [f"{name}-{i:05d}" for i in range(count)]
+    path.write_text("\n".join(names) + "\n")
+    return path, names
+
+
+def lines_of(config: Config, job: Job) -> list[dict[str, object]]:
+    return list(Client(config).job(job.job_id).results())
+
+
+def start_replica(procs: Processes, replicas: dict[str, Popen[bytes]]) -> None:
+    name = f"controller-{len(procs.started)}"  # the name procs.controller gives it
+    replicas[name] = procs.controller()
+
+
+@pytest.mark.timeout(600)
+def test_two_replicas_share_the_job_partitions_without_fencing(
+        procs: Processes, config: Config, tmp_path: Path) -> None:
+    procs.controller()
+    procs.controller()
+    procs.worker("sim:ms=1", name="worker-1")
+    wait_until("both replicas owning partitions", lambda: shared(
+        procs, config, "controller-0", "controller-1"))
+    client = Client(config)
+    jobs = []
+    for n in range(6):  # spread over the partitions, so both replicas run some
+        path, names = listing(tmp_path, f"job{n}", 40)
+        jobs.append((client.submit("sim:ms=1", [f"@{path}"], chunk_size=8), names))
+    homes = {partition_for(job.job_id, config.partitions) for job, _ in jobs}
+    for job, names in jobs:
+        status = job.wait(timeout_s=120)
+        assert (status.total_items, status.ok_items) == (len(names), len(names))
+        assert sorted(str(line["item"]) for line in lines_of(config, job)) == names
+    assert {p for p in homes if p in owned(procs, "controller-0")} and {
+        p for p in homes if p in owned(procs, "controller-1")}, "one replica ran every job"
+    for name in ("controller-0", "controller-1"):
+        log = procs.log(name).lower()
+        assert "fenc" not in log and "rolling back" not in log and "took it over" not in log, (
+            procs.log(name))
+
+
+@pytest.mark.timeout(900)
+def test_the_owning_replica_killed_mid_job_is_replaced_within_its_session(
+        procs: Processes, config: Config, tmp_path: Path) -> None:
+    """kill -9 the replica that owns the job, at three random points; a fresh replica
+    starts each time. Progress resumes within the session timeout plus a few seconds,
+    and the job ends with every item once and counts equal to the output."""
+    rng = random.Random(12)
+    replicas: dict[str, Popen[bytes]] = {}
+    for _ in range(2):
+        start_replica(procs, replicas)
+    procs.worker("sim:ms=2", name="worker-1")
+    procs.worker("sim:ms=2", name="worker-2")
+    procs.wait_for_group("worker-1", "worker-2")
+    wait_until("both replicas owning partitions", lambda: shared(procs, config, *replicas))
+    path, names = listing(tmp_path, "job", 3000)
+    job = Client(config).submit("sim:ms=2", [f"@{path}"], chunk_size=10)
+    home = partition_for(job.job_id, config.partitions)
+    resumed_after = []
+    for fraction in sorted(rng.uniform(0.1, 0.7) for _ in range(3)):
+        for status in job.events(timeout_s=300):
+            if status.done_items >= fraction * len(names):
+                break
+        owner = next(n for n in replicas if home in owned(procs, n))
+        replicas.pop(owner).kill()  # SIGKILL
+        killed, done_then = time.monotonic(), status.done_items
+        start_replica(procs, replicas)
+        for status in job.events(timeout_s=300):
+            if status.done_items > done_then or status.finished:
+                break
+        resumed_after.append(time.monotonic() - killed)
+    status = job.wait(timeout_s=600)
+    print("progress resumed after", [f"{s:.1f}s" for s in resumed_after],
+          f"(session timeout {SESSION_S:g}s)")
+    lines = lines_of(config, job)
+    assert sorted(str(line["item"]) for line in lines) == names
+    ok_lines = sum(1 for line in lines if line["status"] == "ok")
+    assert (status.done_items, status.ok_items, status.error_items) == (3000, ok_lines, 0)
+    # The figure to meet is session + 2 s (BENCHMARKS.md P7 measures it); a shared host's
+    # noise gets room here, a takeover that waits for a transaction timeout (60 s) does not.
+    assert max(resumed_after) <= 3 * SESSION_S, resumed_after
