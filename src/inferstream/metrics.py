@@ -49,6 +49,11 @@ class WorkerMetrics(WorkerHooks):
             "Tasks declined because the worker does not serve their model", ["model"],
             registry=registry,
         )
+        self.skipped = Counter(
+            "inferstream_tasks_skipped_total",
+            "Tasks not run: their job had finished or a later attempt superseded them",
+            ["model"], registry=registry,
+        )
         self.sysinfo_samples = Counter(
             "inferstream_sysinfo_samples_total",
             "System-information samples, by outcome (published, failed: lost)", ["outcome"],
@@ -78,6 +83,9 @@ class WorkerMetrics(WorkerHooks):
 
     def after_decline(self, model: str) -> None:
         self.declined.labels(model).inc()
+
+    def after_skip(self, model: str) -> None:
+        self.skipped.labels(model).inc()
 
     def after_dead_letter(self, reason: str) -> None:
         self.dead_letters.labels(reason.split(":")[0]).inc()

@@ -160,4 +160,11 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "accepted_at": T0,
         "updated_at": T0 + 8,
     },
+    "TaskControl": {
+        "job_id": "20261202-093000-ab12cd34",
+        "task_id": 7,
+        "attempt": 2,
+        "reason": "MIGRATED",
+        "at": T0 + 9,
+    },
 }

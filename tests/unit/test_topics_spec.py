@@ -7,8 +7,9 @@ import pytest
 from inferstream.config import Config
 from inferstream.streams.kafka.topics import LARGE_MESSAGE_BYTES, TopicSpec, topic_specs
 
-SHARED = ("jobs", "results", "job-events", "sysinfo", "policy", "dlq", "controller-ledger")
-COMPACTED = {"policy", "controller-ledger"}
+SHARED = ("jobs", "results", "job-events", "sysinfo", "policy", "dlq", "controller-ledger",
+          "task-control")
+COMPACTED = {"policy", "controller-ledger", "task-control"}
 #: Topics whose records may carry images inline.
 LARGE = {"jobs", "results", "dlq"}
 
@@ -39,8 +40,10 @@ def test_partitions_follow_the_config_except_policy_and_tasks(partitions: int) -
     config = Config(partitions=partitions, task_partitions=partitions + 1)
     specs = by_short_name(config, topic_specs(config, ("gpu",)))
     for name, spec in specs.items():
-        # the policy table is small and read whole by every assignor: one partition, ordered
-        want = {"policy": 1, "tasks.gpu": partitions + 1}.get(name, partitions)
+        # the policy table is small and read whole by every assignor, the task controls by
+        # every worker: one partition each, ordered
+        want = {"policy": 1, "task-control": 1, "tasks.gpu": partitions + 1}.get(name,
+                                                                                 partitions)
         assert spec.partitions == want, name
 
 

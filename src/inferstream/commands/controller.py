@@ -20,7 +20,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     policy = PolicyTable(config, max_age_s=config.worker.policy_max_age_s)
     policy.start()
     controller = Controller(config, task_sizer=policy.task_size,
-                            model_ranges=policy.model_ranges)
+                            model_ranges=policy.model_ranges, pool_policy=policy.workers)
     when_stopping(controller.request_stop)  # thread-safe: sets an Event
     try:
         controller.run()

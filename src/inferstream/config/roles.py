@@ -88,6 +88,14 @@ class ControllerConfig:
         6_000, "a replica silent this long is dead and its partitions go to the others "
         "(the broker's group.min.session.timeout.ms is 6 s by default)")
     heartbeat_interval_ms: int = setting(1_000, "controller group heartbeat interval")
+    migration_slack: float = setting(
+        3.0, "a task is late after this many times its expected time (the work queued before "
+        "it at its worker's per-item time) plus the floor; 0: no migration")
+    migration_floor_s: float = setting(
+        20.0, "seconds added to every task's deadline (a worker's restart or rebalance)")
+    migration_check_s: float = setting(1.0, "seconds between two checks for late tasks")
+    max_attempts: int = setting(
+        4, "a task late on this many attempts fails its items with the reason")
     tasks_per_round: int = setting(
         256, "tasks issued per job per round, so one huge job cannot starve the others")
     default_chunk_size: int = setting(
@@ -135,6 +143,9 @@ def validate_controller(controller: ControllerConfig) -> None:
     _at_least("controller.commit_timeout_s", controller.commit_timeout_s, 0.001)
     _at_least("controller.call_grace_s", controller.call_grace_s, 0.001)
     _at_least("controller.session_timeout_ms", controller.session_timeout_ms, 1)
+    _at_least("controller.max_attempts", controller.max_attempts, 1)
+    for name in ("migration_slack", "migration_floor_s", "migration_check_s"):
+        _at_least(f"controller.{name}", getattr(controller, name), 0)
     _at_least("controller.heartbeat_interval_ms", controller.heartbeat_interval_ms, 1)
     if controller.heartbeat_interval_ms >= controller.session_timeout_ms:
         raise ConfigError(

@@ -43,6 +43,7 @@ SCHEMA_NAMES: tuple[str, ...] = (
     "PolicyEntry",
     "DeadLetter",
     "LedgerEntry",
+    "TaskControl",
 )
 
 _MAGIC = b"\xc3\x01"

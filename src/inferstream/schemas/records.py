@@ -63,6 +63,12 @@ class LedgerStatus(StrEnum):
     DONE = "DONE"
 
 
+class TaskControlReason(StrEnum):
+    MIGRATED = "MIGRATED"
+    FINISHED = "FINISHED"
+    CANCELLED = "CANCELLED"
+
+
 class PolicyKind(StrEnum):
     WORKER = "WORKER"
     POOL = "POOL"
@@ -184,6 +190,14 @@ class LedgerEntry(TypedDict):
     updated_at: int
 
 
+class TaskControl(TypedDict):
+    job_id: str
+    task_id: int
+    attempt: int
+    reason: TaskControlReason
+    at: int
+
+
 class DeadLetter(TypedDict):
     origin_topic: str
     origin_partition: int
@@ -277,7 +291,7 @@ RECORD_TYPES: dict[str, type] = {
     "JobEvent": JobEvent, "LedgerEntry": LedgerEntry, "DeadLetter": DeadLetter,
     "SysInfoSample": SysInfoSample, "ModelPerformance": ModelPerformance,
     "Calibration": Calibration, "PolicyEntry": PolicyEntry,
-    "ModelPartitions": ModelPartitions,
+    "ModelPartitions": ModelPartitions, "TaskControl": TaskControl,
 }
 
 
@@ -358,6 +372,12 @@ def read_ledger_entry(codec: Codec, value: bytes) -> LedgerEntry:
     entry["kind"] = LedgerKind(entry["kind"])
     entry["status"] = LedgerStatus(entry["status"])
     return entry
+
+
+def read_task_control(codec: Codec, value: bytes) -> TaskControl:
+    control = cast(TaskControl, codec.decode(value, expected="TaskControl"))
+    control["reason"] = TaskControlReason(control["reason"])
+    return control
 
 
 def read_policy_entry(codec: Codec, value: bytes) -> PolicyEntry:

@@ -26,16 +26,21 @@ from inferstream.schemas.records import (
     JobEvent,
     JobEventType,
     LedgerStatus,
+    Task,
+    TaskControl,
+    TaskControlReason,
     TaskDeclined,
     TaskResult,
     new_task,
     now_ms,
     read_job,
     read_result,
+    read_task,
 )
 from inferstream.streams.client.results import write_job_output
 from inferstream.streams.controller.admission import rejection_reason
-from inferstream.streams.controller.declines import PoolView, redirect
+from inferstream.streams.controller.deadlines import Deadlines, PoolPolicy, no_pool_policy
+from inferstream.streams.controller.declines import PoolView, failed_result, redirect
 from inferstream.streams.controller.expansion import Item
 from inferstream.streams.controller.ledger import JobState, LedgerCodec
 from inferstream.streams.controller.outbox import ControllerTopics, Outbox, PartitionCounts
@@ -57,6 +62,7 @@ from inferstream.streams.kafka.groups import describe_with
 from inferstream.streams.kafka.settings import (
     LIBRDKAFKA_LOG,
     consumer_config,
+    partition_for,
     poll_timeout_s,
     producer_config,
 )
@@ -83,10 +89,12 @@ class Controller:
 
     def __init__(self, config: Config, *, codec: Codec | None = None,
                  clients: KafkaClients = REAL_CLIENTS, task_sizer: TaskSizer = no_policy,
-                 model_ranges: RangeSource = no_ranges) -> None:
+                 model_ranges: RangeSource = no_ranges,
+                 pool_policy: PoolPolicy = no_pool_policy) -> None:
         """`task_sizer(pool)`: the policy's task size for a pool, for jobs without a chunk
         size (see `sizing`); `model_ranges(pool)`: the policy's partition range per model,
-        where a job's tasks go (see `placement`)."""
+        where a job's tasks go (see `placement`); `pool_policy(pool)`: the policy's workers,
+        which task deadlines are estimated from (see `deadlines`)."""
         self.config = config
         self.options = config.controller
         self.task_sizer = task_sizer
@@ -98,7 +106,7 @@ class Controller:
         self.topics = ControllerTopics(
             jobs=config.topic("jobs"), results=config.topic("results"),
             events=config.topic("job-events"), ledger=config.topic("controller-ledger"),
-            dlq=config.topic("dlq"))
+            dlq=config.topic("dlq"), controls=config.topic("task-control"))
         self._stop = threading.Event()
         self._consumer: SyncConsumer = clients.consumer(consumer_config(
             config, controller_group(config), **{
@@ -116,6 +124,10 @@ class Controller:
         self._counts = PartitionCounts(self._consumer, self.topics)
         admin = clients.admin(config.confluent_config(logger=LIBRDKAFKA_LOG))
         self.pools = PoolView(describe_with(admin))
+        self.deadlines = Deadlines(self.pools, pool_policy, config.worker_group,
+                                   self.options.migration_slack, self.options.migration_floor_s,
+                                   self.options.max_attempts)
+        self._checked_late = 0.0
 
     def _new_producer(self, transactional_id: str) -> SyncProducer:
         return self.clients.producer(producer_config(self.config, **{
@@ -166,6 +178,7 @@ class Controller:
                 consumed.add(index)
                 self._dispatch(message, out)
         self._issue_tasks(out)
+        self._migrate_late(out)
         self._emit_events(out)
         self._record_outputs(out)
         if consumed or len(out):
@@ -240,16 +253,62 @@ class Controller:
         topic = self.config.task_topic(state.job["pool"])
         n = self.partitions(topic)
         within = self._model_range(state.job) if tasks else None
+        now = now_ms()
         for task_id, items in tasks:
             task = new_task(state.job, task_id, [i.as_record() for i in items])
-            out.add(state.partition, topic, task_partition(state.job_id, task_id, n, within),
-                    state.job_id.encode(),
-                    self.codec.encode("Task", task))
+            partition = task_partition(state.job_id, task_id, n, within)
+            encoded = self.codec.encode("Task", task)
+            out.add(state.partition, topic, partition, state.job_id.encode(), encoded)
+            self._track(task, encoded, state.partition, partition, now)
             state.issued_tasks += 1
             state.issued_items += len(items)
         state.expanded = state.cursor().finished
         state.changed = True
         out.ledger(*self.ledger.job_entry(state), state.partition)
+
+    # -- deadlines and migration ------------------------------------------------------------
+    def _track(self, task: Task, encoded: bytes, home: int, partition: int, now: int) -> None:
+        if self.options.migration_slack > 0:
+            self.deadlines.issued(task, encoded, home, partition, now)
+
+    def _migrate_late(self, out: Outbox) -> None:
+        """Issue the late tasks again elsewhere (at most every `migration_check_s`), telling
+        workers to skip the attempt they hold; fail those out of attempts."""
+        now = time.monotonic()
+        if not len(self.deadlines) or now - self._checked_late < self.options.migration_check_s:
+            return
+        self._checked_late = now
+        for late in self.deadlines.late(now_ms()):
+            task, home = late.outstanding.task, late.outstanding.home
+            if self.jobs.get(task["job_id"]) is None:
+                continue
+            if late.partition is None:
+                reason = f"task {task['task_id']} {late.reason}"
+                log.warning("job %s: %s: its items fail", task["job_id"], reason)
+                out.add(home, self.topics.results, home, task["job_id"].encode(),
+                        self.codec.encode("TaskResult", failed_result(task, reason)))
+                continue
+            again = Task(**{**task, "attempt": task["attempt"] + 1, "issued_at": now_ms()})
+            encoded = self.codec.encode("Task", again)
+            out.add(home, self.config.task_topic(task["pool"]), late.partition,
+                    task["job_id"].encode(), encoded)
+            self._control(out, home, task["job_id"], task["task_id"], again["attempt"],
+                          TaskControlReason.MIGRATED)
+            self._track(again, encoded, home, late.partition, now_ms())
+            log.info("job %s task %d %s: re-issued as attempt %d on partition %d",
+                     task["job_id"], task["task_id"], late.reason, again["attempt"],
+                     late.partition)
+
+    def _control(self, out: Outbox, home: int, job_id: str, task_id: int, attempt: int,
+                 reason: TaskControlReason) -> None:
+        """A task-control entry: workers skip the job's tasks, or the task's earlier
+        attempts."""
+        topic = self.topics.controls
+        key = job_id if task_id < 0 else f"{job_id}/{task_id}"
+        control = TaskControl(job_id=job_id, task_id=task_id, attempt=attempt, reason=reason,
+                              at=now_ms())
+        out.add(home, topic, partition_for(key, self.partitions(topic)), key.encode(),
+                self.codec.encode("TaskControl", control))
 
     def _model_range(self, job: Job) -> ModelRange | None:
         try:
@@ -263,8 +322,12 @@ class Controller:
         if (state is None or state.status != LedgerStatus.ACTIVE
                 or declined["task_id"] in state.done):
             return
-        out.append(state.partition, redirect(self.pools, self.config, self.codec, declined,
-                                             self.partitions))
+        again = redirect(self.pools, self.config, self.codec, declined, self.partitions)
+        out.append(state.partition, again)
+        topic, partition, _key, value = again
+        if topic != self.topics.results:  # re-issued, not failed: it gets a deadline
+            self._track(read_task(self.codec, value), value, state.partition, partition,
+                        now_ms())
 
     def _on_result(self, result: TaskResult, out: Outbox) -> None:
         self.pools.record_result(result["worker"], result["model"])
@@ -274,9 +337,11 @@ class Controller:
         ok = sum(1 for item in result["items"] if item["status"] == ItemStatus.OK)
         errors = len(result["items"]) - ok
         if not state.record_result(result["task_id"], ok, errors):
+            self.deadlines.dropped_late += 1
             log.info("duplicate result dropped job=%s task=%d attempt=%d worker=%s",
                      state.job_id, result["task_id"], result["attempt"], result["worker"])
             return
+        self.deadlines.done(state.job_id, result["task_id"])
         key, value = self.ledger.task_entry(
             state.job_id, result["task_id"], LedgerStatus.DONE, ok=ok, errors=errors,
             worker=result["worker"], attempt=result["attempt"])
@@ -289,6 +354,9 @@ class Controller:
             if state.complete:
                 state.status = LedgerStatus.COMPLETED
                 out.event(state.event(JobEventType.COMPLETED), state.partition)
+                self._control(out, state.partition, state.job_id, -1, 0,
+                              TaskControlReason.FINISHED)
+                self.deadlines.forget_job(state.job_id)
                 out.ledger(*self.ledger.job_entry(state), state.partition)
                 log.info("job %s completed ok=%d error=%d", state.job_id, state.ok_items,
                          state.error_items)
@@ -437,6 +505,7 @@ class Controller:
     def _forget(self, indexes: set[int]) -> None:
         for job_id in [j for j, s in self.jobs.items() if s.partition in indexes]:
             del self.jobs[job_id]
+        self.deadlines.forget_homes(indexes)
 
     def _drop(self, indexes: set[int]) -> None:
         """No longer own `indexes`: their jobs and producers go."""

@@ -24,6 +24,7 @@ class ControllerTopics:
     events: str
     ledger: str
     dlq: str
+    controls: str
 
 
 class PartitionCounts:
@@ -38,7 +39,7 @@ class PartitionCounts:
         """Check the controller's own topics exist and are co-partitioned."""
         metadata = self.consumer.list_topics(timeout=30).topics
         t = self.topics
-        for name in {t.jobs, t.results, t.events, t.ledger, t.dlq}:
+        for name in {t.jobs, t.results, t.events, t.ledger, t.dlq, t.controls}:
             if name not in metadata or metadata[name].error is not None:
                 raise KafkaSetupError(f"topic {name} is missing; run `inferstream topics create`")
             self._counts[name] = len(metadata[name].partitions)

@@ -52,6 +52,8 @@ def topic_specs(config: Config, pools: tuple[str, ...] | None = None) -> list[To
         TopicSpec(config.topic("dlq"), n, configs=large),
         # The controller's ledger changelog: one record per task state, latest wins.
         TopicSpec(config.topic("controller-ledger"), n, compacted=True),
+        # Finished jobs and superseded task attempts, which workers skip (latest per key).
+        TopicSpec(config.topic("task-control"), 1, compacted=True),
     ]
     for pool in dict.fromkeys(pools or (config.pool,)):
         specs.append(TopicSpec(config.task_topic(pool), config.task_partitions_for(pool),

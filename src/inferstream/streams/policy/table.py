@@ -1,9 +1,8 @@
 """`PolicyTable`: the compacted policy topic followed into a local dict, latest entry per key.
 
 Every worker keeps one, so whichever member the group elects leader can assign by it. The
-reader runs on a daemon thread of its own with a consumer from the process's
-`KafkaClients` (the real broker or `inferstream.testing`), reading from the beginning and
-then following; readers on the event loop only take a lock for a dict copy.
+reader is a `TopicFollower` (a daemon thread reading from the beginning, then following);
+readers on the event loop only take a lock for a dict copy.
 """
 
 from __future__ import annotations
@@ -13,29 +12,17 @@ import threading
 import time
 from collections.abc import Callable
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
 from inferstream.config import Config
-from inferstream.errors import InferstreamError
 from inferstream.schemas import Codec, SchemaError
 from inferstream.schemas.records import PolicyEntry, PolicyKind, WorkerHealth, read_policy_entry
-from inferstream.streams.kafka.clients import REAL_CLIENTS, KafkaClients, SyncConsumer
-from inferstream.streams.kafka.reader import (
-    PartitionReader,
-    reader_consumer,
-    topic_partitions,
-)
+from inferstream.streams.kafka.clients import REAL_CLIENTS, KafkaClients
+from inferstream.streams.kafka.follower import TopicFollower
 from inferstream.streams.policy.assignment import ModelRange, WorkerPolicy
 
 log = logging.getLogger(__name__)
 
-#: How long one follow round of the reader lasts before it checks for a stop.
-FOLLOW_ROUND_S = 0.2
-#: Wait before the reader tries again after the topic could not be read.
-RETRY_S = 2.0
 
-
-class PolicyTable:
+class PolicyTable(TopicFollower):
     """The latest `PolicyEntry` per key of the policy topic (`<pool>/<worker>`, `<pool>`).
 
     `start()` launches the reader thread, `stop()` ends it (the owner calls both);
@@ -47,18 +34,13 @@ class PolicyTable:
     def __init__(self, config: Config, clients: KafkaClients = REAL_CLIENTS,
                  codec: Codec | None = None, *, max_age_s: float | None = None,
                  clock: Callable[[], float] = time.time) -> None:
-        self.config = config
-        self.clients = clients
+        super().__init__(config, config.topic("policy"), "policy", clients)
         self.codec = codec or Codec(config.schema_registry_url)
-        self.topic = config.topic("policy")
         self.max_age_s = max_age_s
-        self.caught_up = threading.Event()
         self._clock = clock
         self._entries: dict[str, PolicyEntry] = {}
         self._updated_at: float | None = None  # monotonic time of the last applied record
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     # -- what the assignor asks ----------------------------------------------------------------
     def entry(self, pool: str, worker: str) -> PolicyEntry | None:
@@ -134,51 +116,3 @@ class PolicyTable:
         with self._lock:
             self._entries[name] = entry
             self._updated_at = time.monotonic()
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="inferstream-policy",
-                                        daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._follow()
-            except (InferstreamError, OSError, RuntimeError) as exc:
-                log.warning("policy table: cannot read %s, retrying: %s", self.topic, exc)
-                self._stop.wait(RETRY_S)
-            except Exception as exc:  # librdkafka's KafkaException and friends
-                log.warning("policy table: read of %s failed, retrying: %r", self.topic, exc)
-                self._stop.wait(RETRY_S)
-
-    def _follow(self) -> None:
-        consumer = reader_consumer(self.config, self.clients)
-        try:
-            partitions = _assign_from_start(consumer, self.topic)
-            first = PartitionReader(consumer, partitions, timeout_s=30.0)
-            self._take(first)
-            if not first.waiting:
-                self.caught_up.set()
-            while not self._stop.is_set():
-                self._take(PartitionReader(consumer, (), follow=True,
-                                           timeout_s=FOLLOW_ROUND_S))
-                self.caught_up.set()
-        finally:
-            consumer.close()
-
-    def _take(self, reader: PartitionReader) -> None:
-        for record in reader:
-            self.apply(record.key, record.value)
-            if self._stop.is_set():
-                return
-
-
-def _assign_from_start(consumer: SyncConsumer, topic: str) -> list[int]:
-    partitions = topic_partitions(consumer, topic)
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-    return partitions

@@ -25,6 +25,9 @@ class WorkerHooks:
     def after_dead_letter(self, reason: str) -> None:
         """A task record could not be read and went to the dead-letter topic."""
 
+    def after_skip(self, model: str) -> None:
+        """A task was skipped: its job had finished or a later attempt superseded it."""
+
     def after_commit(self, partition: int, offset: int) -> None:
         """Task partition `partition` is committed up to `offset` (the next one to read)."""
 
@@ -58,6 +61,10 @@ class HookChain(WorkerHooks):
     def after_task(self, model: str, ok_items: int, error_items: int) -> None:
         for hooks in self.chain:
             hooks.after_task(model, ok_items, error_items)
+
+    def after_skip(self, model: str) -> None:
+        for hooks in self.chain:
+            hooks.after_skip(model)
 
     def after_decline(self, model: str) -> None:
         for hooks in self.chain:

@@ -52,6 +52,7 @@ from inferstream.streams.policy.membership import PoolMembership
 from inferstream.streams.worker.committers.at_least_once import AtLeastOnceCommitter
 from inferstream.streams.worker.committers.base import PartitionCommitter, PendingTask
 from inferstream.streams.worker.committers.exactly_once import TransactionalCommitter
+from inferstream.streams.worker.controls import TaskControls
 from inferstream.streams.worker.hooks import HookChain, WorkerHooks
 from inferstream.streams.worker.ownership import Ownership
 from inferstream.streams.worker.pipeline import TaskRun
@@ -87,6 +88,7 @@ class Worker:
         self.codec = codec or Codec(config.schema_registry_url)
         self.clients = clients
         self.sysinfo = SysInfoPublisher(config, self.worker_id, clients, self.codec)
+        self.controls = TaskControls(config, clients, self.codec)
         self.hooks = HookChain(hooks or WorkerHooks(), self.sysinfo.performance,
                                self.sysinfo.queue)
         loaded = [models] if isinstance(models, LoadedModel) else list(models)
@@ -156,6 +158,7 @@ class Worker:
             await self._shared_producer.start()
         await self.sysinfo.start(self.served, lambda: self._consumer, self.hooks)
         self.membership.start()
+        self.controls.start()
         self._consumer = self._new_consumer()
         self.membership.watch(self._consumer)
         self.ownership = Ownership(self._consumer, self._new_committer,
@@ -260,6 +263,13 @@ class Worker:
             self.hooks.after_dead_letter(str(exc))
             dead = self._dead_letter(tp, record, f"undecodable task record: {exc}")
             self._commit_outgoing(committer, PendingTask(record.offset, None, [dead]))
+            return
+        skip = self.controls.skip_reason(task)
+        if skip is not None:  # committed with no result: the controller wants none
+            self.hooks.after_skip(task["model"])
+            log.debug("skipped job=%s task=%d attempt=%d: %s", task["job_id"], task["task_id"],
+                      task["attempt"], skip)
+            self._commit_outgoing(committer, PendingTask(record.offset, None, []))
             return
         refusal = self.served.refusal(task["model"])
         if refusal is not None:
@@ -388,6 +398,7 @@ class Worker:
     async def _shutdown(self) -> None:
         await self.sysinfo.stop()
         await self.membership.stop()
+        await asyncio.to_thread(self.controls.stop)
         if self._consumer is not None:  # built with its ownership, after no await
             await self.ownership.close()
             await self._consumer.stop()  # leaves the group
