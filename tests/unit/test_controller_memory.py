@@ -230,8 +230,7 @@ def test_a_replica_that_died_before_the_output_file_leaves_it_to_the_next(
     config = make_config()
     output = tmp_path / "out.jsonl"
     names = [f"item-{i:02d}" for i in range(6)]
-    job = Client(config, CODEC, clients).submit(MODEL, names, chunk_size=2,
-                                                output_path=str(output))
+    Client(config, CODEC, clients).submit(MODEL, names, chunk_size=2, output_path=str(output))
     respond(responders, clients, config)
     DiesBeforeTheOutput(config, codec=CODEC, clients=clients).run()
     assert events(clients.broker, config, JobEventType.COMPLETED) and not output.exists()
