@@ -103,6 +103,12 @@ def test_a_v1_ledger_entry_reads_with_no_output_written(codec: Codec) -> None:
     assert old == {**EXAMPLES["LedgerEntry"], "output_written_at": None}
 
 
+def test_a_v1_job_event_reads_as_the_current_record(codec: Codec) -> None:
+    """JobEvent v1 (before CANCELLED) reads unchanged."""
+    old = codec.decode((GOLDEN / "JobEvent.v1.bin").read_bytes(), expected="JobEvent")
+    assert old == EXAMPLES["JobEvent"]
+
+
 def test_records_of_an_earlier_schema_version_still_decode(codec: Codec) -> None:
     """DeadLetter v1 (value not nullable, no origin_timestamp): its golden bytes read as the
     current record, with the new field at its default."""

@@ -31,9 +31,11 @@ from inferstream.schemas.records import (
     read_job_event,
     read_ledger_entry,
     read_task,
+    read_task_control,
 )
 from inferstream.streams.client.client import Client, Job
 from inferstream.streams.controller.controller import Controller
+from inferstream.streams.errors import JobCancelledError
 from inferstream.streams.kafka.settings import partition_for
 from inferstream.streams.kafka.topics import topic_specs
 from inferstream.streams.worker.worker import Worker
@@ -213,6 +215,34 @@ def test_another_controller_resumes_a_job_from_the_ledger(clients: MemoryKafkaCl
     responder.resume.set()
     Controller(config, codec=CODEC, clients=clients).run()
     assert_completed_exactly(clients.broker, config, job, items=6, tasks=6)
+
+
+def test_a_cancelled_job_ends_with_the_counts_of_what_was_done(
+        clients: MemoryKafkaClients, responders: list[Responder]) -> None:
+    """Cancel after two of four tasks: CANCELLED with 4 items done, never COMPLETED; the
+    later results are dropped; workers are told to skip the job."""
+    config = make_config()
+    job = submit(clients, config, items=8, chunk_size=2)
+    responder = respond(responders, clients, config, pause_after=2)
+
+    def cancel_when_paused() -> None:
+        responder.paused.wait(10)
+        time.sleep(0.3)  # the controller takes in the two results
+        job.cancel()
+        time.sleep(0.3)
+        responder.resume.set()
+
+    threading.Thread(target=cancel_when_paused, daemon=True).start()
+    Controller(config, codec=CODEC, clients=clients).run()
+
+    status = job.wait_final(timeout_s=5)
+    assert (status.state, status.done_items, status.ok_items) == ("CANCELLED", 4, 4)
+    assert events(clients.broker, config, JobEventType.COMPLETED) == []
+    with pytest.raises(JobCancelledError, match="cancelled after 4/8 items"):
+        job.wait(timeout_s=5)
+    controls = [read_task_control(CODEC, v) for v in clients.broker.values("t.task-control")]
+    assert [(c["job_id"], c["task_id"], c["reason"]) for c in controls] == [
+        (job.job_id, -1, "CANCELLED")]
 
 
 class DiesBeforeTheOutput(Controller):

@@ -56,6 +56,8 @@ COMMANDS: dict[str, Command] = {
                       needs=status_needs),
     "results": Command("write a job's output lines", client.results_args, client.results,
                        needs=results_needs),
+    "cancel": Command("cancel a job: it ends CANCELLED with what was done", client.cancel_args,
+                      client.cancel, needs=submit_needs),
     "top": Command("live view of the workers and pools the sysinfo app sees", top.top_args,
                    top.top),
 }

@@ -139,6 +139,42 @@ def _status_line(s: JobStatus) -> str:
             f"{s.done_items}/{total} ok={s.ok_items} error={s.error_items}{reason}")
 
 
+def cancel_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job", help="job id")
+    parser.add_argument("--wait", action="store_true",
+                        help="wait until the controller has cancelled it (default: off)")
+    parser.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="with --wait: give up after this long (default: %(default)s)")
+
+
+def cancel(args: argparse.Namespace, config: Config) -> int:
+    from inferstream.streams.client.client import Client
+
+    return run_cancel(args, Client(config))
+
+
+def run_cancel(args: argparse.Namespace, client: Client) -> int:
+    """Ask for the cancel; with --wait, print how the job ended (a job that finished first
+    stays as it finished)."""
+    job = client.job(args.job)
+    status = job.progress()  # UnknownJobError for an unknown id
+    if status.finished:
+        print(f"job {args.job} already {status.state.lower()}: nothing to cancel",
+              file=sys.stderr)
+        return 0
+    job.cancel()
+    print(f"cancel requested for job {args.job}", file=sys.stderr)
+    if not args.wait:
+        return 0
+    status = job.wait_final(timeout_s=args.timeout)
+    if not status.finished:
+        print(f"job {args.job} not cancelled after {args.timeout:g} s (is a controller "
+              "running?)", file=sys.stderr)
+        return 1
+    print(_status_line(status))
+    return 0
+
+
 def results_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job", help="job id")
     parser.add_argument("--output", metavar="FILE", help="(default: standard output)")

@@ -45,6 +45,7 @@ class JobEventType(StrEnum):
     PROGRESS = "PROGRESS"
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
 
 
 class LedgerKind(StrEnum):
@@ -53,7 +54,8 @@ class LedgerKind(StrEnum):
 
 
 class LedgerStatus(StrEnum):
-    """Job statuses (ACTIVE, COMPLETED, REJECTED, FAILED) and task statuses (ISSUED, DONE)."""
+    """Job statuses (ACTIVE, COMPLETED, REJECTED, FAILED, CANCELLED) and task statuses
+    (ISSUED, DONE)."""
 
     ACTIVE = "ACTIVE"
     COMPLETED = "COMPLETED"
@@ -61,6 +63,7 @@ class LedgerStatus(StrEnum):
     FAILED = "FAILED"
     ISSUED = "ISSUED"
     DONE = "DONE"
+    CANCELLED = "CANCELLED"
 
 
 class TaskControlReason(StrEnum):

@@ -29,6 +29,16 @@ class JobFailedError(InferstreamError):
         self.reason = reason
 
 
+class JobCancelledError(InferstreamError):
+    """A job was cancelled before it completed; `done_items` of it were done."""
+
+    def __init__(self, job_id: str, done_items: int, total_items: int | None) -> None:
+        total = "?" if total_items is None else str(total_items)
+        super().__init__(f"job {job_id} cancelled after {done_items}/{total} items")
+        self.job_id = job_id
+        self.done_items = done_items
+
+
 class JobTimeoutError(InferstreamError):
     """Waiting for a job ran past its deadline."""
 

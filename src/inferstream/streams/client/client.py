@@ -15,7 +15,15 @@ from typing import Any
 
 from inferstream.config import Config
 from inferstream.schemas import Codec, SchemaError
-from inferstream.schemas.records import InlineItem, JobEvent, JobEventType, now_ms, read_job_event
+from inferstream.schemas.records import (
+    InlineItem,
+    JobEvent,
+    JobEventType,
+    TaskControl,
+    TaskControlReason,
+    now_ms,
+    read_job_event,
+)
 from inferstream.schemas.records import Job as JobRecord
 from inferstream.streams.client.jobids import new_job_id
 from inferstream.streams.client.results import job_results, open_job_partition, output_lines
@@ -24,6 +32,7 @@ from inferstream.streams.client.submitted import job_submitted
 from inferstream.streams.controller.admission import check_job_options
 from inferstream.streams.errors import (
     InlineTooLargeError,
+    JobCancelledError,
     JobFailedError,
     JobNotAcceptedError,
     JobRejectedError,
@@ -38,7 +47,8 @@ from inferstream.streams.kafka.topics import LARGE_MESSAGE_BYTES
 
 #: Before the controller's first event a job is SUBMITTED; then its latest event's type.
 SUBMITTED = "SUBMITTED"
-FINAL = (JobEventType.COMPLETED, JobEventType.REJECTED, JobEventType.FAILED)
+FINAL = (JobEventType.COMPLETED, JobEventType.REJECTED, JobEventType.FAILED,
+         JobEventType.CANCELLED)
 
 
 @dataclass(frozen=True)
@@ -110,6 +120,13 @@ class Job:
         finally:
             consumer.close()
 
+    def wait_final(self, timeout_s: float | None = None) -> JobStatus:
+        """Follow the job's events until one is final or `timeout_s` passes; the last status
+        either way (no error for a job that did not complete)."""
+        for _ in self.events(follow=True, timeout_s=timeout_s):
+            pass
+        return self._status
+
     def progress(self) -> JobStatus:
         """The latest known status (reads the events written so far): SUBMITTED before a
         controller accepted the job; UnknownJobError when the job was never submitted."""
@@ -140,11 +157,22 @@ class Job:
             raise JobRejectedError(self.job_id, status.reason or "no reason given")
         if status.state == JobEventType.FAILED:
             raise JobFailedError(self.job_id, status.reason or "no reason given")
+        if status.state == JobEventType.CANCELLED:
+            raise JobCancelledError(self.job_id, status.done_items, status.total_items)
         if status.state != JobEventType.COMPLETED:
             raise JobTimeoutError(f"job {self.job_id} not finished after {timeout_s:g} s "
                                   f"({status.state.lower()}); it goes on: follow it with "
                                   f"`inferstream status {self.job_id}`")
         return status
+
+    def cancel(self) -> None:
+        """Ask the job's controller to cancel it: the job ends CANCELLED with the counts of
+        what was done, and workers skip its remaining tasks. Goes to the job's partition of
+        the jobs topic (murmur2 of its id, as `submit` sends it), behind the job itself."""
+        control = TaskControl(job_id=self.job_id, task_id=-1, attempt=0,
+                              reason=TaskControlReason.CANCELLED, at=now_ms())
+        self.client._produce(self.client.config.topic("jobs"), self.job_id,  # noqa: SLF001
+                             self.client.codec.encode("TaskControl", control))
 
     def live_workers(self) -> int | None:
         """How many workers the job's pool has now; None when that cannot be known."""

@@ -33,9 +33,9 @@ from inferstream.schemas.records import (
     TaskResult,
     new_task,
     now_ms,
-    read_job,
     read_result,
     read_task,
+    read_task_control,
 )
 from inferstream.streams.client.results import write_job_output
 from inferstream.streams.controller.admission import rejection_reason
@@ -193,8 +193,14 @@ class Controller:
             return
         try:
             if message.topic() == self.topics.jobs:
-                self._on_job(read_job(self.codec, message.value() or b""),
-                             message.partition() or 0, out)
+                name, named = self.codec.decode_named(message.value() or b"")
+                if name == "TaskControl":  # a cancel (Job.cancel)
+                    self._on_cancel(read_task_control(self.codec, message.value() or b""),
+                                    message.partition() or 0, out)
+                elif name == "Job":
+                    self._on_job(cast(Job, named), message.partition() or 0, out)
+                else:
+                    raise SchemaError(f"a {name} record, not a Job, on {self.topics.jobs}")
                 return
             record = read_result(self.codec, message.value() or b"")
             if "served_models" in record:
@@ -241,6 +247,26 @@ class Controller:
         self._produce_tasks(state, first, out)
         log.info("job %s accepted model=%s task_size=%d (%s)", state.job_id, job["model"],
                  size.items, size.source)
+
+    def _on_cancel(self, control: TaskControl, partition: int, out: Outbox) -> None:
+        """`inferstream cancel`: the job ends CANCELLED with what was done; workers skip
+        the rest of its tasks. A job that is not active here (finished, or unknown) stays
+        as it is."""
+        state = self.jobs.get(control["job_id"])
+        if control["reason"] != TaskControlReason.CANCELLED or control["task_id"] >= 0:
+            log.warning("unexpected control record on %s: %s", self.topics.jobs, control)
+            return
+        if state is None or state.status != LedgerStatus.ACTIVE:
+            log.info("cancel of job %s ignored: %s", control["job_id"],
+                     "not active" if state else "not a job of this replica's partitions")
+            return
+        state.status = LedgerStatus.CANCELLED
+        out.event(state.event(JobEventType.CANCELLED, "cancelled on request"), partition)
+        out.ledger(*self.ledger.job_entry(state), state.partition)
+        self._control(out, state.partition, state.job_id, -1, 0, TaskControlReason.CANCELLED)
+        self.deadlines.forget_job(state.job_id)
+        log.info("job %s cancelled at %d/%s items", state.job_id, state.done_items,
+                 state.total_items if state.total_items is not None else "?")
 
     def _issue_tasks(self, out: Outbox) -> None:
         for state in self.jobs.values():
