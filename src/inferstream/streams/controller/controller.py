@@ -357,6 +357,8 @@ class Controller:
 
     def _on_result(self, result: TaskResult, out: Outbox) -> None:
         self.pools.record_result(result["worker"], result["model"])
+        self.deadlines.observe(result["worker"], len(result["items"]),
+                               result["inference_seconds"])
         state = self.jobs.get(result["job_id"])
         if state is None:
             return  # a job of another replica's partition, or long finished

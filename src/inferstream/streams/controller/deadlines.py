@@ -1,14 +1,15 @@
 """Task deadlines and migration: a task that its worker is late with is issued again, elsewhere.
 
-When the controller issues a task it sets the task's deadline: the work queued before it on
-the same worker (the items of this controller's unfinished tasks on that worker's partitions,
-its own included) at the worker's per-item time from the policy (its capacity; the pool's
-median when the worker is unknown), times `migration_slack`, plus `migration_floor_s`. A task
-past its deadline, or whose worker the policy marks unhealthy, is re-issued with attempt + 1
+When the controller issues a task it notes the work queued before it on the same worker (the
+items of this controller's unfinished tasks on that worker's partitions, its own included)
+and the worker's seconds per item: from the policy's capacity, else from the model time per
+item of the worker's own results, else the pool's median. The task is late once that work at
+that speed, times `migration_slack`, plus `migration_floor_s`, has passed; the speed is frozen
+when first known, so a worker that slows down does not stretch the deadlines of what it holds.
+A late task, or one whose worker the policy marks unhealthy, is re-issued with attempt + 1
 on a partition of the healthy worker of its model that would finish it first; a task that has
 used `max_attempts` fails its items with the reason instead. The first committed result of a
-task wins (`JobState.record_result`); later ones are dropped and counted. Without a policy
-for the pool (sysinfo not running) nothing has a deadline: there is no honest estimate.
+task wins (`JobState.record_result`); later ones are dropped and counted.
 
 Tasks that an earlier owner of the job's partition issued are not tracked by a replica that
 takes the job over (it knows which are outstanding, not their items or partitions).
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds a description of a pool's workers is used for.
 MEMBERS_TTL_S = 2.0
+#: Weight of the newest result in a worker's observed seconds per item.
+OBSERVED_ALPHA = 0.2
 
 #: The policy's workers of a pool (share, health, capacity), None without a policy.
 PoolPolicy = Callable[[str], dict[str, WorkerPolicy] | None]
@@ -48,7 +51,12 @@ class Outstanding:
     home: int
     partition: int
     owner: str | None
-    deadline_ms: int | None
+    issued_ms: int
+    #: items queued on its worker when it was issued, its own included
+    backlog_items: int = 0
+    #: the worker's seconds per item as first known (then frozen: a worker that slows
+    #: down must not stretch the deadlines of what it already holds)
+    per_item_s: float | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -57,6 +65,12 @@ class Outstanding:
     @property
     def items(self) -> int:
         return len(self.task["items"])
+
+    def deadline_ms(self, slack: float, floor_s: float) -> int | None:
+        if self.per_item_s is None:
+            return None
+        return self.issued_ms + int((self.backlog_items * self.per_item_s * slack + floor_s)
+                                    * 1000)
 
 
 @dataclass(frozen=True)
@@ -84,6 +98,8 @@ class Deadlines:
         self._by_owner: dict[tuple[str, str | None], int] = {}
         self._by_partition: dict[tuple[str, int], int] = {}
         self._member_cache: dict[str, tuple[float, dict[str, list[int]] | None]] = {}
+        #: seconds per item each worker's results showed, smoothed
+        self._observed: dict[str, float] = {}
         #: results dropped because their task had been done already (a late attempt)
         self.dropped_late = 0
 
@@ -94,9 +110,10 @@ class Deadlines:
                now_ms: int) -> None:
         owners = self._owners(task["pool"])
         owner = owners.get(partition) if owners else None
-        entry = Outstanding(task, encoded, home, partition, owner, None)
+        entry = Outstanding(task, encoded, home, partition, owner, now_ms)
         self._add(entry)
-        entry.deadline_ms = self._deadline(entry, now_ms)
+        entry.backlog_items = self._backlog(task["pool"], owner, partition)
+        entry.per_item_s = self._per_item_s(task["pool"], owner)
 
     def done(self, job_id: str, task_id: int) -> None:
         entry = self._tasks.get((job_id, task_id))
@@ -149,20 +166,23 @@ class Deadlines:
                     continue
             if entry.owner is not None and entry.owner in unhealthy.get(pool, ()):
                 reason = f"worker {entry.owner} is not healthy"
-            elif entry.deadline_ms is not None and now_ms > entry.deadline_ms:
-                reason = (f"past its deadline on {entry.owner or 'its worker'} "
-                          f"({(now_ms - entry.deadline_ms) / 1000:.1f}s late)")
             else:
-                continue
+                if entry.per_item_s is None:  # no estimate when it was issued: the first one
+                    entry.per_item_s = self._per_item_s(pool, entry.owner)
+                deadline = entry.deadline_ms(self.slack, self.floor_s)
+                if deadline is None or now_ms <= deadline:
+                    continue
+                reason = (f"past its deadline on {entry.owner or 'its worker'} "
+                          f"({(now_ms - deadline) / 1000:.1f}s late)")
             self._remove(entry)
             if entry.task["attempt"] >= self.max_attempts:
                 found.append(Late(entry, f"{reason}, and it has used its {self.max_attempts} "
                                   "attempts", None))
                 continue
             target = self._target(entry)
-            if target is None:  # nowhere better: keep waiting on the same worker
+            if target is None:  # nowhere better: keep waiting on the same worker, anew
                 self._add(entry)
-                entry.deadline_ms = self._deadline(entry, now_ms)
+                entry.issued_ms = now_ms
                 continue
             found.append(Late(entry, reason, target))
         return found
@@ -189,15 +209,29 @@ class Deadlines:
             return None
         return {p: worker for worker, parts in members.items() for p in parts}
 
+    def observe(self, worker: str, items: int, inference_seconds: float) -> None:
+        """A result of `worker`: its model time per item (what the sysinfo app's capacity
+        is made of too), smoothed, for pools without a policy."""
+        if items <= 0 or inference_seconds <= 0:
+            return
+        per_item = inference_seconds / items
+        known = self._observed.get(worker)
+        self._observed[worker] = per_item if known is None else (
+            OBSERVED_ALPHA * per_item + (1 - OBSERVED_ALPHA) * known)
+
     def _per_item_s(self, pool: str, worker: str | None) -> float | None:
-        workers = self.policy(pool)
-        if not workers:
-            return None
+        """The worker's seconds per item: from the policy's capacity, else from its results;
+        for a worker known to neither, the pool's median (policy) or every worker's."""
+        workers = self.policy(pool) or {}
         known = workers.get(worker) if worker is not None else None
         if known is not None and known.capacity_items_per_s > 0:
             return 1.0 / known.capacity_items_per_s
+        if worker is not None and worker in self._observed:
+            return self._observed[worker]
         rates = [w.capacity_items_per_s for w in workers.values() if w.capacity_items_per_s > 0]
-        return 1.0 / statistics.median(rates) if rates else None
+        if rates:
+            return 1.0 / statistics.median(rates)
+        return statistics.median(self._observed.values()) if self._observed else None
 
     def _backlog(self, pool: str, worker: str | None, partition: int) -> int:
         """Items of the outstanding tasks queued on `worker` (or on `partition` when the
@@ -205,14 +239,6 @@ class Deadlines:
         if worker is not None:
             return self._by_owner.get((pool, worker), 0)
         return self._by_partition.get((pool, partition), 0)
-
-    def _deadline(self, entry: Outstanding, now_ms: int) -> int | None:
-        pool = entry.task["pool"]
-        per_item = self._per_item_s(pool, entry.owner)
-        if per_item is None:
-            return None
-        work_s = self._backlog(pool, entry.owner, entry.partition) * per_item
-        return now_ms + int((work_s * self.slack + self.floor_s) * 1000)
 
     def _unhealthy(self) -> dict[str, set[str]]:
         pools = {t.task["pool"] for t in self._tasks.values()}
