@@ -6,7 +6,10 @@ and the worker's seconds per item: from the policy's capacity, else from the mod
 item of the worker's own results, else the pool's median. The task is late once that work at
 that speed, times `migration_slack`, plus `migration_floor_s`, has passed; the speed is frozen
 when first known, so a worker that slows down does not stretch the deadlines of what it holds.
-A late task, or one whose worker the policy marks unhealthy, is re-issued with attempt + 1
+A task is also late at once when the worker that owns its partition now shows, in its recent
+results, `migration_slack` times the seconds per item the task was given (a worker slowed
+down, or a slower one took the partition over). A late task, or one whose worker the policy
+marks unhealthy, is re-issued with attempt + 1
 on a partition of the healthy worker of its model that would finish it first; a task that has
 used `max_attempts` fails its items with the reason instead. The first committed result of a
 task wins (`JobState.record_result`); later ones are dropped and counted.
@@ -150,30 +153,21 @@ class Deadlines:
         self._by_partition[(pool, known.partition)] -= known.items
 
     def late(self, now_ms: int) -> list[Late]:
-        """Tasks past their deadline or on an unhealthy worker, with where each goes next;
-        they leave the table (the caller issues them again through `issued`)."""
+        """Tasks that are late, with where each goes next; they leave the table (the caller
+        issues them again through `issued`). Each task is first put with the worker that
+        owns its partition now (the group may have moved it)."""
         found = []
         unhealthy = self._unhealthy()
-        owners: dict[str, dict[int, str] | None] = {}
+        pools = {t.task["pool"] for t in self._tasks.values()}
+        owners = {pool: self._owners(pool) for pool in pools}
         for entry in list(self._tasks.values()):
             pool = entry.task["pool"]
-            if entry.owner is not None and entry.owner in unhealthy.get(pool, ()):
-                if pool not in owners:
-                    owners[pool] = self._owners(pool)
-                now_owner = (owners[pool] or {}).get(entry.partition)
-                if now_owner is not None and now_owner not in unhealthy[pool]:
-                    self._move(entry, now_owner)  # the group moved the partition already
-                    continue
-            if entry.owner is not None and entry.owner in unhealthy.get(pool, ()):
-                reason = f"worker {entry.owner} is not healthy"
-            else:
-                if entry.per_item_s is None:  # no estimate when it was issued: the first one
-                    entry.per_item_s = self._per_item_s(pool, entry.owner)
-                deadline = entry.deadline_ms(self.slack, self.floor_s)
-                if deadline is None or now_ms <= deadline:
-                    continue
-                reason = (f"past its deadline on {entry.owner or 'its worker'} "
-                          f"({(now_ms - deadline) / 1000:.1f}s late)")
+            now_owner = (owners[pool] or {}).get(entry.partition)
+            if now_owner is not None and now_owner != entry.owner:
+                self._move(entry, now_owner)
+            reason = self._lateness(entry, unhealthy.get(pool, set()), now_ms)
+            if reason is None:
+                continue
             self._remove(entry)
             if entry.task["attempt"] >= self.max_attempts:
                 found.append(Late(entry, f"{reason}, and it has used its {self.max_attempts} "
@@ -183,9 +177,28 @@ class Deadlines:
             if target is None:  # nowhere better: keep waiting on the same worker, anew
                 self._add(entry)
                 entry.issued_ms = now_ms
+                entry.per_item_s = self._per_item_s(pool, entry.owner)
                 continue
             found.append(Late(entry, reason, target))
         return found
+
+    def _lateness(self, entry: Outstanding, unhealthy: set[str], now_ms: int) -> str | None:
+        """Why `entry` is late: its worker is unhealthy, runs `slack` times slower than
+        the task was expected to (its recent results show it), or the deadline passed."""
+        if entry.owner is not None and entry.owner in unhealthy:
+            return f"worker {entry.owner} is not healthy"
+        if entry.per_item_s is None:  # no estimate when it was issued: the first one
+            entry.per_item_s = self._per_item_s(entry.task["pool"], entry.owner)
+        observed = self._observed.get(entry.owner) if entry.owner is not None else None
+        if (observed is not None and entry.per_item_s is not None
+                and observed > self.slack * entry.per_item_s):
+            return (f"worker {entry.owner} takes {observed * 1000:.0f} ms per item, "
+                    f"{observed / entry.per_item_s:.1f}x what the task was given")
+        deadline = entry.deadline_ms(self.slack, self.floor_s)
+        if deadline is None or now_ms <= deadline:
+            return None
+        return (f"past its deadline on {entry.owner or 'its worker'} "
+                f"({(now_ms - deadline) / 1000:.1f}s late)")
 
     # -- estimates --------------------------------------------------------------------------
     def _members(self, pool: str) -> dict[str, list[int]] | None:
@@ -242,7 +255,7 @@ class Deadlines:
 
     def _unhealthy(self) -> dict[str, set[str]]:
         pools = {t.task["pool"] for t in self._tasks.values()}
-        found = {}
+        found: dict[str, set[str]] = {}
         for pool in pools:
             workers = self.policy(pool) or {}
             found[pool] = {w for w, p in workers.items() if not p.healthy}
