@@ -25,6 +25,10 @@ from tests.integration.conftest import CLUSTER, Processes
 
 KILL_WORKER, PAUSE_WORKER, KILL_BROKER = "kill-worker", "pause-worker", "kill-broker"
 ADD_WORKERS, REMOVE_WORKER = "add-workers", "remove-worker"
+KILL_CONTROLLER, PAUSE_CONTROLLER = "kill-controller", "pause-controller"
+SLOW_WORKER = "slow-worker"
+#: How much slower the worker of a SLOW_WORKER fault is.
+SLOW_FACTOR = 8
 
 
 class ClusterUnavailableError(Exception):
@@ -146,9 +150,11 @@ class WorkerFleet:
         self.exit_codes: dict[str, int] = {}
         self._joined: set[str] = set()
 
-    def add(self) -> str:
+    def add(self, model: str | None = None) -> str:
+        """Start one more worker (of `model`, default the scenario's)."""
         name = f"w{len(self.workers) + 1}"
-        self.workers[name] = self.procs.worker(self.model, *self.worker_args, name=name)
+        self.workers[name] = self.procs.worker(model or self.model, *self.worker_args,
+                                               name=name)
         return name
 
     def live(self) -> list[str]:
@@ -198,6 +204,55 @@ class WorkerFleet:
         self.paused.clear()
 
 
+class ControllerFleet:
+    """The scenario's controller replicas by name: c1, c2, ... in start order."""
+
+    def __init__(self, procs: Processes, args: list[str]) -> None:
+        self.procs = procs
+        self.args = args
+        self.replicas: dict[str, subprocess.Popen[bytes]] = {}
+        self.paused: set[str] = set()
+        self.killed: set[str] = set()
+
+    def add(self) -> str:
+        name = f"c{len(self.replicas) + 1}"
+        self.replicas[name] = self.procs.start(name, "controller", *self.args)
+        return name
+
+    def live(self) -> list[str]:
+        return [n for n, p in self.replicas.items()
+                if p.poll() is None and n not in self.paused and n not in self.killed]
+
+    def owner(self, partition: int) -> str | None:
+        """The live replica whose latest assignment has job partition `partition`."""
+        for name in self.live():
+            lines = [line for line in self.procs.log(name).splitlines()
+                     if "owning job partitions=" in line]
+            if lines:
+                listed = lines[-1].split("owning job partitions=")[1].split("]")[0].strip("[ ")
+                if str(partition) in [p.strip() for p in listed.split(",")]:
+                    return name
+        return None
+
+    def signal(self, name: str, sig: signal.Signals) -> None:
+        os.kill(self.replicas[name].pid, sig)
+
+    def kill(self, name: str) -> int:
+        self.signal(name, signal.SIGKILL)
+        self.killed.add(name)
+        return self.replicas[name].wait(timeout=30)
+
+    def unexpected_exits(self) -> dict[str, int]:
+        return {n: p.returncode for n, p in self.replicas.items()
+                if p.poll() is not None and n not in self.killed}
+
+    def resume_all(self) -> None:
+        for name in list(self.paused):
+            with contextlib.suppress(ProcessLookupError):
+                self.signal(name, signal.SIGCONT)
+        self.paused.clear()
+
+
 # -- the schedule ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ScheduledFault:
@@ -211,11 +266,15 @@ class FaultSchedule:
 
     @classmethod
     def from_seed(cls, rng: random.Random, worker_kills: int = 2, first: float = 0.06,
-                  last: float = 0.6) -> FaultSchedule:
+                  last: float = 0.6, controllers: bool = True) -> FaultSchedule:
         """Every kind of fault once (worker kills `worker_kills` times), in a seeded order,
-        spread evenly over [first, last] of the job with a little seeded jitter."""
+        spread evenly over [first, last] of the job with a little seeded jitter; with
+        `controllers`, also kill -9 and SIGSTOP of the replica that owns the job, and a
+        worker `SLOW_FACTOR` times slower than the others."""
         kinds = [KILL_WORKER] * worker_kills + [PAUSE_WORKER, KILL_BROKER, ADD_WORKERS,
                                                 REMOVE_WORKER]
+        if controllers:
+            kinds += [KILL_CONTROLLER, PAUSE_CONTROLLER, SLOW_WORKER]
         rng.shuffle(kinds)
         step = (last - first) / max(1, len(kinds) - 1)
         fractions = [first + i * step + rng.uniform(-step / 4, step / 4) for i in range(len(kinds))]
@@ -237,10 +296,15 @@ class FaultInjector:
     """Injects faults by kind; lasting faults leave follow-ups to run when due."""
 
     def __init__(self, rng: random.Random, cluster: ChaosCluster, fleet: WorkerFleet,
-                 timeline: Timeline, session_timeout_s: float) -> None:
+                 timeline: Timeline, session_timeout_s: float,
+                 controllers: ControllerFleet | None = None, job_partition: int = 0,
+                 controller_session_s: float = 6.0) -> None:
         self.rng = rng
         self.cluster = cluster
         self.fleet = fleet
+        self.controllers = controllers
+        self.job_partition = job_partition
+        self.controller_session_s = controller_session_s
         self.timeline = timeline
         self.session_timeout_s = session_timeout_s
         self.follow_ups: list[FollowUp] = []
@@ -258,7 +322,8 @@ class FaultInjector:
         self.last_fault = time.monotonic()
         {KILL_WORKER: self.kill_worker, PAUSE_WORKER: self.pause_worker,
          KILL_BROKER: self.kill_broker, ADD_WORKERS: self.add_workers,
-         REMOVE_WORKER: self.remove_worker}[kind]()
+         REMOVE_WORKER: self.remove_worker, KILL_CONTROLLER: self.kill_controller,
+         PAUSE_CONTROLLER: self.pause_controller, SLOW_WORKER: self.slow_worker}[kind]()
 
     def _pick(self) -> str:
         live = self.fleet.live()
@@ -303,6 +368,47 @@ class FaultInjector:
     def add_workers(self) -> None:
         for _ in range(2):
             self.timeline.add("start worker", self.fleet.add(), "added")
+
+    def _owning_controller(self) -> str:
+        assert self.controllers is not None
+        owner = self.controllers.owner(self.job_partition)
+        live = self.controllers.live()
+        if owner is None and not live:
+            raise RuntimeError("no live controller replica to pick a victim from")
+        return owner or self.rng.choice(live)
+
+    def kill_controller(self) -> None:
+        """kill -9 the replica that owns the job's partition; start a replacement."""
+        assert self.controllers is not None
+        victim = self._owning_controller()
+        code = self.controllers.kill(victim)
+        self.timeline.add("kill -9 controller", victim,
+                          f"exit={code}, owned job partition {self.job_partition}")
+        self.timeline.add("start controller", self.controllers.add(), f"replaces {victim}")
+
+    def pause_controller(self) -> None:
+        """SIGSTOP the replica that owns the job past its session timeout, then SIGCONT."""
+        assert self.controllers is not None
+        victim = self._owning_controller()
+        pause_s = round(self.controller_session_s * 1.5 + self.rng.uniform(0, 2), 1)
+        self.controllers.signal(victim, signal.SIGSTOP)
+        self.controllers.paused.add(victim)
+        self.timeline.add("SIGSTOP controller", victim, f"for {pause_s}s "
+                          f"(session timeout {self.controller_session_s}s)")
+        controllers = self.controllers
+
+        def resume() -> None:
+            controllers.signal(victim, signal.SIGCONT)
+            controllers.paused.discard(victim)
+            self.timeline.add("SIGCONT controller", victim, f"after {pause_s}s")
+
+        self._later(pause_s, f"SIGCONT {victim}", resume)
+
+    def slow_worker(self) -> None:
+        """A worker `SLOW_FACTOR` times slower than the others joins and stays: its tasks
+        must move elsewhere (migration)."""
+        model = f"{self.fleet.model},slow_after=0,slow_factor={SLOW_FACTOR}"
+        self.timeline.add("start worker", self.fleet.add(model), f"{SLOW_FACTOR}x slower")
 
     def remove_worker(self) -> None:
         victim = self._pick()

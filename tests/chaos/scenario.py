@@ -2,13 +2,16 @@
 
     python -m tests.chaos.scenario --seed 7 --items 20000 [--workers 4] [--ms 2] [--dir DIR]
 
-It starts a 3-broker KRaft cluster (RF 3, min ISR 2), a controller and `--workers` workers
-on a `sim:` model, submits one job, and while the job runs injects the faults of a schedule
-drawn from `random.Random(seed)` at fractions of the job's done items (kill -9 workers, which
-are replaced; SIGSTOP a worker past its session timeout, then SIGCONT; kill -9 a broker and
-restart it; add two workers; SIGTERM one). Then it checks "exactly one result per item" with
-the independent verifier (`tests.chaos.verifier`). The same seed gives the same schedule,
-victims and durations. Process logs stay in the scenario directory.
+It starts a 3-broker KRaft cluster (RF 3, min ISR 2), two controller replicas and `--workers`
+workers on a `sim:` model, submits one job, and while the job runs injects the faults of a
+schedule drawn from `random.Random(seed)` at fractions of the job's done items (kill -9
+workers, which are replaced; SIGSTOP a worker past its session timeout, then SIGCONT; kill -9
+a broker and restart it; add two workers; SIGTERM one; kill -9 the controller replica that
+owns the job, replaced by a third; SIGSTOP the owning replica past its session timeout, then
+SIGCONT; a worker 8x slower than the others joins). Then it checks "exactly one result per
+item" with the independent verifier (`tests.chaos.verifier`), and that the job's final counts
+equal its output. The same seed gives the same schedule, victims and durations. Process logs
+stay in the scenario directory.
 """
 
 from __future__ import annotations
@@ -30,12 +33,14 @@ from inferstream.streams.client.client import Client, JobStatus
 from inferstream.streams.client.results import open_job_partition
 from inferstream.streams.errors import PartitionReadError
 from inferstream.streams.kafka.reader import PartitionReader
+from inferstream.streams.kafka.settings import partition_for
 from inferstream.streams.kafka.topics import ensure_topics
 from inferstream.streams.worker.worker import worker_group
 from tests.chaos.diagnose import render_evidence, source_fingerprint
 from tests.chaos.faults import (
     ChaosCluster,
     ClusterUnavailableError,
+    ControllerFleet,
     FaultInjector,
     FaultSchedule,
     Timeline,
@@ -229,6 +234,11 @@ def _verify(config: Config, job_id: str, options: ScenarioOptions, result: Scena
     job = Client(config).job(job_id)
     output = list(job.results())
     later = job.progress()
+    ok_lines = sum(1 for line in output if line["status"] == "ok")
+    counted = (later.done_items, later.ok_items, later.error_items)
+    if counted != (len(output), ok_lines, len(output) - ok_lines):
+        result.problems.append(f"the job's counts {counted} differ from its output "
+                               f"({len(output)} lines, {ok_lines} ok)")
     if result.status is None or later.state != result.status.state:
         result.warnings.append(f"the job was {later.state} with {later.done_items} items done "
                                "at verification time, after the wait above had ended")
@@ -243,7 +253,7 @@ def _verify(config: Config, job_id: str, options: ScenarioOptions, result: Scena
     result.problems += result.report.problems()
 
 
-def _check_outcome(result: ScenarioResult, fleet: WorkerFleet, controller_alive: bool,
+def _check_outcome(result: ScenarioResult, fleet: WorkerFleet, controllers: ControllerFleet,
                    follower: ProgressFollower) -> None:
     status = result.status
     if status is None or status.state != "COMPLETED":
@@ -256,8 +266,8 @@ def _check_outcome(result: ScenarioResult, fleet: WorkerFleet, controller_alive:
     for name, code in fleet.exit_codes.items():
         if code not in (0, -signal.SIGKILL):
             result.warnings.append(f"worker {name} exited with code {code} after SIGTERM")
-    if not controller_alive:
-        result.warnings.append("the controller exited during the run")
+    for name, code in controllers.unexpected_exits().items():
+        result.warnings.append(f"controller {name} exited by itself with code {code}")
     if follower.read_errors:
         result.warnings.append(f"job-events read errors: {follower.read_errors[:3]}")
 
@@ -280,6 +290,7 @@ def run_scenario(options: ScenarioOptions) -> ScenarioResult:
     cluster = ChaosCluster(directory / "kafka")
     procs: Processes | None = None
     fleet: WorkerFleet | None = None
+    controllers: ControllerFleet | None = None
     during: ResultsReader | None = None
     try:
         timeline.add("cluster ready", cluster.start())
@@ -289,7 +300,9 @@ def run_scenario(options: ScenarioOptions) -> ScenarioResult:
         topics = ensure_topics(config)
         assert topics.ok, topics.mismatched
         procs = Processes(config, directory / "logs")
-        controller = procs.start("controller", "controller", "--idle-exit", "900")
+        controllers = ControllerFleet(procs, ["--idle-exit", "900"])
+        for _ in range(2):
+            controllers.add()
         fleet = WorkerFleet(procs, options.model, [
             "--session-timeout-ms", str(options.session_timeout_ms), "--idle-exit", "900"])
         for _ in range(options.workers):
@@ -300,11 +313,12 @@ def run_scenario(options: ScenarioOptions) -> ScenarioResult:
         job = Client(config).submit(options.model, [f"@{listing}"], chunk_size=options.chunk_size)
         timeline.add("job submitted", job.job_id)
         follower = ProgressFollower(config, job.job_id).start()
-        injector = FaultInjector(rng, cluster, fleet, timeline, options.session_timeout_ms / 1000)
+        injector = FaultInjector(rng, cluster, fleet, timeline, options.session_timeout_ms / 1000,
+                                 controllers, partition_for(job.job_id, options.partitions))
         _drive(options, result, follower, injector)
         result.status = follower.status
         _verify(config, job.job_id, options, result, during)
-        _check_outcome(result, fleet, controller.poll() is None, follower)
+        _check_outcome(result, fleet, controllers, follower)
         result.evidence = render_evidence(config, worker_group(config), directory / "logs")
         if source_fingerprint() != source:
             result.warnings.append("src/inferstream changed during the run: processes started "
@@ -315,20 +329,23 @@ def run_scenario(options: ScenarioOptions) -> ScenarioResult:
         result.problems.append(f"aborted: {type(exc).__name__}")
         raise
     finally:
-        _clean_up(result, cluster, procs, fleet, during, follower)
+        _clean_up(result, cluster, procs, fleet, during, follower, controllers)
     print(result.render(), flush=True)
     return result
 
 
 def _clean_up(result: ScenarioResult, cluster: ChaosCluster, procs: Processes | None,
               fleet: WorkerFleet | None, during: ResultsReader | None,
-              follower: ProgressFollower | None) -> None:
+              follower: ProgressFollower | None,
+              controllers: ControllerFleet | None = None) -> None:
     if follower is not None:
         follower.stop()
     if during is not None:
         during.close()
     if fleet is not None:
         fleet.resume_all()
+    if controllers is not None:
+        controllers.resume_all()
     if procs is not None:
         if not result.ok:
             procs.dump_stacks()  # where a stalled process waits, for the logs kept below

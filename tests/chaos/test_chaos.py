@@ -2,7 +2,9 @@
 
 One CI-sized run of `tests.chaos.scenario` with a fixed seed: 5,000 items, two worker
 kill -9s, one SIGSTOP past the session timeout, one broker kill -9 and restart, two workers
-added and one removed mid-job. Replay a failure with the command the output prints.
+added and one removed mid-job, the controller replica that owns the job killed -9 and another
+SIGSTOPped past its session timeout, and a worker 8x slower than the others. Replay a failure
+with the command the output prints.
 """
 
 from __future__ import annotations
