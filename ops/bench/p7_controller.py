@@ -1,0 +1,146 @@
+"""Benchmark P7 for the controller: the owning replica killed -9 or SIGSTOPped mid-job, and
+the time until the job's progress resumes.
+
+One broker, two controller replicas (session timeout 6 s, the default), two workers on
+`sim:ms=2`, 4 job partitions. Each fault hits a fresh job of `--items` items when 10% of it is
+done, on the replica that owns the job's partition: `kill9` (a replacement replica starts at
+once, as an operator's supervisor would) or `sigstop` (SIGCONT after 1.5x the session timeout;
+the paused replica must find itself fenced and rejoin). (a) takeover: signal -> the other
+replica logs that it owns the job's partition. (b) resumed: signal -> the first job event
+whose done count is above the count at the signal. Medians of `--runs`, in seconds and as
+multiples of the session timeout. Every job must complete with its counts equal to its output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from failover_common import Fleet, source_version, start_broker, wait_for_group, write_listing
+from p1_stack import BenchError
+
+from inferstream.streams.kafka.settings import partition_for
+
+SESSION_S = 6.0
+PARTITIONS = 4
+_OWNING = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) "
+                     r".*owning job partitions=\[([\d, ]*)\]")
+
+
+def owning_lines(fleet: Fleet, name: str) -> list[tuple[float, set[int]]]:
+    found = []
+    for line in fleet.log_path(name).read_text(errors="replace").splitlines():
+        match = _OWNING.match(line)
+        if match:
+            stamp = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            found.append((stamp, {int(p) for p in match.group(2).split(",") if p.strip()}))
+    return found
+
+
+def owner(fleet: Fleet, replicas: list[str], partition: int) -> str | None:
+    for name in replicas:
+        lines = owning_lines(fleet, name)
+        if lines and partition in lines[-1][1]:
+            return name
+    return None
+
+
+def one_fault(fleet: Fleet, replicas: list[str], kind: str, items: int, n: int
+              ) -> dict[str, object]:
+    listing = write_listing(fleet.logdir / f"job{n}.txt", items, f"job{n}")
+    job = fleet.client.submit("sim:ms=2", [f"@{listing}"], chunk_size=10)
+    home = partition_for(job.job_id, PARTITIONS)
+    for status in job.events(timeout_s=300):
+        if status.done_items >= items // 10:
+            break
+    victim = owner(fleet, replicas, home)
+    if victim is None:
+        raise BenchError(f"no replica owns partition {home}")
+    done_then, signalled = status.done_items, time.time()
+    if kind == "kill9":
+        fleet.procs[victim].send_signal(signal.SIGKILL)
+        fleet.procs[victim].wait(timeout=30)
+        replicas.remove(victim)
+        replacement = f"c{len(fleet.procs)}"
+        fleet.start(replacement, "controller")
+        replicas.append(replacement)
+    else:
+        fleet.procs[victim].send_signal(signal.SIGSTOP)
+    resumed = None
+    for status in job.events(timeout_s=300):
+        if resumed is None and (status.done_items > done_then or status.finished):
+            resumed = time.time() - signalled
+            break
+    if kind == "sigstop":
+        time.sleep(max(0.0, signalled + 1.5 * SESSION_S - time.time()))
+        fleet.procs[victim].send_signal(signal.SIGCONT)
+    final = job.wait(timeout_s=600)
+    lines = list(job.results())
+    ok = sum(1 for line in lines if line["status"] == "ok")
+    exact = (final.done_items, final.ok_items) == (len(lines), ok) == (items, items)
+    takeover = next((t - signalled for name in replicas if name != victim
+                     for t, owned in owning_lines(fleet, name)
+                     if t >= signalled - 0.5 and home in owned), None)
+    return {"kind": kind, "victim": victim, "takeover": takeover, "resumed": resumed,
+            "exact": exact, "done_at_signal": done_then}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=6000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="p7c-") as tmp:
+        broker = start_broker(Path(tmp) / "kafka")
+        fleet = Fleet(broker.bootstrap, PARTITIONS, Path(tmp), "p7c")
+        try:
+            fleet.create_topics()
+            replicas = ["c1", "c2"]
+            for name in replicas:
+                fleet.start(name, "controller")
+            fleet.worker("w1", "sim:ms=2")
+            fleet.worker("w2", "sim:ms=2")
+            wait_for_group(fleet, ["w1", "w2"], timeout_s=300)
+            for n in range(args.runs * 2):
+                kind = ("kill9", "sigstop")[n % 2]
+                row = one_fault(fleet, replicas, kind, args.items, n)
+                print(row, flush=True)
+                rows.append(row)
+        finally:
+            fleet.stop_all()
+            broker.clean()
+    lines = [f"P7 (controller) at {source_version()}: 1 broker, 2 controller replicas (session "
+             f"timeout {SESSION_S:g} s), 2 workers sim:ms=2, {PARTITIONS} job partitions; a job "
+             f"of {args.items} items per fault, hit at 10%", "",
+             "| fault | (a) takeover | (b) progress resumed | counts equal the output | runs |",
+             "|---|---:|---:|---|---:|"]
+    for kind in ("kill9", "sigstop"):
+        mine = [r for r in rows if r["kind"] == kind]
+        takeovers = [float(r["takeover"]) for r in mine if r["takeover"] is not None]  # type: ignore[arg-type]
+        resumes = [float(r["resumed"]) for r in mine if r["resumed"] is not None]  # type: ignore[arg-type]
+
+        def cell(values: list[float]) -> str:
+            if not values:
+                return "-"
+            median = statistics.median(values)
+            return f"{median:.2f} s ({median / SESSION_S:.2f}x)"
+
+        exact = sum(1 for r in mine if r["exact"])
+        lines.append(f"| {kind} | {cell(takeovers)} | {cell(resumes)} | {exact}/{len(mine)} | "
+                     f"{len(mine)} |")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
