@@ -45,7 +45,7 @@ from inferstream.streams.controller.expansion import Item
 from inferstream.streams.controller.ledger import JobState, LedgerCodec
 from inferstream.streams.controller.outbox import ControllerTopics, Outbox, PartitionCounts
 from inferstream.streams.controller.placement import task_partition
-from inferstream.streams.controller.replay import read_ledger
+from inferstream.streams.controller.replay import LedgerStandby, read_ledger
 from inferstream.streams.controller.sizing import TaskSizer, choose_task_size, no_policy, sized
 from inferstream.streams.controller.transactions import PartitionProducers
 from inferstream.streams.errors import KafkaSetupError, StuckCallError
@@ -122,6 +122,8 @@ class Controller:
         self._writing: dict[str, threading.Thread] = {}
         self._written: queue.SimpleQueue[tuple[str, int | None]] = queue.SimpleQueue()
         self._counts = PartitionCounts(self._consumer, self.topics)
+        #: a warm copy of the whole ledger: a takeover reads only what came after it
+        self.standby = LedgerStandby(config, self.topics.ledger, clients)
         admin = clients.admin(config.confluent_config(logger=LIBRDKAFKA_LOG))
         self.pools = PoolView(describe_with(admin))
         self.deadlines = Deadlines(self.pools, pool_policy, config.worker_group,
@@ -138,6 +140,7 @@ class Controller:
 
     def run(self) -> None:
         self._counts.load()
+        self.standby.start()
         self._consumer.subscribe([self.topics.jobs, self.topics.results],
                                  on_assign=self._on_assign, on_revoke=self._on_revoke)
         idle_since = time.monotonic()
@@ -156,6 +159,7 @@ class Controller:
             faulthandler.cancel_dump_traceback_later()
             self._consumer.close()
             self.producers.close_all()
+            self.standby.stop()
 
     def _idle(self, since: float) -> bool:
         limit = self.options.idle_exit_s
@@ -523,7 +527,9 @@ class Controller:
     def _rebuild(self, indexes: set[int]) -> None:
         """The active jobs of `indexes` from the ledger, and the completed ones whose output
         file the ledger does not show as written (the next rounds write it)."""
-        records = read_ledger(self.config, self.topics.ledger, sorted(indexes), self.clients)
+        held, start = self.standby.records(sorted(indexes))
+        records = held + read_ledger(self.config, self.topics.ledger, sorted(indexes),
+                                     self.clients, start=start)
         recent = now_ms() - self.options.retain_finished_s * 1000
         for job_id, state in self.ledger.rebuild(records).items():
             if state.status == LedgerStatus.ACTIVE or (

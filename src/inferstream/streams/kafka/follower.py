@@ -19,7 +19,12 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from inferstream.config import Config
 from inferstream.errors import InferstreamError
 from inferstream.streams.kafka.clients import REAL_CLIENTS, KafkaClients
-from inferstream.streams.kafka.reader import PartitionReader, reader_consumer, topic_partitions
+from inferstream.streams.kafka.reader import (
+    PartitionReader,
+    ReadRecord,
+    reader_consumer,
+    topic_partitions,
+)
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +50,10 @@ class TopicFollower(ABC):
     @abstractmethod
     def apply(self, key: bytes | None, value: bytes) -> None:
         """Take one record of the topic (an undecodable one: log it and return)."""
+
+    def apply_record(self, record: ReadRecord) -> None:
+        """Take one record with where it came from; by default, `apply` its key and value."""
+        self.apply(record.key, record.value)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=f"inferstream-{self.name}",
@@ -86,6 +95,6 @@ class TopicFollower(ABC):
 
     def _take(self, reader: PartitionReader) -> None:
         for record in reader:
-            self.apply(record.key, record.value)
+            self.apply_record(record)
             if self._stop.is_set():
                 return
