@@ -254,3 +254,21 @@ def test_submit_wait_exits_non_zero_when_every_item_failed(
     assert f"every item of job {job_id} failed (2 errors)" in err
     lines = (tmp_path / "out.jsonl").read_text().splitlines()
     assert [json.loads(line)["error"] for line in lines] == ["not an image"] * 2
+
+
+def test_cancel_wait_prints_the_cancelled_job_and_a_second_cancel_says_so(
+        clients: MemoryKafkaClients, cli: Cli, controller: Controller) -> None:
+    """No worker runs: the job stays active until `cancel --wait` ends it, CANCELLED with
+    nothing done; cancelling it again is not an error."""
+    job = submit(clients)
+    for status in job.events(timeout_s=10):
+        if status.state == "ACCEPTED":
+            break
+    code, out, err = cli("cancel", job.job_id, "--wait", "--timeout", "10")
+    assert code == 0, err
+    assert out.split()[:4] == [job.job_id, "cancelled", MODEL, "0/3"]
+    assert f"cancel requested for job {job.job_id}" in err
+    code, _, err = cli("cancel", job.job_id)
+    assert code == 0 and "already cancelled: nothing to cancel" in err
+    code, _, err = cli("cancel", new_job_id())
+    assert code == 2 and "no job" in err
