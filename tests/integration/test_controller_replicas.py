@@ -91,40 +91,47 @@ def test_two_replicas_share_the_job_partitions_without_fencing(
 @pytest.mark.timeout(900)
 def test_the_owning_replica_killed_mid_job_is_replaced_within_its_session(
         procs: Processes, config: Config, tmp_path: Path) -> None:
-    """kill -9 the replica that owns the job, at three random points; a fresh replica
-    starts each time. Progress resumes within the session timeout plus a few seconds,
-    and the job ends with every item once and counts equal to the output."""
+    """kill -9 the replica that owns the job, three times (at 10 %, then a random 1-3 s
+    after progress resumed); a fresh replica starts each time. Progress (an event written
+    after the kill with more items done) resumes within the session timeout plus a few
+    seconds, and the job ends with every item once and counts equal to the output."""
     rng = random.Random(12)
     replicas: dict[str, Popen[bytes]] = {}
     for _ in range(2):
         start_replica(procs, replicas)
-    procs.worker("sim:ms=2", name="worker-1")
-    procs.worker("sim:ms=2", name="worker-2")
+    procs.worker("sim:ms=10", name="worker-1")
+    procs.worker("sim:ms=10", name="worker-2")
     procs.wait_for_group("worker-1", "worker-2")
     wait_until("both replicas owning partitions", lambda: shared(procs, config, *replicas))
-    path, names = listing(tmp_path, "job", 3000)
-    job = Client(config).submit("sim:ms=2", [f"@{path}"], chunk_size=10)
+    path, names = listing(tmp_path, "job", 8000)
+    job = Client(config).submit("sim:ms=10", [f"@{path}"], chunk_size=10)
     home = partition_for(job.job_id, config.partitions)
+    for status in job.events(timeout_s=300):  # the first kill at 10 %
+        if status.done_items >= len(names) // 10:
+            break
     resumed_after = []
-    for fraction in sorted(rng.uniform(0.1, 0.7) for _ in range(3)):
-        for status in job.events(timeout_s=300):
-            if status.done_items >= fraction * len(names):
-                break
+    for _ in range(3):  # the next ones a random 1-3 s after progress resumed
+        wait_until("a replica owning the job's partition", lambda: any(
+            home in owned(procs, n) for n in replicas))
         owner = next(n for n in replicas if home in owned(procs, n))
         replicas.pop(owner).kill()  # SIGKILL
-        killed, done_then = time.monotonic(), status.done_items
+        killed, killed_ms, done_then = time.monotonic(), time.time() * 1000, status.done_items
         start_replica(procs, replicas)
         for status in job.events(timeout_s=300):
-            if status.done_items > done_then or status.finished:
+            done_then = max(done_then, status.done_items * (status.updated_at_ms < killed_ms))
+            if status.updated_at_ms >= killed_ms and (status.done_items > done_then
+                                                      or status.finished):
                 break
+        assert not status.finished, "the job ended before this kill's takeover was seen"
         resumed_after.append(time.monotonic() - killed)
+        time.sleep(rng.uniform(1, 3))
     status = job.wait(timeout_s=600)
     print("progress resumed after", [f"{s:.1f}s" for s in resumed_after],
           f"(session timeout {SESSION_S:g}s)")
     lines = lines_of(config, job)
     assert sorted(str(line["item"]) for line in lines) == names
     ok_lines = sum(1 for line in lines if line["status"] == "ok")
-    assert (status.done_items, status.ok_items, status.error_items) == (3000, ok_lines, 0)
+    assert (status.done_items, status.ok_items, status.error_items) == (8000, ok_lines, 0)
     # The figure to meet is session + 2 s (BENCHMARKS.md P7 measures it); a shared host's
     # noise gets room here, a takeover that waits for a transaction timeout (60 s) does not.
     assert max(resumed_after) <= 3 * SESSION_S, resumed_after
