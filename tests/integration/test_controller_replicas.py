@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import random
 import time
+import zlib
 from pathlib import Path
 from subprocess import Popen
 
 import pytest
+from confluent_kafka import Producer
 
 from inferstream.config import Config
+from inferstream.schemas import Codec
+from inferstream.schemas.records import Job as JobRecord
 from inferstream.streams.client.client import Client, Job
+from inferstream.streams.client.jobids import new_job_id
 from inferstream.streams.kafka.settings import partition_for
 from tests.integration.conftest import Processes
 
@@ -135,3 +140,44 @@ def test_the_owning_replica_killed_mid_job_is_replaced_within_its_session(
     # The figure to meet is session + 2 s (BENCHMARKS.md P7 measures it); a shared host's
     # noise gets room here, a takeover that waits for a transaction timeout (60 s) does not.
     assert max(resumed_after) <= 3 * SESSION_S, resumed_after
+
+
+def produce_foreign(config: Config, record: JobRecord) -> int:
+    """Produce `record` as a foreign client would (confluent-kafka's default partitioner,
+    CRC32 of the key); the partition it landed on."""
+    landed: list[int] = []
+    producer = Producer({"bootstrap.servers": config.bootstrap_servers})
+    producer.produce(config.topic("jobs"), Codec().encode("Job", record),
+                     record["job_id"].encode(),
+                     on_delivery=lambda err, msg: landed.append(-1 if err else msg.partition()))
+    assert producer.flush(30) == 0 and landed and landed[0] >= 0, landed
+    return landed[0]
+
+
+@pytest.mark.timeout(600)
+def test_a_job_from_a_foreign_partitioner_completes_with_two_replicas(
+        procs: Processes, config: Config, tmp_path: Path) -> None:
+    """The job lands on a partition owned by one replica while murmur2 of its id is the
+    other's: its tasks carry their home partition, so the results go to the replica that
+    has the job (before, the job sat at 0/N for ever)."""
+    procs.controller()
+    procs.controller()
+    procs.worker("sim:ms=1", name="worker-1")
+    wait_until("both replicas owning partitions", lambda: shared(
+        procs, config, "controller-0", "controller-1"))
+    path, names = listing(tmp_path, "foreign", 40)
+    for _ in range(50):  # a job id whose CRC32 partition belongs to the other replica
+        job_id = new_job_id()
+        owners = [n for n in ("controller-0", "controller-1")
+                  if partition_for(job_id, config.partitions) in owned(procs, n)]
+        record = JobRecord(job_id=job_id, model="sim:ms=1", pool=config.pool, top_k=1,
+                           chunk_size=8, inputs=[f"@{path}"], inline_items=[], submitted_at=0,
+                           submitter="foreign", output_path=None)
+        if zlib.crc32(job_id.encode()) % config.partitions not in owned(procs, owners[0]):
+            break
+    landed = produce_foreign(config, record)
+    assert landed not in owned(procs, owners[0]), "the test needs a job on the other replica"
+    status = Client(config).job(job_id).wait(timeout_s=120)
+    assert (status.total_items, status.ok_items) == (len(names), len(names))
+    lines = list(Client(config).job(job_id).results())
+    assert sorted(str(line["item"]) for line in lines) == names

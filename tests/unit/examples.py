@@ -33,6 +33,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         ],
         "issued_at": T0 + 1,
         "deadline_ms": 2500,
+        "home_partition": 3,
     },
     "TaskResult": {
         "job_id": "job-1",

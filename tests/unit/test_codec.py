@@ -103,6 +103,13 @@ def test_a_v1_ledger_entry_reads_with_no_output_written(codec: Codec) -> None:
     assert old == {**EXAMPLES["LedgerEntry"], "output_written_at": None}
 
 
+def test_a_v1_task_reads_with_no_home_partition(codec: Codec) -> None:
+    """Task v1 (from a controller before home partitions) reads with none: its worker sends
+    the result to murmur2 of the job id, as before."""
+    old = codec.decode((GOLDEN / "Task.v1.bin").read_bytes(), expected="Task")
+    assert old == {**EXAMPLES["Task"], "home_partition": None}
+
+
 def test_a_v1_job_event_reads_as_the_current_record(codec: Codec) -> None:
     """JobEvent v1 (before CANCELLED) reads unchanged."""
     old = codec.decode((GOLDEN / "JobEvent.v1.bin").read_bytes(), expected="JobEvent")

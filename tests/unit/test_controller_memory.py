@@ -22,6 +22,7 @@ from inferstream.config import Config, ControllerConfig, WorkerConfig
 from inferstream.models import load_model
 from inferstream.schemas import Codec
 from inferstream.schemas.records import (
+    InlineItem,
     JobEventType,
     LedgerKind,
     LedgerStatus,
@@ -33,7 +34,9 @@ from inferstream.schemas.records import (
     read_task,
     read_task_control,
 )
+from inferstream.schemas.records import Job as JobRecord
 from inferstream.streams.client.client import Client, Job
+from inferstream.streams.client.jobids import new_job_id
 from inferstream.streams.controller.controller import Controller
 from inferstream.streams.errors import JobCancelledError
 from inferstream.streams.kafka.settings import partition_for
@@ -186,6 +189,38 @@ def test_a_job_goes_from_submission_to_completed(clients: MemoryKafkaClients) ->
     assert sorted(len(t["items"]) for t in tasks) == [1, 3, 3, 3]
     assert_completed_exactly(clients.broker, config, job, items=10, tasks=4)
     assert {line["worker"] for line in job.results()} == {"w1"}
+
+
+def test_a_job_on_another_partition_than_its_ids_gets_its_results_there(
+        clients: MemoryKafkaClients) -> None:
+    """A foreign client's partitioner put the job on a partition other than murmur2 of its
+    id: the tasks carry that home partition and the worker's results go to it, where the
+    replica owning the job reads them (with two replicas, murmur2's partition may be the
+    other one's)."""
+    config = make_config()
+    job = Client(config, CODEC, clients).job(new_job_id())
+    home = 1 - partition_for(job.job_id, 2)
+    record = JobRecord(job_id=job.job_id, model=MODEL, pool=config.pool, top_k=1, chunk_size=2,
+                       inputs=[], inline_items=[InlineItem(name=f"i{n}", data=b"x")
+                                                for n in range(4)],
+                       submitted_at=0, submitter="foreign", output_path=None)
+    clients.broker.produce(config.topic("jobs"), home, job.job_id.encode(),
+                           CODEC.encode("Job", record))
+    worker = Worker(config, load_model(MODEL), codec=CODEC, clients=clients)
+    runner = asyncio.Runner()
+    thread = threading.Thread(target=runner.run, args=(worker.run(),), name="worker")
+    thread.start()
+    try:
+        Controller(config, codec=CODEC, clients=clients).run()
+    finally:
+        runner.get_loop().call_soon_threadsafe(worker.request_stop)
+        thread.join(10)
+        runner.close()
+    assert job.wait(timeout_s=5).ok_items == 4
+    tasks = [read_task(CODEC, v) for v in clients.broker.values(config.task_topic())]
+    assert {t["home_partition"] for t in tasks} == {home}
+    assert clients.broker.values(config.topic("results"), 1 - home) == []
+    assert len(clients.broker.values(config.topic("results"), home)) == 2
 
 
 def test_a_second_result_for_a_done_task_is_dropped(clients: MemoryKafkaClients,

@@ -118,6 +118,7 @@ class Task(TypedDict):
     items: list[TaskItem]
     issued_at: int
     deadline_ms: int | None
+    home_partition: int | None
 
 
 class Prediction(TypedDict):
@@ -299,11 +300,12 @@ RECORD_TYPES: dict[str, type] = {
 
 
 # -- builders ---------------------------------------------------------------------------------
-def new_task(job: Job, task_id: int, items: list[TaskItem], attempt: int = 1) -> Task:
-    """Task `task_id` of `job`, issued now."""
+def new_task(job: Job, task_id: int, items: list[TaskItem], attempt: int = 1,
+             home_partition: int | None = None) -> Task:
+    """Task `task_id` of `job`, issued now; its results go to `home_partition`."""
     return Task(job_id=job["job_id"], task_id=task_id, attempt=attempt, pool=job["pool"],
                 model=job["model"], top_k=job["top_k"], items=items, issued_at=now_ms(),
-                deadline_ms=None)
+                deadline_ms=None, home_partition=home_partition)
 
 
 def ok_item(item: TaskItem, top_k: list[Prediction]) -> ItemResult:

@@ -285,7 +285,8 @@ class Controller:
         within = self._model_range(state.job) if tasks else None
         now = now_ms()
         for task_id, items in tasks:
-            task = new_task(state.job, task_id, [i.as_record() for i in items])
+            task = new_task(state.job, task_id, [i.as_record() for i in items],
+                            home_partition=state.partition)
             partition = task_partition(state.job_id, task_id, n, within)
             encoded = self.codec.encode("Task", task)
             out.add(state.partition, topic, partition, state.job_id.encode(), encoded)

@@ -27,7 +27,7 @@ from inferstream.schemas.records import (
     serves,
 )
 from inferstream.streams.kafka.clients import Outgoing
-from inferstream.streams.kafka.settings import partition_for
+from inferstream.streams.kafka.settings import results_partition
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def redirect(view: PoolView, config: Config, codec: Codec, declined: TaskDecline
                   f"({view.describe_pool(group)})")
         log.warning("job %s task %d fails: %s", task["job_id"], task["task_id"], reason)
         results = config.topic("results")
-        return (results, partition_for(task["job_id"], partitions(results)), key,
+        return (results, results_partition(task, partitions(results)), key,
                 codec.encode("TaskResult", failed_result(task, reason)))
     log.info("job %s task %d declined by %s: re-issued as attempt %d on partition %d",
              task["job_id"], task["task_id"], declined["worker"], task["attempt"] + 1, target)

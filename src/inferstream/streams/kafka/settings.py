@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
@@ -15,6 +16,17 @@ from inferstream.config import Config
 
 #: librdkafka's "reached the end of the partition" event (enable.partition.eof).
 PARTITION_EOF: int = KafkaError._PARTITION_EOF  # noqa: SLF001
+
+
+def results_partition(task: Mapping[str, Any], partitions: int) -> int:
+    """Where a task's result (or decline) goes: the task's home partition, the partition
+    of the jobs topic its job arrived on, whose controller replica owns the same partition
+    of the results topic; murmur2 of the job id for a task from an older controller, or a
+    home that the results topic does not have."""
+    home = task.get("home_partition")
+    if home is not None and 0 <= home < partitions:
+        return int(home)
+    return partition_for(str(task["job_id"]), partitions)
 
 
 def partition_for(key: str, partitions: int) -> int:

@@ -44,8 +44,8 @@ from inferstream.streams.kafka.clients import (
 from inferstream.streams.kafka.deadletters import dead_letter
 from inferstream.streams.kafka.settings import (
     aiokafka_kwargs,
-    partition_for,
     poll_timeout_s,
+    results_partition,
     worker_consumer_kwargs,
 )
 from inferstream.streams.policy.membership import PoolMembership
@@ -308,7 +308,7 @@ class Worker:
             worker=self.worker_id, model=task["model"], served_models=self.served.names,
             reason=f"worker {self.worker_id} {reason}", task=self.codec.encode("Task", task),
             declined_at=now_ms())
-        partition = partition_for(task["job_id"], self._results_partitions)
+        partition = results_partition(task, self._results_partitions)
         pending.outgoing = [(self.config.topic("results"), partition, task["job_id"].encode(),
                              self.codec.encode("TaskDeclined", declined))]
         if queued:
@@ -339,7 +339,7 @@ class Worker:
             started_at=int(run.started_at * 1000), finished_at=int(run.finished_at * 1000),
             decode_seconds=run.decode_seconds, inference_seconds=run.inference_seconds,
         )
-        partition = partition_for(task["job_id"], self._results_partitions)
+        partition = results_partition(task, self._results_partitions)
         value = self.codec.encode("TaskResult", result)
         return [(self.config.topic("results"), partition, task["job_id"].encode(), value)]
 
