@@ -167,21 +167,25 @@ def respond(responders: list[Responder], *args: Any, **kwargs: Any) -> Responder
     return responder
 
 
-def test_a_job_goes_from_submission_to_completed(clients: MemoryKafkaClients) -> None:
-    """Submitted through the Client, divided into tasks, run by a worker, collected."""
-    config = make_config()
-    job = submit(clients, config, items=10, chunk_size=3)
+def run_with_a_worker(clients: MemoryKafkaClients, config: Config) -> None:
+    """A real worker on its own event loop thread, and a controller here until idle."""
     worker = Worker(config, load_model(MODEL), codec=CODEC, clients=clients)
     runner = asyncio.Runner()
-    loop = runner.get_loop()
     thread = threading.Thread(target=runner.run, args=(worker.run(),), name="worker")
     thread.start()
     try:
         Controller(config, codec=CODEC, clients=clients).run()
     finally:
-        loop.call_soon_threadsafe(worker.request_stop)
+        runner.get_loop().call_soon_threadsafe(worker.request_stop)
         thread.join(10)
         runner.close()
+
+
+def test_a_job_goes_from_submission_to_completed(clients: MemoryKafkaClients) -> None:
+    """Submitted through the Client, divided into tasks, run by a worker, collected."""
+    config = make_config()
+    job = submit(clients, config, items=10, chunk_size=3)
+    run_with_a_worker(clients, config)
 
     status = job.wait(timeout_s=5)
     assert (status.total_items, status.ok_items, status.total_tasks) == (10, 10, 4)
@@ -206,16 +210,7 @@ def test_a_job_on_another_partition_than_its_ids_gets_its_results_there(
                        submitted_at=0, submitter="foreign", output_path=None)
     clients.broker.produce(config.topic("jobs"), home, job.job_id.encode(),
                            CODEC.encode("Job", record))
-    worker = Worker(config, load_model(MODEL), codec=CODEC, clients=clients)
-    runner = asyncio.Runner()
-    thread = threading.Thread(target=runner.run, args=(worker.run(),), name="worker")
-    thread.start()
-    try:
-        Controller(config, codec=CODEC, clients=clients).run()
-    finally:
-        runner.get_loop().call_soon_threadsafe(worker.request_stop)
-        thread.join(10)
-        runner.close()
+    run_with_a_worker(clients, config)
     assert job.wait(timeout_s=5).ok_items == 4
     tasks = [read_task(CODEC, v) for v in clients.broker.values(config.task_topic())]
     assert {t["home_partition"] for t in tasks} == {home}
