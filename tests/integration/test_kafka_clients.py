@@ -60,6 +60,7 @@ def schema_topics(config: Config) -> dict[str, str]:
         "PolicyEntry": config.topic("policy"),  # compacted: records need keys
         "DeadLetter": config.topic("dlq"),
         "LedgerEntry": config.topic("controller-ledger"),  # compacted
+        "TaskControl": config.topic("task-control"),  # compacted; also on jobs (a cancel)
     }
 
 
