@@ -71,6 +71,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "ok_items": 118,
         "error_items": 2,
         "rate_items_per_s": 812.5,
+        "home_partition": 1,
     },
     "SysInfoSample": {
         "worker": "worker-a",

@@ -92,7 +92,7 @@ def put_event(clients: MemoryKafkaClients, config: Config, job_id: str, kind: Jo
     event = JobEvent(job_id=job_id, type=kind, timestamp=now_ms(), model="sim:ms=0",
                      reason=None, total_items=items, total_tasks=tasks, done_items=items,
                      ok_items=items if ok else 0, error_items=0 if ok else items,
-                     rate_items_per_s=None)
+                     rate_items_per_s=None, home_partition=None)
     clients.producer({}).produce(config.topic("job-events"), CODEC.encode("JobEvent", event),
                                  job_id.encode(),
                                  partition=partition_for(job_id, config.partitions))

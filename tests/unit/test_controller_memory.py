@@ -212,6 +212,7 @@ def test_a_job_on_another_partition_than_its_ids_gets_its_results_there(
                            CODEC.encode("Job", record))
     run_with_a_worker(clients, config)
     assert job.wait(timeout_s=5).ok_items == 4
+    assert sorted(line["item"] for line in job.results()) == [f"i{n}" for n in range(4)]
     tasks = [read_task(CODEC, v) for v in clients.broker.values(config.task_topic())]
     assert {t["home_partition"] for t in tasks} == {home}
     assert clients.broker.values(config.topic("results"), 1 - home) == []

@@ -172,6 +172,7 @@ class JobEvent(TypedDict):
     ok_items: int
     error_items: int
     rate_items_per_s: float | None
+    home_partition: int | None
 
 
 class LedgerEntry(TypedDict):

@@ -66,6 +66,8 @@ class JobStatus:
     rate_items_per_s: float | None = None
     reason: str | None = None
     updated_at_ms: int = 0
+    #: where the job's results are (the partition it arrived on); None: murmur2 of its id
+    home_partition: int | None = None
 
     @property
     def finished(self) -> bool:
@@ -79,6 +81,7 @@ class JobStatus:
             done_items=event["done_items"], ok_items=event["ok_items"],
             error_items=event["error_items"], rate_items_per_s=event["rate_items_per_s"],
             reason=event["reason"], updated_at_ms=event["timestamp"],
+            home_partition=event["home_partition"],
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -194,7 +197,7 @@ class Job:
         total = status.total_tasks if status.state == JobEventType.COMPLETED else None
         client = self.client
         return output_lines(job_results(client.config, self.job_id, total, client.codec,
-                                        client.clients))
+                                        client.clients, status.home_partition))
 
 
 class Client:

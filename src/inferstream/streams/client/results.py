@@ -31,12 +31,16 @@ CSV_FIELDS = ("job_id", "item", "status", "class_id", "label", "score", "error",
 
 
 def open_job_partition(config: Config, topic: str, job_id: str,
-                       clients: KafkaClients = REAL_CLIENTS) -> tuple[SyncConsumer, int]:
-    """A consumer assigned to the partition of `job_id` in `topic`, from about its
-    submission, and that partition."""
+                       clients: KafkaClients = REAL_CLIENTS,
+                       partition: int | None = None) -> tuple[SyncConsumer, int]:
+    """A consumer assigned to the partition of `job_id` in `topic` (murmur2 of its id, or
+    `partition`: the job's home partition, where it arrived), from about its submission,
+    and that partition."""
     consumer = reader_consumer(config, clients)
     partitions = topic_partitions(consumer, topic)
-    tp = TopicPartition(topic, partition_for(job_id, len(partitions)), OFFSET_BEGINNING)
+    index = partition if partition is not None and 0 <= partition < len(partitions) else (
+        partition_for(job_id, len(partitions)))
+    tp = TopicPartition(topic, index, OFFSET_BEGINNING)
     since = job_time_ms(job_id)
     if since is not None:
         found = consumer.offsets_for_times(
@@ -51,22 +55,24 @@ def open_job_partition(config: Config, topic: str, job_id: str,
 
 
 def job_results(config: Config, job_id: str, total_tasks: int | None,
-                codec: Codec | None = None,
-                clients: KafkaClients = REAL_CLIENTS) -> Iterator[TaskResult]:
+                codec: Codec | None = None, clients: KafkaClients = REAL_CLIENTS,
+                partition: int | None = None) -> Iterator[TaskResult]:
     """The first committed TaskResult of each task of `job_id`, in task order, one at a
     time: the partition is read into a `ResultSpool` first, so memory stays bounded.
 
     With `total_tasks` known it reads until it has them all; otherwise up to the end.
+    `partition`: the job's home partition (its events say it), else murmur2 of its id.
     """
     codec = codec or Codec(config.schema_registry_url)
     with ResultSpool(codec) as spool:
-        _spool_results(config, job_id, total_tasks, spool, clients)
+        _spool_results(config, job_id, total_tasks, spool, clients, partition)
         yield from spool.in_task_order()
 
 
 def _spool_results(config: Config, job_id: str, total_tasks: int | None, spool: ResultSpool,
-                   clients: KafkaClients) -> None:
-    consumer, partition = open_job_partition(config, config.topic("results"), job_id, clients)
+                   clients: KafkaClients, home: int | None) -> None:
+    consumer, partition = open_job_partition(config, config.topic("results"), job_id, clients,
+                                             home)
     try:
         reader = PartitionReader(consumer, [partition], follow=total_tasks is not None,
                                  timeout_s=600)
@@ -115,10 +121,11 @@ def write_lines(lines: Iterator[dict[str, Any]], stream: IO[str], fmt: str = "js
 
 
 def write_job_output(config: Config, job_id: str, path: str, total_tasks: int | None = None,
-                     fmt: str = "jsonl", clients: KafkaClients = REAL_CLIENTS) -> int:
+                     fmt: str = "jsonl", clients: KafkaClients = REAL_CLIENTS,
+                     partition: int | None = None) -> int:
     """Write the job's output to `path` atomically (a temporary file renamed into place),
-    line by line."""
-    results = job_results(config, job_id, total_tasks, clients=clients)
+    line by line; `partition` as for `job_results`."""
+    results = job_results(config, job_id, total_tasks, clients=clients, partition=partition)
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "w", encoding="utf-8", newline="") as handle:
         count = write_lines(output_lines(results), handle, fmt)

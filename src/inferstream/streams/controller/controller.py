@@ -225,8 +225,8 @@ class Controller:
         out.event(JobEvent(
             job_id=job_id, type=JobEventType.REJECTED, timestamp=now_ms(), model=None,
             reason=f"the job record could not be read: {reason}", total_items=None,
-            total_tasks=None, done_items=0, ok_items=0, error_items=0, rate_items_per_s=None),
-            message.partition() or 0)
+            total_tasks=None, done_items=0, ok_items=0, error_items=0, rate_items_per_s=None,
+            home_partition=message.partition() or 0), message.partition() or 0)
         log.info("job %s rejected: its record could not be read (%s)", job_id, reason)
 
     def _on_job(self, job: Job, partition: int, out: Outbox) -> None:
@@ -571,7 +571,8 @@ class Controller:
     def _write_output(self, state: JobState) -> None:
         path = str(state.job.get("output_path"))
         try:
-            count = write_job_output(self.config, state.job_id, path, clients=self.clients)
+            count = write_job_output(self.config, state.job_id, path, clients=self.clients,
+                                     partition=state.partition)
         except Exception as exc:  # a bad path must not stop the controller
             log.error("job %s: cannot write its output to %s: %s", state.job_id, path, exc)
             self._written.put((state.job_id, None))

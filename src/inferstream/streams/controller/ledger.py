@@ -88,7 +88,7 @@ class JobState:
             reason=reason, total_items=self.total_items,
             total_tasks=self.issued_tasks if self.expanded else None,
             done_items=self.done_items, ok_items=self.ok_items, error_items=self.error_items,
-            rate_items_per_s=self.rate_items_per_s(),
+            rate_items_per_s=self.rate_items_per_s(), home_partition=self.partition,
         )
         self.last_event_ms = event["timestamp"]
         self.changed = False
