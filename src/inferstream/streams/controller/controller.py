@@ -128,7 +128,7 @@ class Controller:
         self.pools = PoolView(describe_with(admin))
         self.deadlines = Deadlines(self.pools, pool_policy, config.worker_group,
                                    self.options.migration_slack, self.options.migration_floor_s,
-                                   self.options.max_attempts)
+                                   self.options.max_attempts, model_ranges)
         self._checked_late = 0.0
 
     def _new_producer(self, transactional_id: str) -> SyncProducer:

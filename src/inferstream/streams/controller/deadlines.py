@@ -10,7 +10,8 @@ A task is also late at once when the worker that owns its partition now shows, i
 results, `migration_slack` times the seconds per item the task was given (a worker slowed
 down, or a slower one took the partition over). A late task, or one whose worker the policy
 marks unhealthy, is re-issued with attempt + 1
-on a partition of the healthy worker of its model that would finish it first; a task that has
+on a partition of the healthy worker that has served its model (within the model's range of
+partitions, where the pool has ranges) and would finish it first; a task that has
 used `max_attempts` fails its items with the reason instead. The first committed result of a
 task wins (`JobState.record_result`); later ones are dropped and counted.
 
@@ -28,7 +29,12 @@ from dataclasses import dataclass
 
 from inferstream.schemas.records import Task, serves
 from inferstream.streams.controller.declines import PoolView
-from inferstream.streams.policy.assignment import WorkerPolicy
+from inferstream.streams.policy.assignment import (
+    RangeSource,
+    WorkerPolicy,
+    model_range,
+    no_ranges,
+)
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +95,11 @@ class Deadlines:
     """The outstanding tasks of the jobs this controller owns, by (job id, task id)."""
 
     def __init__(self, pools: PoolView, policy: PoolPolicy, group_of: Callable[[str], str],
-                 slack: float, floor_s: float, max_attempts: int) -> None:
+                 slack: float, floor_s: float, max_attempts: int,
+                 ranges: RangeSource = no_ranges) -> None:
         self.pools = pools
         self.policy = policy
+        self.ranges = ranges
         self.group_of = group_of
         self.slack = slack
         self.floor_s = floor_s
@@ -262,19 +270,26 @@ class Deadlines:
         return found
 
     def _target(self, entry: Outstanding) -> int | None:
-        """A partition of the healthy worker other than the late one that serves the task's
-        model and would finish it first (its backlog at its per-item time)."""
-        pool = entry.task["pool"]
+        """A partition of the healthy worker other than the late one that has served the
+        task's model and would finish it first (its backlog at its per-item time); within the
+        model's range of partitions when the policy gives the pool ranges."""
+        pool, model = entry.task["pool"], entry.task["model"]
         members = self._members(pool)
         workers = self.policy(pool) or {}
         if not members:
             return None
+        try:
+            within = model_range(model, self.ranges(pool))
+        except Exception:  # a policy table that cannot answer: any partition
+            within = None
         best: tuple[float, int] | None = None
-        for worker, parts in sorted(members.items()):
+        for worker, owned in sorted(members.items()):
             policy = workers.get(worker)
+            parts = [p for p in owned if within is None or within.first <= p < within.first
+                     + within.count]
             if worker == entry.owner or not parts or (policy is not None and not policy.healthy):
                 continue
-            if not self._may_serve(worker, entry.task["model"]):
+            if not self._has_served(worker, model):
                 continue
             per_item = self._per_item_s(pool, worker) or 1.0
             finish = (self._backlog(pool, worker, -1) + entry.items) * per_item
@@ -283,8 +298,9 @@ class Deadlines:
                 best = (finish, partition)
         return None if best is None else best[1]
 
-    def _may_serve(self, worker: str, model: str) -> bool:
+    def _has_served(self, worker: str, model: str) -> bool:
+        """Whether `worker`'s results (or declines) show it serves `model`: a task is moved
+        only to a worker known to run it, never to one that would decline it."""
         if model in self.pools.declined.get(worker, set()):
             return False
-        served = self.pools.served.get(worker)
-        return served is None or any(serves(m, model) for m in served)
+        return any(serves(m, model) for m in self.pools.served.get(worker, ()))
