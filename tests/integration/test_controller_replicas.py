@@ -4,7 +4,10 @@ timeout: the job completes exactly once, its counts equal to its output."""
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import re
 import time
 import zlib
 from pathlib import Path
@@ -181,3 +184,70 @@ def test_a_job_from_a_foreign_partitioner_completes_with_two_replicas(
     assert (status.total_items, status.ok_items) == (len(names), len(names))
     lines = list(Client(config).job(job_id).results())
     assert sorted(str(line["item"]) for line in lines) == names
+
+
+def owner_of(procs: Processes, replicas: dict[str, Popen[bytes]], home: int) -> str:
+    wait_until("a replica owning the job's partition", lambda: any(
+        home in owned(procs, n) for n in replicas))
+    return next(n for n in replicas if home in owned(procs, n))
+
+
+@pytest.mark.timeout(600)
+def test_a_replica_killed_between_completed_and_the_output_file_leaves_it_to_the_next(
+        procs: Processes, config: Config, tmp_path: Path) -> None:
+    """The owner's output writer is held where it opens its temporary file (a FIFO at the
+    name that replica's pid gives it, which blocks until read) after COMPLETED is committed;
+    the owner is killed -9 there, and the replica that takes the partition writes the file."""
+    replicas: dict[str, Popen[bytes]] = {}
+    for _ in range(2):
+        start_replica(procs, replicas)
+    procs.worker("sim:ms=10", name="worker-1")
+    procs.wait_for_group("worker-1")
+    wait_until("both replicas owning partitions", lambda: shared(procs, config, *replicas))
+    path, names = listing(tmp_path, "out", 300)
+    output = tmp_path / "results.jsonl"
+    job = Client(config).submit("sim:ms=10", [f"@{path}"], chunk_size=10,
+                                output_path=str(output))
+    owner = owner_of(procs, replicas, partition_for(job.job_id, config.partitions))
+    os.mkfifo(f"{output}.tmp-{replicas[owner].pid}")  # the 300 items take about 3 s
+    status = job.wait(timeout_s=120)
+    assert status.ok_items == len(names)
+    time.sleep(1)  # the writer thread starts in the owner's next round, then blocks
+    assert not output.exists()
+    replicas.pop(owner).kill()  # SIGKILL with COMPLETED committed and no file
+    start_replica(procs, replicas)
+    wait_until("the output file from the next owner", output.exists, timeout_s=60)
+    lines = [json.loads(line) for line in output.read_text().splitlines()]
+    assert sorted(str(line["item"]) for line in lines) == names
+    writers = [n for n in replicas if "output written to" in procs.log(n)]
+    assert len(writers) == 1, {n: procs.log(n) for n in replicas}
+
+
+@pytest.mark.timeout(600)
+def test_a_worker_slowed_8x_mid_job_has_its_overdue_tasks_completed_elsewhere(
+        procs: Processes, config: Config, tmp_path: Path) -> None:
+    """Three workers with no sysinfo (even shares): one runs 8x slower after its first 100
+    items and stays in the group. The controller re-issues its late tasks to the fast ones;
+    any result it still commits for a superseded attempt is dropped, so every item is once in
+    the output and the counts equal it. (How near the fast workers' time the job ends is
+    BENCHMARKS.md P4's figure, measured side by side with migration off.)"""
+    procs.controller()
+    procs.worker("sim:ms=10", "--sysinfo-interval", "0", name="worker-1")
+    procs.worker("sim:ms=10", "--sysinfo-interval", "0", name="worker-2")
+    procs.worker("sim:ms=10,slow_after=100,slow_factor=8", "--sysinfo-interval", "0",
+                 name="slow")
+    procs.wait_for_group("worker-1", "worker-2", "slow")
+    path, names = listing(tmp_path, "slowed", 3000)
+    job = Client(config).submit("sim:ms=10", [f"@{path}"], chunk_size=10)
+    status = job.wait(timeout_s=400)
+    log = procs.log("controller-0")
+    reissued = sum(1 for line in log.splitlines()
+                   if "re-issued as attempt" in line and "declined" not in line)
+    dropped = len(re.findall(r"duplicate result dropped", log))
+    print(f"tasks re-issued {reissued}, late results dropped {dropped}")
+    assert reissued > 0, log
+    lines = lines_of(config, job)
+    assert sorted(str(line["item"]) for line in lines) == names
+    assert (status.done_items, status.ok_items, status.error_items) == (len(names),
+                                                                        len(lines), 0)
+    assert procs.assigned("slow"), "the slowed worker left the group"
