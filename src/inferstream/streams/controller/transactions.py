@@ -70,8 +70,13 @@ class PartitionProducers:
             self._producers[index] = producer
 
     def close(self, indexes: set[int]) -> None:
+        """Let the producers of `indexes` deliver what they hold, then forget them; one that
+        was fenced raises its fatal error from flush (nothing it holds can commit now)."""
         for index in sorted(indexes & self.owned):
-            self._producers.pop(index).flush(5)
+            try:
+                self._producers.pop(index).flush(5)
+            except KafkaException as exc:
+                log.info("partition %d: producer closed unflushed: %s", index, exc.args[0])
 
     def close_all(self) -> None:
         self.close(self.owned)
