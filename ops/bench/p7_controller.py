@@ -54,8 +54,29 @@ def owner(fleet: Fleet, replicas: list[str], partition: int) -> str | None:
     return None
 
 
+def settled(fleet: Fleet, replicas: list[str], timeout_s: float = 120) -> None:
+    """Wait until the live replicas own every job partition between them, each some (the
+    rebalance after the previous fault is over), so each fault hits a settled group."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        dead = [name for name in replicas if fleet.procs[name].poll() is not None]
+        if dead:
+            raise BenchError(f"controller replica(s) {dead} exited; see their logs")
+        latest = [owning_lines(fleet, name) for name in replicas]
+        sets = [lines[-1][1] for lines in latest if lines]
+        if len(sets) == len(replicas) and all(sets) and sorted(
+                p for s in sets for p in s) == list(range(PARTITIONS)):
+            return
+        time.sleep(0.2)
+    for name in replicas:
+        tail = fleet.log_path(name).read_text(errors="replace").splitlines()[-25:]
+        print(f"--- {name} (last lines)", *tail, sep="\n", file=sys.stderr)
+    raise BenchError(f"the replicas {replicas} did not settle in {timeout_s:g} s")
+
+
 def one_fault(fleet: Fleet, replicas: list[str], kind: str, items: int, n: int
               ) -> dict[str, object]:
+    settled(fleet, replicas)
     listing = write_listing(fleet.logdir / f"job{n}.txt", items, f"job{n}")
     job = fleet.client.submit("sim:ms=2", [f"@{listing}"], chunk_size=10)
     home = partition_for(job.job_id, PARTITIONS)
@@ -66,6 +87,7 @@ def one_fault(fleet: Fleet, replicas: list[str], kind: str, items: int, n: int
     if victim is None:
         raise BenchError(f"no replica owns partition {home}")
     done_then, signalled = status.done_items, time.time()
+    signalled_ms = signalled * 1000
     if kind == "kill9":
         fleet.procs[victim].send_signal(signal.SIGKILL)
         fleet.procs[victim].wait(timeout=30)
@@ -77,7 +99,10 @@ def one_fault(fleet: Fleet, replicas: list[str], kind: str, items: int, n: int
         fleet.procs[victim].send_signal(signal.SIGSTOP)
     resumed = None
     for status in job.events(timeout_s=300):
-        if resumed is None and (status.done_items > done_then or status.finished):
+        # events() reads the job's events from the start: only one written after the signal
+        if status.updated_at_ms < signalled_ms:
+            done_then = max(done_then, status.done_items)
+        elif status.done_items > done_then or status.finished:
             resumed = time.time() - signalled
             break
     if kind == "sigstop":

@@ -150,7 +150,7 @@ class ProgressFollower:
         while consumer is None and not self._stop.is_set():
             try:
                 consumer, partition = open_job_partition(
-                    self.config, self.config.topic("job-events"), self.job_id)
+                    self.config, self.config.topic("job-events"), self.job_id, follow=True)
             except Exception as exc:  # a broker going away: note it, try again
                 self.read_errors.append(repr(exc))
                 time.sleep(1)

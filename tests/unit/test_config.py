@@ -345,6 +345,8 @@ def test_help_shows_each_default(capsys: pytest.CaptureFixture[str]) -> None:
     ({"INFERSTREAM_WORKER_HEARTBEAT_INTERVAL_MS": "20000"},
      "worker.heartbeat_interval_ms must be below worker.session_timeout_ms"),
     ({"INFERSTREAM_CONTROLLER_COMMIT_TIMEOUT_S": "0"}, "controller.commit_timeout_s must be >="),
+    ({"INFERSTREAM_CONTROLLER_MAX_POLL_INTERVAL_MS": "5000"},
+     "controller.max_poll_interval_ms must be at least controller.session_timeout_ms"),
 ])
 def test_bad_role_settings_are_config_errors(settings: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):

@@ -87,7 +87,13 @@ class ControllerConfig:
     session_timeout_ms: int = setting(
         6_000, "a replica silent this long is dead and its partitions go to the others "
         "(the broker's group.min.session.timeout.ms is 6 s by default)")
-    heartbeat_interval_ms: int = setting(1_000, "controller group heartbeat interval")
+    heartbeat_interval_ms: int = setting(
+        500, "controller group heartbeat interval: a survivor learns of a rebalance at its "
+        "next heartbeat, so this adds up to its length to a takeover")
+    max_poll_interval_ms: int = setting(
+        60_000, "longest gap between two rounds' fetches, above a stuck commit's 2 x "
+        "commit_timeout_s + call_grace_s; also how long a rebalance waits for a replica "
+        "paused in it (librdkafka's rebalance timeout)")
     migration_slack: float = setting(
         3.0, "a task is late after this many times its expected time (the work queued before "
         "it at its worker's per-item time) plus the floor; 0: no migration")
@@ -150,3 +156,6 @@ def validate_controller(controller: ControllerConfig) -> None:
     if controller.heartbeat_interval_ms >= controller.session_timeout_ms:
         raise ConfigError(
             "controller.heartbeat_interval_ms must be below controller.session_timeout_ms")
+    if controller.max_poll_interval_ms < controller.session_timeout_ms:
+        raise ConfigError(
+            "controller.max_poll_interval_ms must be at least controller.session_timeout_ms")

@@ -106,7 +106,8 @@ class Job:
         calling `on_idle` while none arrives."""
         config = self.client.config
         consumer, partition = open_job_partition(config, config.topic("job-events"),
-                                                 self.job_id, self.client.clients)
+                                                 self.job_id, self.client.clients,
+                                                 follow=follow)
         try:
             for record in PartitionReader(consumer, [partition], follow=follow,
                                           timeout_s=timeout_s, on_idle=on_idle):

@@ -32,11 +32,12 @@ CSV_FIELDS = ("job_id", "item", "status", "class_id", "label", "score", "error",
 
 def open_job_partition(config: Config, topic: str, job_id: str,
                        clients: KafkaClients = REAL_CLIENTS,
-                       partition: int | None = None) -> tuple[SyncConsumer, int]:
+                       partition: int | None = None, follow: bool = False
+                       ) -> tuple[SyncConsumer, int]:
     """A consumer assigned to the partition of `job_id` in `topic` (murmur2 of its id, or
     `partition`: the job's home partition, where it arrived), from about its submission,
-    and that partition."""
-    consumer = reader_consumer(config, clients)
+    and that partition; `follow` as for `reader_consumer`."""
+    consumer = reader_consumer(config, clients, follow=follow)
     partitions = topic_partitions(consumer, topic)
     index = partition if partition is not None and 0 <= partition < len(partitions) else (
         partition_for(job_id, len(partitions)))

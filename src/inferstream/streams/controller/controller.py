@@ -56,6 +56,7 @@ from inferstream.streams.kafka.clients import (
     Outgoing,
     SyncConsumer,
     SyncProducer,
+    consume_ready,
 )
 from inferstream.streams.kafka.deadline import call_with_deadline
 from inferstream.streams.kafka.groups import describe_with
@@ -112,7 +113,10 @@ class Controller:
             config, controller_group(config), **{
                 "partition.assignment.strategy": "range",
                 "session.timeout.ms": self.options.session_timeout_ms,
-                "heartbeat.interval.ms": self.options.heartbeat_interval_ms}))
+                "heartbeat.interval.ms": self.options.heartbeat_interval_ms,
+                # librdkafka's rebalance timeout too: with its 300 s default, a replica
+                # SIGSTOPped during a rebalance held the whole group that long (P7)
+                "max.poll.interval.ms": self.options.max_poll_interval_ms}))
         self.producers = PartitionProducers(
             self.options.transactional_id or f"{config.topic_prefix}controller",
             self._new_producer, self._stop)
@@ -170,8 +174,7 @@ class Controller:
 
     # -- one round: consume, decide, commit ------------------------------------------------
     def _round(self) -> bool:
-        messages = self._consumer.consume(num_messages=500, timeout=poll_timeout_s(
-            self.options.idle_exit_s))
+        messages = consume_ready(self._consumer, 500, poll_timeout_s(self.options.idle_exit_s))
         self._retake_due()
         out = Outbox(self.topics, self.codec, self.partitions)
         owned = self.producers.owned
@@ -513,12 +516,15 @@ class Controller:
         """Own the partition indexes of `partitions`: their producers first (fencing the
         previous owner and aborting what it left open), then their jobs from the ledger."""
         owned = {tp.partition for tp in partitions if tp.topic == self.topics.jobs}
+        started = time.monotonic()
         self._drop(self.producers.owned - owned)
         self.producers.open(owned)
+        opened = time.monotonic()
         self._forget(owned)
         self._rebuild(owned)
-        log.info("owning job partitions=%s active jobs rebuilt=%d", sorted(owned),
-                 len(self.jobs))
+        log.info("owning job partitions=%s active jobs rebuilt=%d (producers %.2f s, "
+                 "rebuild %.2f s)", sorted(owned), len(self.jobs), opened - started,
+                 time.monotonic() - opened)
 
     def _on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         """Forget the jobs of revoked partitions; their producers stay open until the next

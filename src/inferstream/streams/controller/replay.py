@@ -11,7 +11,12 @@ from inferstream.config import Config
 from inferstream.streams.errors import KafkaSetupError, PartitionReadError
 from inferstream.streams.kafka.clients import REAL_CLIENTS, KafkaClients
 from inferstream.streams.kafka.follower import TopicFollower
-from inferstream.streams.kafka.reader import PartitionReader, ReadRecord, reader_consumer
+from inferstream.streams.kafka.reader import (
+    PartitionReader,
+    ReadRecord,
+    reader_consumer,
+    topic_partitions,
+)
 
 
 def read_ledger(config: Config, topic: str, partitions: list[int],
@@ -24,6 +29,7 @@ def read_ledger(config: Config, topic: str, partitions: list[int],
     start = start or {}
     consumer = reader_consumer(config, clients)
     try:
+        topic_partitions(consumer, topic)  # the leaders known before the first fetch
         consumer.assign([TopicPartition(topic, p, start.get(p, OFFSET_BEGINNING))
                          for p in partitions])
         reader = PartitionReader(consumer, partitions, timeout_s=timeout_s)

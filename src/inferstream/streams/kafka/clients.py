@@ -54,6 +54,19 @@ class SyncConsumer(Protocol):
     def close(self) -> None: ...
 
 
+def consume_ready(consumer: SyncConsumer, limit: int, timeout_s: float) -> list[Message]:
+    """Up to `limit` messages: waits up to `timeout_s` for the first, then takes what is
+    already fetched. `consume(limit, timeout)` itself waits until `limit` messages arrived
+    or the whole timeout passed (confluent-kafka-python#407, by design), which put 0.2 s on
+    every fetch of a batch smaller than `limit`: three of them on every replay of a ledger
+    or read of a job's results, and one on every controller round that had work."""
+    first = consumer.poll(timeout_s)
+    if first is None:
+        return []
+    return [first, *consumer.consume(num_messages=limit - 1, timeout=0)] if limit > 1 else [
+        first]
+
+
 class SyncProducer(Protocol):
     """The confluent-kafka `Producer` calls inferstream makes (transactional or not)."""
 

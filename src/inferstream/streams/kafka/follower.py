@@ -77,7 +77,7 @@ class TopicFollower(ABC):
                 self._stop.wait(RETRY_S)
 
     def _follow(self) -> None:
-        consumer = reader_consumer(self.config, self.clients)
+        consumer = reader_consumer(self.config, self.clients, follow=True)
         try:
             partitions = topic_partitions(consumer, self.topic)
             consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING)

@@ -20,13 +20,24 @@ from inferstream.streams.kafka.clients import (
     KafkaClients,
     SyncConsumer,
     SyncProducer,
+    consume_ready,
 )
 from inferstream.streams.kafka.settings import PARTITION_EOF, consumer_config
 
+#: fetch.wait.max.ms of a reader that reads to the end and stops: the end of a partition
+#: shows as an empty fetch, which the broker holds this long (librdkafka's default, 500 ms,
+#: made every replay of the ledger and read of a job's results that much longer).
+READ_TO_END_FETCH_WAIT_MS = 10
 
-def reader_consumer(config: Config, clients: KafkaClients = REAL_CLIENTS) -> SyncConsumer:
-    """A consumer outside any group that reports reaching the end of each partition."""
-    return clients.consumer(consumer_config(config, None, **{"enable.partition.eof": True}))
+
+def reader_consumer(config: Config, clients: KafkaClients = REAL_CLIENTS,
+                    follow: bool = False) -> SyncConsumer:
+    """A consumer outside any group that reports reaching the end of each partition; one
+    that does not `follow` (reads to the end, then stops) gets short fetch waits."""
+    extra: dict[str, object] = {"enable.partition.eof": True}
+    if not follow:
+        extra["fetch.wait.max.ms"] = READ_TO_END_FETCH_WAIT_MS
+    return clients.consumer(consumer_config(config, None, **extra))
 
 
 def topic_partitions(client: SyncConsumer | SyncProducer, topic: str,
@@ -81,7 +92,7 @@ class PartitionReader:
         deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
         while (self.follow or self.waiting) and (
                 deadline is None or time.monotonic() < deadline):
-            messages = self.consumer.consume(num_messages=1000, timeout=0.2)
+            messages = consume_ready(self.consumer, 1000, 0.2)
             if not messages and self.on_idle is not None:
                 self.on_idle()
             for message in messages:

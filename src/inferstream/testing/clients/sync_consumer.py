@@ -185,7 +185,8 @@ class MemoryConsumer:
                                      r.timestamp_ms) for r in records)
             if records:
                 self._eof_told.discard(key)
-            if self.partition_eof and position >= end and key not in self._eof_told:
+            if (self.partition_eof and position >= end and key not in self._eof_told
+                    and len(out) < limit):  # else the next fetch tells it (poll takes one)
                 self._eof_told.add(key)
                 out.append(MemoryMessage(*key, position,
                                          error=KafkaError(PARTITION_EOF)))
