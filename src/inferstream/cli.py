@@ -86,11 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     for name, command in COMMANDS.items():
         child = sub.add_parser(name, help=command.help, description=command.help)
         command.add_args(child)
-        if command.section is not None:
-            title = f"{command.section} settings (also INFERSTREAM_{command.section.upper()}_"
+        for section in command.sections:
+            title = f"{section} settings (also INFERSTREAM_{section.upper()}_"
             group = child.add_argument_group(title + "<NAME> or the TOML file's "
-                                             f"[{command.section}] table)")
-            add_setting_flags(group, SECTIONS[command.section], command.section)
+                                             f"[{section}] table)")
+            add_setting_flags(group, SECTIONS[section], section)
         _connection_flags(child)
     return parser
 

@@ -103,6 +103,39 @@ class WorkerMetrics(WorkerHooks):
         self.collect_cpu.inc(cpu_seconds)
 
 
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+class StreamMetrics(WorkerMetrics):
+    """A stream member's metrics: the worker's, and records, latency and lag."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        self.records = Counter(
+            "inferstream_stream_records_total",
+            "Input records whose outcome was committed, by status (ok, error, dead_letter)",
+            ["status"], registry=registry,
+        )
+        self.latency = Histogram(
+            "inferstream_stream_latency_seconds",
+            "Input record timestamp to the commit of its output", buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.lag = Gauge(
+            "inferstream_stream_lag_records",
+            "Committed input records of an owned partition with no output yet", ["partition"],
+            registry=registry,
+        )
+
+    def after_stream_record(self, status: str, latency_s: float | None) -> None:
+        self.records.labels(status).inc()
+        if latency_s is not None:
+            self.latency.observe(max(0.0, latency_s))
+
+    def on_lag(self, partition: int, records: int) -> None:
+        self.lag.labels(str(partition)).set(records)
+
+
 def serve_metrics(registry: CollectorRegistry, port: int, addr: str = "0.0.0.0") -> None:  # noqa: S104
     """Serve `/metrics` on `port` from a daemon thread; a port in use is a ConfigError."""
     try:

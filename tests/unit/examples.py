@@ -169,4 +169,13 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "reason": "MIGRATED",
         "at": T0 + 9,
     },
+    "StreamResult": {
+        "status": "OK",
+        "top_k": [{"class_id": 285, "label": "Egyptian cat", "score": 0.5}],
+        "error": None,
+        "model": "efficientnet_lite0",
+        "worker": "host-1234",
+        "origin": {"topic": "uploads", "partition": 2, "offset": 41, "timestamp": T0 + 10},
+        "labelled_at": T0 + 11,
+    },
 }

@@ -22,6 +22,7 @@ from inferstream.streams.kafka.topics import topic_specs
 from inferstream.streams.worker.hooks import WorkerHooks
 from inferstream.streams.worker.worker import Worker, worker_group
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
+from tests.unit.fencing import fenced_mid_commit
 
 MODEL = "sim:ms=0"
 JOB_ID = "20250101-000000-0000abcd"
@@ -91,18 +92,8 @@ def test_a_fenced_worker_loses_only_its_uncommitted_results(broker: MemoryBroker
     config = make_config()
     put_tasks(broker, config, 12)
     tid = transactional_id(config, 0)
-    stall = threading.Event()
-    fault = broker.inject(tid, "send_offsets", fail=None, stall=stall)
-
-    def successor() -> None:
-        fault.reached.wait(10)
-        broker.fence(tid)
-        stall.set()
-
-    thread = threading.Thread(target=successor)
-    thread.start()
-    run(new_worker(config, broker).run())
-    thread.join()
+    with fenced_mid_commit(broker, tid):
+        run(new_worker(config, broker).run())
 
     assert task_counts(results(broker, config)) == dict.fromkeys(range(12), 1)
     aborted = len(results(broker, config, read_committed=False)) - 12

@@ -12,12 +12,13 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from inferstream.commands import admin, client, controller, sysinfo, top, worker
+from inferstream.commands import admin, client, controller, stream, sysinfo, top, worker
 from inferstream.commands.needs import (
     cluster_needs,
     controller_needs,
     results_needs,
     status_needs,
+    stream_needs,
     submit_needs,
     sysinfo_needs,
     worker_needs,
@@ -34,6 +35,12 @@ class Command:
     section: str | None = None
     needs: Callable[[Config], Needs] | None = None
     long_running: bool = False
+    #: sections whose flags the command takes besides its own (a stream's worker settings)
+    also: tuple[str, ...] = ()
+
+    @property
+    def sections(self) -> tuple[str, ...]:
+        return (*((self.section,) if self.section else ()), *self.also)
 
 
 def _no_args(_parser: argparse.ArgumentParser) -> None:
@@ -49,6 +56,9 @@ COMMANDS: dict[str, Command] = {
                       needs=worker_needs, long_running=True),
     "controller": Command("run a controller replica", _no_args, controller.run, "controller",
                           needs=controller_needs, long_running=True),
+    "stream": Command("label every record of a topic into another, exactly once (a member of "
+                      "the stream's group)", _no_args, stream.run, "stream", needs=stream_needs,
+                      long_running=True, also=("worker",)),
     "sysinfo": Command("run a replica of the sysinfo app (policy table, HTTP data access)",
                        _no_args, sysinfo.run, "sysinfo", needs=sysinfo_needs),
     "submit": Command("submit a job", client.submit_args, client.submit, needs=submit_needs),

@@ -16,15 +16,32 @@ def cluster_needs(_config: Config) -> Needs:
     return Needs()
 
 
-def worker_needs(config: Config) -> Needs:
+def _check_worker(config: Config, role: str) -> None:
     if not config.worker.models:
-        raise ConfigError("the worker needs a model: --model NAME (or INFERSTREAM_WORKER_MODELS)")
+        raise ConfigError(f"the {role} needs a model: --model NAME "
+                          "(or INFERSTREAM_WORKER_MODELS)")
     from inferstream.streams.worker.collectors import check_collectors  # worker only
 
     check_collectors(config.worker.collectors)  # before any connection: fail fast, in one line
+
+
+def worker_needs(config: Config) -> Needs:
+    _check_worker(config, "worker")
     return Needs(librdkafka=False, aiokafka=True,
                  topics=(config.task_topic(),
                          *_topics(config, "results", "dlq", "sysinfo", "policy")),
+                 metrics_port=config.worker.metrics_port)
+
+
+def stream_needs(config: Config) -> Needs:
+    """A stream member: the worker's checks, its complete settings, the stream's topics."""
+    _check_worker(config, "stream")
+    stream = config.stream
+    stream.check_complete()
+    dlq = (stream.dead_letter_topic or config.topic("dlq"),) if stream.on_error == "dlq" else ()
+    return Needs(librdkafka=False, aiokafka=True,
+                 topics=(stream.input_topic, stream.output_topic, *dlq,
+                         *_topics(config, "sysinfo", "policy")),
                  metrics_port=config.worker.metrics_port)
 
 

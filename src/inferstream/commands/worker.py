@@ -58,11 +58,11 @@ def run(args: argparse.Namespace, config: Config) -> int:
     metrics = WorkerMetrics(CollectorRegistry())
     if settings.metrics_port:
         serve_metrics(metrics.registry, settings.metrics_port)  # checked free by preflight
-    asyncio.run(_serve(Worker(config, models, hooks=metrics, loader=loader)))
+    asyncio.run(serve_until_stopped(Worker(config, models, hooks=metrics, loader=loader)))
     return 0
 
 
-async def _serve(worker: Worker) -> None:
+async def serve_until_stopped(worker: Worker) -> None:
     """SIGTERM and SIGINT make the worker drain: finish, commit, leave the group, return
     (before it has joined: give up the start). Not through `loop.add_signal_handler`, which
     would take over the wakeup fd that `commands.signals` watches."""

@@ -17,6 +17,7 @@ from inferstream.config.roles import (
     validate_controller,
     validate_worker,
 )
+from inferstream.config.stream import StreamConfig
 from inferstream.config.sysinfo import SysinfoConfig
 from inferstream.errors import ConfigError
 
@@ -66,6 +67,7 @@ class Config:
     worker: WorkerConfig = field(default_factory=WorkerConfig)
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     sysinfo: SysinfoConfig = field(default_factory=SysinfoConfig)
+    stream: StreamConfig = field(default_factory=StreamConfig)
 
     def __post_init__(self) -> None:
         _validate(self)

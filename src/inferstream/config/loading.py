@@ -14,12 +14,13 @@ from typing import Any
 
 from inferstream.config.core import Config, parse_kafka_config
 from inferstream.config.roles import ControllerConfig, WorkerConfig
+from inferstream.config.stream import StreamConfig
 from inferstream.config.sysinfo import SysinfoConfig
 from inferstream.errors import ConfigError
 
 #: The role sections of Config: TOML table, `INFERSTREAM_<SECTION>_<NAME>`, CLI flags.
 SECTIONS: dict[str, type] = {"worker": WorkerConfig, "controller": ControllerConfig,
-                             "sysinfo": SysinfoConfig}
+                             "sysinfo": SysinfoConfig, "stream": StreamConfig}
 _ROOT = [f.name for f in dataclasses.fields(Config) if f.name not in SECTIONS]
 
 

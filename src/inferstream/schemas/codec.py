@@ -44,6 +44,7 @@ SCHEMA_NAMES: tuple[str, ...] = (
     "DeadLetter",
     "LedgerEntry",
     "TaskControl",
+    "StreamResult",
 )
 
 _MAGIC = b"\xc3\x01"

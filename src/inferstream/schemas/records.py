@@ -203,6 +203,25 @@ class TaskControl(TypedDict):
     at: int
 
 
+class StreamOrigin(TypedDict):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int | None
+
+
+class StreamResult(TypedDict):
+    """The label of one input record of a stream (`--output-format avro`)."""
+
+    status: ItemStatus
+    top_k: list[Prediction]
+    error: str | None
+    model: str
+    worker: str
+    origin: StreamOrigin
+    labelled_at: int
+
+
 class DeadLetter(TypedDict):
     origin_topic: str
     origin_partition: int
@@ -297,6 +316,7 @@ RECORD_TYPES: dict[str, type] = {
     "SysInfoSample": SysInfoSample, "ModelPerformance": ModelPerformance,
     "Calibration": Calibration, "PolicyEntry": PolicyEntry,
     "ModelPartitions": ModelPartitions, "TaskControl": TaskControl,
+    "StreamResult": StreamResult, "StreamOrigin": StreamOrigin,
 }
 
 

@@ -110,3 +110,8 @@ class SysInfoNotFoundError(SysInfoError):
 
 class SysInfoResponseError(SysInfoError):
     """The sysinfo app answered with an error status or a body outside its JSON contract."""
+
+
+class RecordError(InferstreamError):
+    """A stream's input record cannot be read as its --input-format says (its image is not
+    the question yet): the record gets an error outcome or a dead letter with this reason."""

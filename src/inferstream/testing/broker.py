@@ -134,10 +134,12 @@ class MemoryBroker:
             return self._partition_counts[topic]
 
     def produce(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
-                timestamp_ms: int | None = None) -> StoredRecord:
+                timestamp_ms: int | None = None, headers: tuple[tuple[str, bytes], ...] = ()
+                ) -> StoredRecord:
         """Append one non-transactional record."""
         with self._changing():
-            return self._log(topic, partition).append(key, value, timestamp_ms)
+            return self._log(topic, partition).append(key, value, timestamp_ms,
+                                                      headers=headers)
 
     def fetch(self, key: Key, position: int, read_committed: bool, max_records: int
               ) -> tuple[list[StoredRecord], int, int]:
@@ -224,11 +226,12 @@ class MemoryBroker:
             self.transactions.begin(transactional_id, epoch, timeout_s)
 
     def produce_transactional(self, transactional_id: str, epoch: int, topic: str,
-                              partition: int, key: bytes | None, value: bytes | None) -> int:
+                              partition: int, key: bytes | None, value: bytes | None,
+                              headers: tuple[tuple[str, bytes], ...] = ()) -> int:
         with self._changing():
             self._log(topic, partition)  # unknown partitions fail before the transaction
             return self.transactions.append(transactional_id, epoch, topic, partition, key,
-                                            value)
+                                            value, headers)
 
     def send_offsets(self, transactional_id: str, epoch: int, group_id: str,
                      offsets: dict[Key, int], member: tuple[str, int] | None = None) -> None:

@@ -46,6 +46,7 @@ class StoredRecord:
     timestamp_ms: int
     txn: Transaction | None = None
     control: bool = False
+    headers: tuple[tuple[str, bytes], ...] = ()
 
     @property
     def state(self) -> str:
@@ -76,9 +77,11 @@ class PartitionLog:
         return self.stable_end if read_committed else self.end
 
     def append(self, key: bytes | None, value: bytes | None, timestamp_ms: int | None = None,
-               txn: Transaction | None = None) -> StoredRecord:
+               txn: Transaction | None = None, headers: tuple[tuple[str, bytes], ...] = ()
+               ) -> StoredRecord:
         record = StoredRecord(self.topic, self.partition, self.end, key, value,
-                              timestamp_ms if timestamp_ms is not None else now_ms(), txn)
+                              timestamp_ms if timestamp_ms is not None else now_ms(), txn,
+                              headers=headers)
         self.records.append(record)
         if txn is not None:
             self._open.setdefault(txn, record.offset)

@@ -50,10 +50,12 @@ class TransactionCoordinator:
         self.open[transactional_id] = Transaction(transactional_id, epoch, timeout_s)
 
     def append(self, transactional_id: str, epoch: int, topic: str, partition: int,
-               key: bytes | None, value: bytes | None) -> int:
+               key: bytes | None, value: bytes | None,
+               headers: tuple[tuple[str, bytes], ...] = ()) -> int:
         txn = self.current(transactional_id, epoch)
         txn.partitions.add((topic, partition))
-        return self._log_of(topic, partition).append(key, value, txn=txn).offset
+        return self._log_of(topic, partition).append(key, value, txn=txn,
+                                                     headers=headers).offset
 
     def add_offsets(self, transactional_id: str, epoch: int, group_id: str,
                     offsets: dict[Key, int]) -> None:

@@ -358,10 +358,9 @@ class Controller:
             return
         again = redirect(self.pools, self.config, self.codec, declined, self.partitions)
         out.append(state.partition, again)
-        topic, partition, _key, value = again
-        if topic != self.topics.results:  # re-issued, not failed: it gets a deadline
-            self._track(read_task(self.codec, value), value, state.partition, partition,
-                        now_ms())
+        if again.topic != self.topics.results:  # re-issued, not failed: it gets a deadline
+            self._track(read_task(self.codec, again.value), again.value, state.partition,
+                        again.partition, now_ms())
 
     def _on_result(self, result: TaskResult, out: Outbox) -> None:
         self.pools.record_result(result["worker"], result["model"])
@@ -418,7 +417,7 @@ class Controller:
         try:
             producer.begin_transaction()
             for record in records:
-                self._produce(producer, *record)
+                self._produce(producer, record)
             positions = [tp for tp in self._consumer.position(self._home(index))
                          if tp.offset >= 0]
             if positions:
@@ -441,11 +440,11 @@ class Controller:
                            deadline_s=timeout_s + self.options.call_grace_s)
 
     @staticmethod
-    def _produce(producer: SyncProducer, topic: str, partition: int, key: bytes,
-                 value: bytes) -> None:
+    def _produce(producer: SyncProducer, record: Outgoing) -> None:
         while True:
             try:
-                producer.produce(topic, value, key, partition=partition)
+                producer.produce(record.topic, record.value, record.key,
+                                 partition=record.partition)
                 return
             except BufferError:  # the local queue is full: let deliveries drain it
                 producer.poll(0.1)

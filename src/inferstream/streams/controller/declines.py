@@ -117,9 +117,9 @@ def redirect(view: PoolView, config: Config, codec: Codec, declined: TaskDecline
                   f"({view.describe_pool(group)})")
         log.warning("job %s task %d fails: %s", task["job_id"], task["task_id"], reason)
         results = config.topic("results")
-        return (results, results_partition(task, partitions(results)), key,
-                codec.encode("TaskResult", failed_result(task, reason)))
+        return Outgoing(results, results_partition(task, partitions(results)), key,
+                        codec.encode("TaskResult", failed_result(task, reason)))
     log.info("job %s task %d declined by %s: re-issued as attempt %d on partition %d",
              task["job_id"], task["task_id"], declined["worker"], task["attempt"] + 1, target)
     again = Task(**{**task, "attempt": task["attempt"] + 1, "issued_at": now_ms()})
-    return topic, target, key, codec.encode("Task", again)
+    return Outgoing(topic, target, key, codec.encode("Task", again))

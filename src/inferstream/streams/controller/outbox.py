@@ -72,10 +72,10 @@ class Outbox:
         return sum(map(len, self.records.values()))
 
     def add(self, home: int, topic: str, partition: int, key: bytes, value: bytes) -> None:
-        self.records.setdefault(home, []).append((topic, partition, key, value))
+        self.append(home, Outgoing(topic, partition, key, value))
 
     def append(self, home: int, record: Outgoing) -> None:
-        self.add(home, *record)
+        self.records.setdefault(home, []).append(record)
 
     def ledger(self, key: bytes, value: bytes, home: int) -> None:
         """A ledger entry, on the ledger partition of its job's home partition."""

@@ -11,14 +11,24 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
-#: A record to produce: (topic, partition, key, value).
-Outgoing = tuple[str, int, bytes, bytes]
+#: Headers of a record, as both clients take them.
+Headers = tuple[tuple[str, bytes], ...]
+
+
+class Outgoing(NamedTuple):
+    """A record to produce, to a partition chosen by the caller."""
+
+    topic: str
+    partition: int
+    key: bytes | None
+    value: bytes
+    headers: Headers = ()
 #: A confluent-kafka on_assign / on_revoke callback: (consumer, partitions).
 RebalanceCallback = Callable[[Any, list[Any]], None]
 
@@ -88,11 +98,19 @@ class Record(Protocol):
     """A record read by an aiokafka consumer."""
 
     @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
     def offset(self) -> int: ...
     @property
     def value(self) -> bytes | None: ...
     @property
     def timestamp(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes]]: ...
 
 
 class AsyncConsumer(Protocol):
@@ -109,6 +127,7 @@ class AsyncConsumer(Protocol):
     async def commit(self, offsets: dict[Any, int]) -> None: ...
     def seek(self, partition: Any, offset: int) -> None: ...
     async def seek_to_beginning(self, *partitions: Any) -> None: ...
+    async def seek_to_end(self, *partitions: Any) -> None: ...
 
 
 class AsyncProducer(Protocol):
@@ -117,7 +136,8 @@ class AsyncProducer(Protocol):
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
     async def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
-                   partition: int | None = None) -> Awaitable[Any]: ...
+                   partition: int | None = None, timestamp_ms: int | None = None,
+                   headers: list[tuple[str, bytes]] | None = None) -> Awaitable[Any]: ...
     def transaction(self) -> AbstractAsyncContextManager[Any]: ...
     async def send_offsets_to_transaction(self, offsets: dict[Any, int],
                                           group_id: str) -> None: ...

@@ -17,5 +17,5 @@ def dead_letter(codec: Codec, dlq_topic: str, dlq_partitions: int, *, topic: str
     """The dead letter of the record at `topic`/`partition`/`offset`, ready to produce."""
     record = new_dead_letter(topic, partition, offset, reason, value, consumer, key=key,
                              origin_timestamp_ms=origin_timestamp_ms)
-    return (dlq_topic, partition % dlq_partitions, key or b"",
-            codec.encode("DeadLetter", record))
+    return Outgoing(dlq_topic, partition % dlq_partitions, key or b"",
+                    codec.encode("DeadLetter", record))

@@ -36,7 +36,12 @@ def partition_for(key: str, partitions: int) -> int:
     record that must be co-partitioned by job id (jobs, results, job-events, ledger) is
     produced to the partition this function names.
     """
-    return int(murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+    return partition_of_key(key.encode(), partitions)
+
+
+def partition_of_key(key: bytes, partitions: int) -> int:
+    """`partition_for` of a key as bytes (a foreign producer's key)."""
+    return int(murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 def aiokafka_kwargs(config: Config, cls: type, **extra: Any) -> dict[str, Any]:

@@ -221,12 +221,12 @@ class SysinfoApp:
     async def _dead_letter(self, message: Any, reason: str) -> None:
         log.warning("undecodable sysinfo record partition=%d offset=%d reason=%s",
                     message.partition, message.offset, reason)
-        _dlq, partition, key, value = dead_letter(
+        letter = dead_letter(
             self.codec, self.config.topic("dlq"), self.topology.dlq_partitions,
             topic=message.topic, partition=message.partition, offset=message.offset,
             reason=reason, value=message.value, consumer=self.app.conf.id, key=message.key,
             origin_timestamp_ms=int(message.timestamp * 1000) if message.timestamp else None)
-        await self.dlq_topic.send(key=key, value=value, partition=partition)
+        await self.dlq_topic.send(key=letter.key, value=letter.value, partition=letter.partition)
         self.metrics.samples.labels("dead_letter").inc()
         self.metrics.dead_letters.inc()
 

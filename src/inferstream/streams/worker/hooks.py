@@ -43,6 +43,13 @@ class WorkerHooks:
     def after_collect(self, cpu_seconds: float) -> None:
         """The collectors took one sample, spending `cpu_seconds` of their thread's CPU."""
 
+    def after_stream_record(self, status: str, latency_s: float | None) -> None:
+        """A stream member committed the outcome (`ok`, `error` or `dead_letter`) of one input
+        record, `latency_s` after the record's timestamp (None: it has none)."""
+
+    def on_lag(self, partition: int, records: int) -> None:
+        """Input partition `partition` has `records` committed records not yet labelled."""
+
 
 class HookChain(WorkerHooks):
     """Calls every hook of `chain` in order: the worker's own and the caller's."""
@@ -93,3 +100,11 @@ class HookChain(WorkerHooks):
     def after_collect(self, cpu_seconds: float) -> None:
         for hooks in self.chain:
             hooks.after_collect(cpu_seconds)
+
+    def after_stream_record(self, status: str, latency_s: float | None) -> None:
+        for hooks in self.chain:
+            hooks.after_stream_record(status, latency_s)
+
+    def on_lag(self, partition: int, records: int) -> None:
+        for hooks in self.chain:
+            hooks.on_lag(partition, records)

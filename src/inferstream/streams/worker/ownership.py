@@ -25,12 +25,17 @@ TAKE_AT_ONCE = 16
 
 
 class Ownership:
-    """The worker's partitions: `committers[tp]` exists exactly for partitions it holds."""
+    """The worker's partitions: `committers[tp]` exists exactly for partitions it holds.
+
+    A partition with no committed offset starts at its beginning (`start_at_end`: its end).
+    """
 
     def __init__(self, consumer: AsyncConsumer,
                  new_committer: Callable[[TopicPartition], PartitionCommitter],
-                 on_change: Callable[[int], None], stopping: asyncio.Event) -> None:
+                 on_change: Callable[[int], None], stopping: asyncio.Event,
+                 start_at_end: bool = False) -> None:
         self.consumer = consumer
+        self.start_at_end = start_at_end
         self.new_committer = new_committer
         self.on_change = on_change
         self.stopping = stopping
@@ -133,6 +138,8 @@ class Ownership:
             self.committers[tp] = committer
             if committed is not None:
                 self.consumer.seek(tp, committed)
+            elif self.start_at_end:
+                await self.consumer.seek_to_end(tp)
             else:
                 await self.consumer.seek_to_beginning(tp)
             return

@@ -88,7 +88,7 @@ class Worker:
         self.codec = codec or Codec(config.schema_registry_url)
         self.clients = clients
         self.sysinfo = SysInfoPublisher(config, self.worker_id, clients, self.codec)
-        self.controls = TaskControls(config, clients, self.codec)
+        self.controls: TaskControls | None = self._new_controls()
         self.hooks = HookChain(hooks or WorkerHooks(), self.sysinfo.performance,
                                self.sysinfo.queue)
         loaded = [models] if isinstance(models, LoadedModel) else list(models)
@@ -96,16 +96,37 @@ class Worker:
         self.membership = PoolMembership(config, self.worker_id, clients, self.codec,
                                          lambda: self.served.names,
                                          lambda: self.sysinfo.calibration)
-        self.group_id = worker_group(config)
+        self.group_id = self._group_id()
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
         self._consumer: AsyncConsumer | None = None
         self._results_partitions = 1
+        self._dlq_topic = config.topic("dlq")
         self._dlq_partitions = 1
         self._commit_tasks: set[asyncio.Task[None]] = set()
         self._shared_producer: AsyncProducer | None = None
         self._run_task: asyncio.Task[Any] | None = None
         self._started = False
+
+    # -- what a worker reads and writes (a stream member reads another source) -------------
+    def _group_id(self) -> str:
+        return worker_group(self.config)
+
+    def _source_topic(self) -> str:
+        return self.config.task_topic()
+
+    def _new_controls(self) -> TaskControls | None:
+        """The follower of the controller's task-control topic (what tasks to skip)."""
+        return TaskControls(self.config, self.clients, self.codec)
+
+    async def _learn_outputs(self) -> None:
+        """Partition counts of the topics `_render` writes to."""
+        self._results_partitions, self._dlq_partitions = await self._partition_counts(
+            self.config.topic("results"), self._dlq_topic)
+
+    def _start_at_end(self) -> bool:
+        """Whether a partition with no committed offset starts at its end, not its start."""
+        return False
 
     # -- lifecycle --------------------------------------------------------------------------
     def request_stop(self) -> None:
@@ -158,20 +179,21 @@ class Worker:
             await self._shared_producer.start()
         await self.sysinfo.start(self.served, lambda: self._consumer, self.hooks)
         self.membership.start()
-        self.controls.start()
+        if self.controls is not None:
+            self.controls.start()
         self._consumer = self._new_consumer()
         self.membership.watch(self._consumer)
         self.ownership = Ownership(self._consumer, self._new_committer,
-                                   self.hooks.on_assignment, self._stopping)
+                                   self.hooks.on_assignment, self._stopping,
+                                   start_at_end=self._start_at_end())
         await self._consumer.start()
-        self._results_partitions, self._dlq_partitions = await self._partition_counts(
-            self.config.topic("results"), self.config.topic("dlq"))
+        await self._learn_outputs()
         self.served.start()
 
     def _new_consumer(self) -> AsyncConsumer:
         consumer = self.clients.aio_consumer(worker_consumer_kwargs(
             self.config, self.group_id, self.worker_id, self.membership.strategies()))
-        consumer.subscribe([self.config.task_topic()], listener=_Rebalance(self))
+        consumer.subscribe([self._source_topic()], listener=_Rebalance(self))
         return consumer
 
     async def _partition_counts(self, *topics: str) -> list[int]:
@@ -264,7 +286,7 @@ class Worker:
             dead = self._dead_letter(tp, record, f"undecodable task record: {exc}")
             self._commit_outgoing(committer, PendingTask(record.offset, None, [dead]))
             return
-        skip = self.controls.skip_reason(task)
+        skip = self.controls.skip_reason(task) if self.controls is not None else None
         if skip is not None:  # committed with no result: the controller wants none
             self.hooks.after_skip(task["model"])
             log.debug("skipped job=%s task=%d attempt=%d: %s", task["job_id"], task["task_id"],
@@ -309,8 +331,9 @@ class Worker:
             reason=f"worker {self.worker_id} {reason}", task=self.codec.encode("Task", task),
             declined_at=now_ms())
         partition = results_partition(task, self._results_partitions)
-        pending.outgoing = [(self.config.topic("results"), partition, task["job_id"].encode(),
-                             self.codec.encode("TaskDeclined", declined))]
+        pending.outgoing = [Outgoing(self.config.topic("results"), partition,
+                                     task["job_id"].encode(),
+                                     self.codec.encode("TaskDeclined", declined))]
         if queued:
             self._schedule_commit(committer)
         else:
@@ -321,10 +344,10 @@ class Worker:
         self._schedule_commit(committer)
 
     def _dead_letter(self, tp: TopicPartition, record: Record, reason: str) -> Outgoing:
-        return dead_letter(self.codec, self.config.topic("dlq"), self._dlq_partitions,
+        return dead_letter(self.codec, self._dlq_topic, self._dlq_partitions,
                            topic=tp.topic, partition=tp.partition, offset=record.offset,
                            reason=reason, value=record.value, consumer=self.worker_id,
-                           origin_timestamp_ms=record.timestamp)
+                           key=record.key, origin_timestamp_ms=record.timestamp)
 
     # -- results ----------------------------------------------------------------------------
     def _render(self, pending: PendingTask) -> list[Outgoing]:
@@ -341,7 +364,7 @@ class Worker:
         )
         partition = results_partition(task, self._results_partitions)
         value = self.codec.encode("TaskResult", result)
-        return [(self.config.topic("results"), partition, task["job_id"].encode(), value)]
+        return [Outgoing(self.config.topic("results"), partition, task["job_id"].encode(), value)]
 
     def _schedule_commit(self, committer: PartitionCommitter) -> None:
         self._spawn(self.commit_partition(committer))
@@ -359,13 +382,17 @@ class Worker:
             log.warning("partition lost, its uncommitted tasks go to its next owner: %s", exc)
             self.ownership.retake_later(committer.tp)
             return
+        self._after_committed(committer, committed)
+        self._wake.set()
+
+    def _after_committed(self, committer: PartitionCommitter,
+                         committed: list[PendingTask]) -> None:
         for pending in committed:
             if pending.run is not None:
                 ok = sum(1 for o in pending.run.outcomes if o and o["status"] == ItemStatus.OK)
                 self.hooks.after_task(pending.run.model, ok, len(pending.run.outcomes) - ok)
         if committed:
             self.hooks.after_commit(committer.tp.partition, committed[-1].offset + 1)
-        self._wake.set()
 
     # -- what the committers ask of their owner (commits.Owner) ----------------------------
     def owns(self, tp: TopicPartition) -> bool:
@@ -398,7 +425,8 @@ class Worker:
     async def _shutdown(self) -> None:
         await self.sysinfo.stop()
         await self.membership.stop()
-        await asyncio.to_thread(self.controls.stop)
+        if self.controls is not None:
+            await asyncio.to_thread(self.controls.stop)
         if self._consumer is not None:  # built with its ownership, after no await
             await self.ownership.close()
             await self._consumer.stop()  # leaves the group

@@ -22,7 +22,12 @@ from aiokafka.errors import (
 )
 from aiokafka.structs import ConsumerRecord
 
-from inferstream.testing.broker import OFFSET_BEGINNING, OFFSET_COMMITTED, MemoryBroker
+from inferstream.testing.broker import (
+    OFFSET_BEGINNING,
+    OFFSET_COMMITTED,
+    OFFSET_END,
+    MemoryBroker,
+)
 from inferstream.testing.clients.aio_producer import faulted
 from inferstream.testing.errors import NotMemberError, StaleGenerationError
 from inferstream.testing.groups import ASSIGN, EXPIRED, GroupEvent
@@ -181,6 +186,11 @@ class MemoryAIOConsumer:
             self._check_assigned(tp)
             self._positions[tp] = OFFSET_BEGINNING
 
+    async def seek_to_end(self, *partitions: TopicPartition) -> None:
+        for tp in partitions or tuple(self._positions):
+            self._check_assigned(tp)
+            self._positions[tp] = OFFSET_END
+
     async def position(self, partition: TopicPartition) -> int:
         self._check_assigned(partition)
         self._positions[partition] = self._resolve(partition)
@@ -230,7 +240,7 @@ def _consumer_record(record: StoredRecord) -> ConsumerRecord[bytes, bytes]:
         topic=record.topic, partition=record.partition, offset=record.offset,
         timestamp=record.timestamp_ms, timestamp_type=0, key=record.key, value=record.value,
         checksum=None, serialized_key_size=len(record.key or b""),
-        serialized_value_size=len(record.value or b""), headers=[])
+        serialized_value_size=len(record.value or b""), headers=list(record.headers))
 
 
 class _Coordinator:

@@ -91,7 +91,8 @@ class MemoryAIOProducer:
         with aiokafka_errors():
             if partition is None:
                 partition = self._partition(topic, key)
-            offset = self._guarded(lambda: self._append(topic, partition, key, value))
+            stored = tuple(headers or ())
+            offset = self._guarded(lambda: self._append(topic, partition, key, value, stored))
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
         future.set_result(RecordMetadata(topic, partition, TopicPartition(topic, partition),
                                          offset, timestamp_ms or -1, 0, 0))
@@ -108,12 +109,12 @@ class MemoryAIOProducer:
             return next(self._spread) % count
         return int(murmur2(key) & 0x7FFFFFFF) % count
 
-    def _append(self, topic: str, partition: int, key: bytes | None, value: bytes | None
-                ) -> int:
+    def _append(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
+                headers: tuple[tuple[str, bytes], ...] = ()) -> int:
         if self.transactional_id is None or self.epoch is None:
-            return self._broker.produce(topic, partition, key, value).offset
+            return self._broker.produce(topic, partition, key, value, headers=headers).offset
         return self._broker.produce_transactional(self.transactional_id, self.epoch, topic,
-                                                  partition, key, value)
+                                                  partition, key, value, headers)
 
     # -- transactions ------------------------------------------------------------------------
     def transaction(self) -> _TransactionContext:

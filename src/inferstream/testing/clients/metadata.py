@@ -37,10 +37,12 @@ class MemoryMessage:
 
     def __init__(self, topic: str, partition: int, offset: int, key: bytes | None = None,
                  value: bytes | None = None, timestamp_ms: int = 0,
-                 error: KafkaError | None = None) -> None:
+                 error: KafkaError | None = None,
+                 headers: tuple[tuple[str, bytes], ...] = ()) -> None:
         self._topic, self._partition, self._offset = topic, partition, offset
         self._key, self._value, self._timestamp_ms = key, value, timestamp_ms
         self._error = error
+        self._headers = headers
 
     def error(self) -> KafkaError | None:
         return self._error
@@ -63,8 +65,9 @@ class MemoryMessage:
     def timestamp(self) -> tuple[int, int]:
         return TIMESTAMP_CREATE_TIME, self._timestamp_ms
 
-    def headers(self) -> None:
-        return None
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        """As confluent-kafka: None for a record without headers."""
+        return list(self._headers) or None
 
     def __len__(self) -> int:
         return len(self._value or b"")

@@ -182,7 +182,7 @@ class MemoryConsumer:
                                                             limit - len(out))
             self._positions[key] = position
             out.extend(MemoryMessage(r.topic, r.partition, r.offset, r.key, r.value,
-                                     r.timestamp_ms) for r in records)
+                                     r.timestamp_ms, headers=r.headers) for r in records)
             if records:
                 self._eof_told.discard(key)
             if (self.partition_eof and position >= end and key not in self._eof_told

@@ -63,8 +63,9 @@ class AtLeastOnceCommitter(PartitionCommitter):
         raise PartitionLostError(f"{self.tp}: commit failed {self.max_attempts} times")
 
     async def _send(self, records: list[Outgoing]) -> None:
-        sends = [await self._shared.send(topic, value, key=key, partition=partition)
-                 for topic, partition, key, value in records]
+        sends = [await self._shared.send(r.topic, r.value, key=r.key, partition=r.partition,
+                                         headers=list(r.headers) or None)
+                 for r in records]
         await asyncio.gather(*sends)
 
     async def _stop_producer(self) -> None:

@@ -32,6 +32,8 @@ class PendingTask:
     offset: int
     run: TaskRun | None  # None for a record that goes straight to the dead-letter topic
     outgoing: list[Outgoing]
+    #: the record it was read from, for a renderer that echoes it (a stream's output)
+    record: Any = None
 
     @property
     def ready(self) -> bool:

@@ -124,8 +124,9 @@ class TransactionalCommitter(PartitionCommitter):
             raise KafkaConnectionError(f"no producer for {self.tp}")
         async with producer.transaction():
             sends = [
-                await producer.send(topic, value, key=key, partition=partition)
-                for topic, partition, key, value in records
+                await producer.send(r.topic, r.value, key=r.key, partition=r.partition,
+                                    headers=list(r.headers) or None)
+                for r in records
             ]
             await asyncio.gather(*sends)
             await producer.send_offsets_to_transaction(offsets, self.group_id)
