@@ -181,3 +181,26 @@ def test_at_least_once_redoes_a_task_whose_offset_was_never_committed(
     lines = list(output_lines(job_results(config, JOB_ID, 10, CODEC, clients)))
     assert sorted(line["item"] for line in lines) == sorted(
         f"item-{t}-{i}" for t in range(10) for i in range(2))
+
+
+def test_an_unretrieved_fencing_future_is_one_log_line_not_a_traceback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """aiokafka leaves a fenced producer's error on a future nobody awaits; the worker's loop
+    logs it in one line, and any other unretrieved error as asyncio always does."""
+    from aiokafka.errors import ProducerFenced
+
+    from inferstream.streams.worker.committers.exactly_once import quiet_fenced_futures
+
+    loop = asyncio.new_event_loop()
+    try:
+        quiet_fenced_futures(loop)
+        message = "Future exception was never retrieved"
+        with caplog.at_level("INFO"):
+            loop.call_exception_handler({"message": message, "exception": ProducerFenced()})
+            loop.call_exception_handler({"message": message, "exception": KeyError("x")})
+    finally:
+        loop.close()
+    fenced = [r for r in caplog.records if "ProducerFenced" in r.getMessage()]
+    assert len(fenced) == 1 and fenced[0].levelname == "INFO" and not fenced[0].exc_info
+    others = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(others) == 1 and others[0].exc_info  # asyncio's own report, traceback and all

@@ -51,7 +51,10 @@ from inferstream.streams.kafka.settings import (
 from inferstream.streams.policy.membership import PoolMembership
 from inferstream.streams.worker.committers.at_least_once import AtLeastOnceCommitter
 from inferstream.streams.worker.committers.base import PartitionCommitter, PendingTask
-from inferstream.streams.worker.committers.exactly_once import TransactionalCommitter
+from inferstream.streams.worker.committers.exactly_once import (
+    TransactionalCommitter,
+    quiet_fenced_futures,
+)
 from inferstream.streams.worker.controls import TaskControls
 from inferstream.streams.worker.hooks import HookChain, WorkerHooks
 from inferstream.streams.worker.ownership import Ownership
@@ -139,6 +142,7 @@ class Worker:
 
     async def run(self) -> None:
         self._run_task = asyncio.current_task()
+        quiet_fenced_futures(asyncio.get_running_loop())
         try:
             await self._connect()
             self._started = True

@@ -137,6 +137,31 @@ class TransactionalCommitter(PartitionCommitter):
             await quietly_stop(producer)
 
 
+def quiet_fenced_futures(loop: asyncio.AbstractEventLoop) -> None:
+    """Log aiokafka's unretrieved fencing futures in one line, not as a traceback.
+
+    When a producer is fenced (a worker SIGCONTed after its session ran out), aiokafka's
+    `TransactionManager.fatal_error` (aiokafka/producer/transaction_manager.py) sets the
+    fencing error on its transaction waiter, which no caller awaits once the committer has
+    its own ProducerFenced; asyncio then prints "Future exception was never retrieved" with a
+    traceback at garbage collection. The committer has handled the fencing already (the
+    partition is retaken or left), so the waiter's copy is only noise. No upstream issue was
+    found (aiokafka 0.12). A handler set by the caller is kept.
+    """
+    if loop.get_exception_handler() is not None:
+        return
+
+    def handler(current: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if isinstance(context.get("exception"), _FENCED) and "never retrieved" in str(
+                context.get("message", "")):
+            log.info("a fenced producer's error was left unretrieved by aiokafka: %r",
+                     context["exception"])
+            return
+        current.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+
+
 async def quietly_stop(producer: AsyncProducer) -> None:
     try:
         await asyncio.wait_for(producer.stop(), 10)
