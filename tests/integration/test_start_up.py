@@ -25,6 +25,8 @@ COMMANDS = {
     "submit": ["submit", "--model", "sim:ms=1", "--input", "."],
     "controller": ["controller"],
     "worker": ["worker", "--model", "sim:ms=1"],
+    "stream": ["stream", "--model", "sim:ms=1", "--input-topic", "uploads",
+               "--output-topic", "labels"],
     "topics": ["topics", "create"],
     "config check": ["config", "check"],
 }
@@ -84,7 +86,7 @@ def test_a_bad_kafka_setting_is_one_line_naming_the_key(setting: str, command: s
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("command", ["worker", "controller"])
+@pytest.mark.parametrize("command", ["worker", "controller", "stream"])
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_sigterm_stops_a_process_that_waits_for_its_cluster(
         command: str, signum: signal.Signals, nowhere: str, tmp_path: Path) -> None:
@@ -115,6 +117,42 @@ def test_missing_topics_say_to_create_them(command: str, kafka: str, tmp_path: P
     line = the_one_line(stderr)
     assert f"{prefix}" in line
     assert "run `inferstream topics create`" in line
+
+
+@pytest.mark.timeout(600)
+def test_a_stream_whose_topics_are_missing_says_which(config: Config, tmp_path: Path) -> None:
+    """The input and output topics are the user's: the line names them and says to create
+    them (not `inferstream topics create`, which makes only inferstream's own)."""
+    code, stderr = run(COMMANDS["stream"], environment(config.bootstrap_servers,
+                                                       config.topic_prefix), tmp_path)
+    assert code == 2
+    line = the_one_line(stderr)
+    assert "topics uploads, labels missing" in line and "create them first" in line
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(("args", "says"), [
+    (["stream", "--model", "sim:ms=1"], "needs --input-topic and --output-topic"),
+    (["stream", "--input-topic", "a", "--output-topic", "b"], "the stream needs a model"),
+    (["stream", "--model", "sim:ms=1", "--input-topic", "a", "--output-topic", "a"],
+     "reads its own output"),
+    (["stream", "--model", "sim:ms=1", "--input-topic", "a", "--output-topic", "b",
+      "--input-format", "json"], "needs --field NAME"),
+    (["stream", "--model", "sim:ms=1", "--model", "sim:ms=2", "--input-topic", "a",
+      "--output-topic", "b"], "one model"),
+    (["stream", "--model", "sim:ms=1", "--input-topic", "a", "--output-topic", "b",
+      "--input-format", "xml"], "invalid choice"),
+    (["stream", "--model", "sim:ms=1", "--input-topic", "a", "--output-topic", "b",
+      "--input-format", "avro", "--field", "image"], "needs --input-schema FILE.avsc"),
+    (["stream", "--model", "sim:ms=1", "--input-topic", "a", "--output-topic", "b",
+      "--input-format", "avro", "--field", "image", "--input-schema", "/nowhere.avsc"],
+     "--input-schema /nowhere.avsc: No such file"),
+])
+def test_a_wrong_stream_setting_is_one_line(args: list[str], says: str, nowhere: str,
+                                            tmp_path: Path) -> None:
+    code, stderr = run(args, environment(nowhere), tmp_path)
+    assert code == 2
+    assert says in stderr.strip().splitlines()[-1] and "Traceback" not in stderr
 
 
 @pytest.mark.timeout(600)

@@ -197,10 +197,11 @@ def test_console_producer_records_get_one_labelled_record_each(
 def test_exactly_one_output_through_a_kill_and_a_pause(config: Config,
                                                        procs: Processes) -> None:
     """Raw image bytes from confluent-kafka (its own consistent_random partitioner); members
-    killed -9 (a replacement joins) and SIGSTOPped past the session timeout, then SIGCONTed:
-    every input record has exactly one output, on the input's partition index, with its key."""
+    killed -9 (a replacement joins), SIGSTOPped past the session timeout then SIGCONTed, and
+    SIGTERMed (it drains and exits 0): every input record has exactly one output, on the
+    input's partition index, with its key."""
     topics = make_topics(config, input=6, output=6)
-    count = 3000
+    count = 4000
     producer = Producer(config.confluent_config(logger=LIBRDKAFKA_LOG))
     for i in range(count):
         producer.produce(topics["input"], f"image-{i}".encode() * 4, f"k{i:05d}".encode())
@@ -214,14 +215,16 @@ def test_exactly_one_output_through_a_kill_and_a_pause(config: Config,
     wait_for("the members to share the input",
              lambda: sum(len(procs.assigned(n)) for n in names) == 6
              and all(procs.assigned(n) for n in names))
-    time.sleep(4)  # mid-stream: 3,000 records take the three members about 15 s
+    time.sleep(4)  # mid-stream: 4,000 records take the three members about 20 s
     running["s1"].send_signal(signal.SIGKILL)
     running["s1"].wait(30)
     running["s4"] = member(procs, "s4", "sim:ms=15", topics, *args)
     running["s2"].send_signal(signal.SIGSTOP)
     time.sleep(SESSION_MS / 1000 + 4)
     running["s2"].send_signal(signal.SIGCONT)
-    for name in ("s2", "s3", "s4"):
+    running["s3"].send_signal(signal.SIGTERM)  # drains: commits what it has, leaves, exits 0
+    finish(running["s3"], procs, "s3", timeout=120)
+    for name in ("s2", "s4"):
         finish(running[name], procs, name, timeout=600)
 
     found = read_committed(config, topics["output"], count)

@@ -395,3 +395,15 @@ def test_submit_help_names_the_models(capsys: pytest.CaptureFixture[str]) -> Non
     text = " ".join(capsys.readouterr().out.split())
     for name in (*known_models(), SIM_SYNTAX):
         assert name in text
+
+
+def test_a_streams_group_and_pool_come_from_its_topics() -> None:
+    from inferstream.config import StreamConfig
+
+    stream = StreamConfig(input_topic="uploads", output_topic="labels")
+    assert stream.group_id("inferstream.") == "inferstream.stream.uploads.labels"
+    assert stream.pool("inferstream.") == "stream.uploads.labels"
+    named = StreamConfig(input_topic="a", output_topic="b", group="team/vision:cats")
+    assert named.group_id("inferstream.") == "team/vision:cats"
+    assert named.pool("inferstream.") == "team_vision_cats"  # a pool name's characters only
+    Config(pool=named.pool("inferstream."))  # valid as a pool

@@ -36,12 +36,20 @@ def worker_needs(config: Config) -> Needs:
 def stream_needs(config: Config) -> Needs:
     """A stream member: the worker's checks, its complete settings, the stream's topics."""
     _check_worker(config, "stream")
+    if len(set(config.worker.models)) != 1:
+        raise ConfigError("a stream runs one model: give --model NAME once")
     stream = config.stream
     stream.check_complete()
+    if stream.input_format == "avro":
+        from inferstream.streams.stream.formats import AvroEnvelope
+
+        AvroEnvelope(config)  # the writer schema file reads, or a registry is set
     dlq = (stream.dead_letter_topic or config.topic("dlq"),) if stream.on_error == "dlq" else ()
+    ours = (config.topic("dlq"),) if dlq == (config.topic("dlq"),) else ()
     return Needs(librdkafka=False, aiokafka=True,
-                 topics=(stream.input_topic, stream.output_topic, *dlq,
-                         *_topics(config, "sysinfo", "policy")),
+                 topics=(*ours, *_topics(config, "sysinfo", "policy")),
+                 user_topics=(stream.input_topic, stream.output_topic,
+                              *(t for t in dlq if t not in ours)),
                  metrics_port=config.worker.metrics_port)
 
 

@@ -8,7 +8,6 @@ import asyncio
 
 from inferstream.commands.worker import dump_stacks_on_usr1, resolve_device, serve_until_stopped
 from inferstream.config import Config
-from inferstream.errors import ConfigError
 
 
 def run(_args: argparse.Namespace, config: Config) -> int:
@@ -18,14 +17,12 @@ def run(_args: argparse.Namespace, config: Config) -> int:
     from inferstream.models import load_model
     from inferstream.streams.stream.member import StreamMember
 
-    settings = config.worker
-    if len(set(settings.models)) != 1:
-        raise ConfigError("a stream runs one model: give --model NAME once")
+    settings = config.worker  # one model, complete settings: checked by stream_needs
     dump_stacks_on_usr1()
     model = load_model(settings.models[0], device=resolve_device(settings.device),
                        weights=settings.weights, random_weights=settings.random_weights)
     metrics = StreamMetrics(CollectorRegistry())
-    member = StreamMember(config, model, hooks=metrics)  # reads --input-schema: fails first
+    member = StreamMember(config, model, hooks=metrics)
     if settings.metrics_port:
         serve_metrics(metrics.registry, settings.metrics_port)  # checked free by preflight
     asyncio.run(serve_until_stopped(member))

@@ -43,6 +43,8 @@ class Needs:
     topics: tuple[str, ...] = ()
     metrics_port: int | None = None
     port_flag: str = "--metrics-port"
+    #: topics the user makes, not `inferstream topics create` (a stream's input and output)
+    user_topics: tuple[str, ...] = ()
 
 
 def preflight(config: Config, needs: Needs, clients: KafkaClients = REAL_CLIENTS) -> None:
@@ -52,7 +54,7 @@ def preflight(config: Config, needs: Needs, clients: KafkaClients = REAL_CLIENTS
         log.warning("%s", warning)
     if needs.metrics_port is not None:
         check_port_free(needs.metrics_port, needs.port_flag)
-    check_cluster(config, needs.topics, clients)
+    check_cluster(config, needs.topics, clients, needs.user_topics)
 
 
 def check_port_free(port: int, flag: str = "--metrics-port") -> None:
@@ -67,14 +69,25 @@ def check_port_free(port: int, flag: str = "--metrics-port") -> None:
 
 
 def check_cluster(config: Config, topics: tuple[str, ...] = (),
-                  clients: KafkaClients = REAL_CLIENTS) -> None:
+                  clients: KafkaClients = REAL_CLIENTS, user_topics: tuple[str, ...] = ()
+                  ) -> None:
     """KafkaSetupError unless the cluster answers within `connect_timeout_s` and has
-    every topic of `topics`."""
+    every topic of `topics` and `user_topics`."""
     log.debug("checking the Kafka cluster at %s (waiting up to %gs)", config.bootstrap_servers,
               config.connect_timeout_s)
     metadata = _metadata(config, clients)
-    missing = [t for t in topics if t not in metadata.topics
-               or metadata.topics[t].error is not None]
+
+    def absent(names: tuple[str, ...]) -> list[str]:
+        return [t for t in names if t not in metadata.topics
+                or metadata.topics[t].error is not None]
+
+    theirs = absent(user_topics)
+    if theirs:
+        raise KafkaSetupError(
+            f"{_plural(theirs, 'topic')} {', '.join(theirs)} missing at "
+            f"{config.bootstrap_servers}: create {'them' if len(theirs) > 1 else 'it'} "
+            "first (kafka-topics.sh --create, or your platform's way)")
+    missing = absent(topics)
     if missing:
         raise KafkaSetupError(
             f"{_plural(missing, 'topic')} {', '.join(missing)} missing at "
