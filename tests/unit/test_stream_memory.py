@@ -238,3 +238,18 @@ def test_start_from_latest_skips_what_was_there_before() -> None:
     broker.produce(IN, 0, b"old", b"before the stream")
     run_members(config, broker, load_model("sim:ms=0"))
     assert outputs(broker) == []
+
+
+def test_open_stream_from_python_applies_the_settings_given() -> None:
+    from inferstream.streams.stream import open_stream
+
+    config = make_config()
+    broker = new_broker(config)
+    broker.produce(IN, 1, b"k", b"bytes")
+    base = dataclasses.replace(config, stream=StreamConfig())
+    member = open_stream(base, "sim:ms=0", clients=MemoryKafkaClients(broker),
+                         input_topic=IN, output_topic=OUT)
+    asyncio.run(member.run())
+    assert [(r.key, decoded(r)["status"]) for r in outputs(broker)] == [(b"k", "ok")]
+    with pytest.raises(ConfigError, match="--input-topic"):
+        open_stream(base, "sim:ms=0", output_topic=OUT)

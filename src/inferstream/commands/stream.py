@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from inferstream.commands.worker import dump_stacks_on_usr1, resolve_device, serve_until_stopped
+from inferstream.commands.worker import dump_stacks_on_usr1, serve_until_stopped
 from inferstream.config import Config
 
 
@@ -15,6 +15,7 @@ def run(_args: argparse.Namespace, config: Config) -> int:
 
     from inferstream.metrics import StreamMetrics, serve_metrics
     from inferstream.models import load_model
+    from inferstream.models.registry import resolve_device
     from inferstream.streams.stream.member import StreamMember
 
     settings = config.worker  # one model, complete settings: checked by stream_needs

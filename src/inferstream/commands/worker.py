@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from inferstream.commands.signals import when_stopping
 from inferstream.config import Config
-from inferstream.errors import ConfigError
 
 if TYPE_CHECKING:
     from inferstream.streams.worker.worker import Worker
@@ -21,28 +20,12 @@ def dump_stacks_on_usr1() -> None:
     faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
-def resolve_device(spec: str) -> str:
-    """`auto` is the first GPU when torch sees one, else the CPU; anything else is checked."""
-    import torch
-
-    if spec == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        device = torch.device(spec)
-    except RuntimeError as exc:
-        raise ConfigError(f"--device {spec!r} is not auto, cpu, cuda or cuda:N") from exc
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"--device {spec}: torch sees no CUDA device on this machine")
-    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        raise ConfigError(f"--device {spec}: only {torch.cuda.device_count()} CUDA devices")
-    return str(device)
-
-
 def run(args: argparse.Namespace, config: Config) -> int:
     from prometheus_client import CollectorRegistry
 
     from inferstream.metrics import WorkerMetrics, serve_metrics
     from inferstream.models import LoadedModel, load_model
+    from inferstream.models.registry import resolve_device
     from inferstream.streams.worker.worker import Worker
 
     settings = config.worker  # a model and known collectors: checked with the worker's needs

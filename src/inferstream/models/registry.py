@@ -11,6 +11,7 @@ from typing import Any, Literal
 import torch
 from PIL import Image
 
+from inferstream.errors import ConfigError
 from inferstream.models.base import LoadedModel, TorchModel, imagenet_labels
 from inferstream.models.decode import DEFAULT_MAX_PIXELS
 from inferstream.models.efficientnet_lite import efficientnet_lite0
@@ -161,3 +162,18 @@ def _lite0_package_file() -> list[Path]:
     except ImportError:
         return []
     return [Path(EfficientnetLite0ModelFile.get_model_file_path())]
+
+
+def resolve_device(spec: str) -> str:
+    """`auto` is the first GPU when torch sees one, else the CPU; anything else is checked."""
+    if spec == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(spec)
+    except RuntimeError as exc:
+        raise ConfigError(f"--device {spec!r} is not auto, cpu, cuda or cuda:N") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {spec}: torch sees no CUDA device on this machine")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise ConfigError(f"--device {spec}: only {torch.cuda.device_count()} CUDA devices")
+    return str(device)

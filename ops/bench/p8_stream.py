@@ -1,0 +1,212 @@
+"""Benchmark P8: the same images through a job and through a stream, one worker each.
+
+Side by side on one local broker: (1) a job of `--images` JPEGs (ops/bench/p1_photos.py) run by
+a controller and one worker, timed from submission to COMPLETED; (2) the same JPEGs, as raw
+bytes, produced as fast as the producer goes to the input topic of one stream member, timed
+from the first record produced to the last output visible to a read_committed consumer. Both
+processes are started and in their group before the clock starts, with the same worker
+settings. Then the stream's end-to-end latency (record produced -> its output visible) at
+fractions of the throughput just measured, each for `--seconds`: p50 and p95, against the
+goal at half the saturation rate, 2 x max-wait-ms + one batch time (max-batch images at the
+saturation rate). Prints a Markdown table for BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from failover_common import Fleet, source_version, start_broker, wait_for_group
+from p1_photos import make_images
+from p1_stack import BenchError
+
+from inferstream.config import Config
+from inferstream.streams.kafka.settings import LIBRDKAFKA_LOG
+
+FRACTIONS = (0.25, 0.5, 0.75)
+
+
+class Outputs:
+    """Reads the output topic (read_committed) on a thread: when each key became visible."""
+
+    def __init__(self, config: Config, topic: str) -> None:
+        self.seen: dict[bytes, float] = {}
+        self._consumer = Consumer(config.confluent_config(**{
+            "group.id": f"p8-reader-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest",
+            "enable.auto.commit": False, "isolation.level": "read_committed",
+            "logger": LIBRDKAFKA_LOG}))
+        self._consumer.subscribe([topic])
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+
+    def start(self) -> Outputs:
+        self._thread.start()
+        return self
+
+    def _read(self) -> None:
+        while not self._stop.is_set():
+            for message in self._consumer.consume(500, 0.2):
+                key = message.key()
+                if message.error() is None and key is not None:
+                    self.seen.setdefault(key, time.monotonic())
+
+    def wait_for(self, keys: list[bytes], timeout_s: float) -> float:
+        """The moment the last of `keys` became visible."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if all(key in self.seen for key in keys):
+                return max(self.seen[key] for key in keys)
+            time.sleep(0.05)
+        missing = sum(1 for key in keys if key not in self.seen)
+        raise BenchError(f"{missing} of {len(keys)} outputs never became visible")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._consumer.close()
+
+
+def run_job(bootstrap: str, logdir: Path, images: list[Path], model: str,
+            worker_args: list[str]) -> float:
+    fleet = Fleet(bootstrap, 4, logdir, "p8-job")
+    try:
+        fleet.create_topics()
+        fleet.start("controller", "controller")
+        fleet.worker("w1", model, *worker_args)
+        wait_for_group(fleet, ["w1"], timeout_s=300)
+        started = time.monotonic()
+        job = fleet.client.submit(model, [str(p) for p in images])
+        job.wait(timeout_s=3600)
+        seconds = time.monotonic() - started
+        ok = sum(1 for line in job.results() if line["status"] == "ok")
+        if ok != len(images):
+            raise BenchError(f"the job labelled {ok} of {len(images)} images")
+        return seconds
+    finally:
+        fleet.stop_all()
+
+
+class StreamCase:
+    """One stream member on its own topics, and a producer and a reader for them."""
+
+    def __init__(self, bootstrap: str, logdir: Path, model: str, worker_args: list[str]
+                 ) -> None:
+        self.fleet = Fleet(bootstrap, 4, logdir, "p8-stream")
+        self.fleet.create_topics()
+        config = self.fleet.config
+        self.input, self.output = config.topic("uploads"), config.topic("labels")
+        admin = AdminClient(config.confluent_config(logger=LIBRDKAFKA_LOG))
+        for future in admin.create_topics([NewTopic(t, num_partitions=4)
+                                           for t in (self.input, self.output)]).values():
+            future.result(60)
+        self.fleet.start("s1", "stream", "--model", model, "--worker-id", "s1",
+                         "--input-topic", self.input, "--output-topic", self.output,
+                         "--decode-threads", "2", *worker_args)
+        wait_for_group(self.fleet, ["s1"], timeout_s=300)
+        self.producer = Producer(config.confluent_config(
+            logger=LIBRDKAFKA_LOG, **{"linger.ms": 2, "message.max.bytes": 16 << 20}))
+        self.outputs = Outputs(config, self.output).start()
+        self.sequence = 0
+
+    def produce(self, payloads: list[bytes], rate: float | None = None
+                ) -> dict[bytes, float]:
+        """Produce `payloads` (at `rate` records/s, else as fast as it goes); send times."""
+        sent: dict[bytes, float] = {}
+        started = time.monotonic()
+        for i, payload in enumerate(payloads):
+            if rate is not None:
+                delay = started + i / rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+            key = f"r{self.sequence:07d}".encode()
+            self.sequence += 1
+            self.producer.produce(self.input, payload, key)
+            sent[key] = time.monotonic()
+            self.producer.poll(0)
+        self.producer.flush(60)
+        return sent
+
+    def close(self) -> None:
+        self.outputs.stop()
+        self.fleet.stop_all()
+
+
+def percentile(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=2000)
+    parser.add_argument("--model", default="efficientnet_lite0")
+    parser.add_argument("--max-batch", type=int, default=32)
+    parser.add_argument("--max-wait-ms", type=float, default=10.0)
+    parser.add_argument("--seconds", type=float, default=20.0,
+                        help="length of each latency run")
+    args = parser.parse_args(argv)
+    worker_args = ["--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms),
+                   "--sysinfo-interval", "0"]
+    with tempfile.TemporaryDirectory(prefix="p8-") as tmp:
+        images = make_images(Path(tmp) / "images", args.images)
+        payloads = [p.read_bytes() for p in images]
+        broker = start_broker(Path(tmp) / "kafka")
+        try:
+            job_s = run_job(broker.bootstrap, Path(tmp), images, args.model, worker_args)
+            print(f"job: {args.images} images in {job_s:.1f} s", flush=True)
+            case = StreamCase(broker.bootstrap, Path(tmp), args.model, worker_args)
+            try:
+                started = time.monotonic()
+                sent = case.produce(payloads)
+                stream_s = case.outputs.wait_for(list(sent), 3600) - started
+                print(f"stream: {args.images} images in {stream_s:.1f} s", flush=True)
+                saturation = args.images / stream_s
+                latencies = {}
+                for fraction in FRACTIONS:
+                    rate = fraction * saturation
+                    count = max(10, int(rate * args.seconds))
+                    sent = case.produce([payloads[i % len(payloads)] for i in range(count)],
+                                        rate)
+                    case.outputs.wait_for(list(sent), 600)
+                    waits = [case.outputs.seen[k] - t for k, t in sent.items()]
+                    latencies[fraction] = (rate, percentile(waits, 50), percentile(waits, 95))
+                    print(f"latency at {fraction:.2f} x saturation ({rate:.1f}/s): "
+                          f"p50 {latencies[fraction][1] * 1000:.0f} ms, "
+                          f"p95 {latencies[fraction][2] * 1000:.0f} ms", flush=True)
+            finally:
+                case.close()
+        finally:
+            broker.clean()
+    batch_s = args.max_batch / saturation
+    goal_s = 2 * args.max_wait_ms / 1000 + batch_s
+    job_rate = args.images / job_s
+    lines = [
+        f"P8 at {source_version()}: {args.images} JPEGs (ops/bench/p1_photos.py), model "
+        f"{args.model}, one worker / one stream member, --max-batch {args.max_batch} "
+        f"--max-wait-ms {args.max_wait_ms:g}, one local broker, 4 partitions", "",
+        "| path | seconds | images/s | over the job |", "|---|---:|---:|---:|",
+        f"| job (controller + worker) | {job_s:.1f} | {job_rate:.1f} | 1.00 |",
+        f"| stream (one member) | {stream_s:.1f} | {saturation:.1f} | "
+        f"{saturation / job_rate:.2f} |", "",
+        "| input rate | records/s | p50 latency ms | p95 latency ms |", "|---|---:|---:|---:|",
+        *(f"| {f:.2f} x saturation | {r:.1f} | {p50 * 1000:.0f} | {p95 * 1000:.0f} |"
+          for f, (r, p50, p95) in latencies.items()), "",
+        f"Goal at 0.5 x saturation: p95 < 2 x max-wait + one batch time = "
+        f"{goal_s * 1000:.0f} ms (batch time {batch_s * 1000:.0f} ms = {args.max_batch} "
+        f"images at {saturation:.1f}/s)."]
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
