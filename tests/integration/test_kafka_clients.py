@@ -61,7 +61,14 @@ def schema_topics(config: Config) -> dict[str, str]:
         "DeadLetter": config.topic("dlq"),
         "LedgerEntry": config.topic("controller-ledger"),  # compacted
         "TaskControl": config.topic("task-control"),  # compacted; also on jobs (a cancel)
+        "StreamResult": config.topic("stream-out"),  # a user's topic: the test creates it
     }
+
+
+def create_topic(config: Config, topic: str, partitions: int) -> None:
+    admin = AdminClient(config.confluent_config(logger=LIBRDKAFKA_LOG))
+    for future in admin.create_topics([NewTopic(topic, num_partitions=partitions)]).values():
+        future.result(60)
 
 
 def partitions_of(config: Config, topic: str) -> int:
@@ -179,6 +186,7 @@ def test_every_schema_round_trips_between_clients(
 ) -> None:
     codec = Codec()
     topics = schema_topics(config)
+    create_topic(config, topics["StreamResult"], 1)
     sent = [Record(topics[name], name, codec.encode(name, EXAMPLES[name])) for name in SCHEMA_NAMES]
     produce(producer_client, config, sent)
 
@@ -278,9 +286,7 @@ def java_produce(servers: str, topic: str, keys: list[str], value: str) -> None:
 def test_keyed_records_land_where_partition_for_says(config: Config) -> None:
     partitions = 7  # not a power of two, so a wrong modulo shows
     topic = config.topic("keyed")
-    admin = AdminClient(config.confluent_config(logger=LIBRDKAFKA_LOG))
-    for future in admin.create_topics([NewTopic(topic, num_partitions=partitions)]).values():
-        future.result(60)
+    create_topic(config, topic, partitions)
 
     asyncio.run(aiokafka_produce(config, [Record(topic, k, b"aiokafka") for k in KEYS]))
     confluent_produce(config, [Record(topic, k, b"confluent") for k in KEYS])

@@ -64,7 +64,8 @@ def cli(clients: MemoryKafkaClients, monkeypatch: pytest.MonkeyPatch,
                         functools.partial(Client, codec=CODEC, clients=clients))
     check_cluster = preflight.check_cluster  # the start-up check asks the same broker
     monkeypatch.setattr(preflight, "check_cluster",
-                        lambda config, topics=(), _=None: check_cluster(config, topics, clients))
+                        lambda config, topics=(), _=None, user_topics=(): check_cluster(
+                            config, topics, clients, user_topics))
 
     def run(*argv: str) -> tuple[int, str, str]:
         code = main([*argv, *CONNECTION])
