@@ -25,6 +25,14 @@ NOTABLE = (
     ("left group", re.compile(r"(LeaveGroup request succeeded)")),
     ("duplicate dropped", re.compile(r"(duplicate result dropped)")),
     ("transaction failed", re.compile(r"transaction failed \((\w+)")),
+    # the controller's
+    ("fenced partition", re.compile(r"partition (\d+): another replica took it over")),
+    ("rolled back partition", re.compile(r"partition (\d+): transaction (?:stuck|failed)")),
+    ("retook partition", re.compile(r"partition (\d+): still assigned here")),
+    ("init failed", re.compile(r"cannot init transactions of (\S+)")),
+    ("rebuild failed", re.compile(r"(cannot rebuild state yet)")),
+    ("accepted", re.compile(r"job (\S+) accepted")),
+    ("owning", re.compile(r"owning job partitions=(\[[\d, ]*\])")),
 )
 ASSIGNED = re.compile(r"^(\S+ \S+) .*assigned partitions=\[([\d, ]*)\]")
 

@@ -37,7 +37,8 @@ from inferstream.schemas.records import (
 from inferstream.schemas.records import Job as JobRecord
 from inferstream.streams.client.client import Client, Job
 from inferstream.streams.client.jobids import new_job_id
-from inferstream.streams.controller.controller import Controller
+from inferstream.streams.controller import controller as controller_module
+from inferstream.streams.controller.controller import Controller, controller_group
 from inferstream.streams.errors import JobCancelledError
 from inferstream.streams.kafka.settings import partition_for
 from inferstream.streams.kafka.topics import topic_specs
@@ -432,3 +433,64 @@ def test_accepted_has_no_rate_until_an_item_is_done(clients: MemoryKafkaClients)
     thread.join(10)
     (accepted,) = events(clients.broker, config, JobEventType.ACCEPTED)
     assert accepted["rate_items_per_s"] is None
+
+
+def test_records_fetched_as_their_partitions_are_revoked_are_left_to_the_next_owner(
+        clients: MemoryKafkaClients, responders: list[Responder],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """librdkafka runs the revoke callback inside the fetch that returned a job's record and
+    the next assignment only later: the replica must not accept the job between the two (it
+    did, and the next owner's replay, which may end before that commit's markers, lost the
+    job: its results went uncounted)."""
+    config = make_config()
+    job = submit(clients, config, items=4, chunk_size=2)
+    home = partition_for(job.job_id, config.partitions)
+    first = Controller(config, codec=CODEC, clients=clients)
+    real = controller_module.consume_ready
+    later: list[Any] = []
+
+    def fetch_then_rebalance(consumer: Any, limit: int, timeout_s: float) -> list[Any]:
+        if later:  # the assignment that follows: the job's partition went elsewhere
+            first._on_assign(consumer, later.pop())
+        messages = real(consumer, limit, timeout_s)
+        if any(m.topic() == config.topic("jobs") for m in messages):
+            kept = [tp for tp in consumer.assignment() if tp.partition != home]
+            first._on_revoke(consumer, consumer.assignment())
+            later.append(kept)
+            consumer.assign(kept)
+            monkeypatch.setattr(controller_module, "consume_ready", real)
+        return messages
+
+    monkeypatch.setattr(controller_module, "consume_ready", fetch_then_rebalance)
+    first.run()
+    assert events(clients.broker, config, JobEventType.ACCEPTED) == []
+    assert issued_tasks(clients.broker, config) == {}
+
+    respond(responders, clients, config)
+    Controller(config, codec=CODEC, clients=clients).run()
+    assert_completed_exactly(clients.broker, config, job, items=4, tasks=2)
+
+
+def test_a_rebalance_that_keeps_a_partition_initialises_its_producer_again(
+        clients: MemoryKafkaClients, responders: list[Responder]) -> None:
+    """A kept partition's replay follows a new init of its transactional id, which returns
+    once this replica's own last transaction is complete (its markers written)."""
+    config = make_config()
+    job = submit(clients, config, items=6, chunk_size=2)
+    home = partition_for(job.job_id, config.partitions)
+    responder = respond(responders, clients, config, pause_after=1)
+    tid = f"{config.topic_prefix}controller.{home}"
+    controller = Controller(config, codec=CODEC, clients=clients)
+    epochs: list[int | None] = []
+
+    def rebalance_when_paused() -> None:
+        responder.paused.wait(10)
+        epochs.append(clients.broker.epoch(tid))
+        clients.broker.rebalance(controller_group(config))
+        responder.resume.set()
+
+    threading.Thread(target=rebalance_when_paused, daemon=True).start()
+    controller.run()
+    assert_completed_exactly(clients.broker, config, job, items=6, tasks=3)
+    (before,) = epochs
+    assert before is not None and (clients.broker.epoch(tid) or 0) > before
