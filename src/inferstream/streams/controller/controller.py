@@ -120,9 +120,6 @@ class Controller:
         self.producers = PartitionProducers(
             self.options.transactional_id or f"{config.topic_prefix}controller",
             self._new_producer, self._stop)
-        #: the partition indexes the group assigns here now (none between a revoke and
-        #: the next assignment)
-        self._assigned: set[int] = set()
         #: partition index -> when to take it back (monotonic): its producer was fenced
         self._retakes: dict[int, float] = {}
         #: output files being written, by job id, and those written (ms), for the ledger
@@ -181,9 +178,9 @@ class Controller:
         self._retake_due()
         out = Outbox(self.topics, self.codec, self.partitions)
         # A partition revoked during the fetch (the rebalance callbacks run inside it) or
-        # fenced since is not ours: its owner reads these records again from the
+        # fenced since has no producer here: its owner reads these records again from the
         # committed offset.
-        owned = self.producers.owned & self._assigned
+        owned = self.producers.owned
         consumed = set()
         for message in messages:
             index = message.partition() or 0
@@ -489,10 +486,14 @@ class Controller:
         now = time.monotonic()
         for index in [i for i, at in self._retakes.items() if at <= now]:
             del self._retakes[index]
-            if index in self._assigned:
+            if self._assigned_indexes() & {index}:
                 log.info("partition %d: still assigned here: taking it back", index)
                 self.producers.open({index})
                 self._reset({index})
+
+    def _assigned_indexes(self) -> set[int]:
+        return {tp.partition for tp in self._consumer.assignment()
+                if tp.topic == self.topics.jobs}
 
     def _reset(self, indexes: set[int]) -> None:
         """Forget the state of `indexes`, rebuild it from the ledger, rewind their jobs and
@@ -514,19 +515,12 @@ class Controller:
 
     # -- rebalance --------------------------------------------------------------------------
     def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
-        """Own the partition indexes of `partitions`: their producers first, then their
-        jobs from the ledger. Every producer is initialised anew, those of partitions this
-        replica kept too: an init fences the previous owner, aborts what it left open and
-        returns only once its last transaction is complete. A transaction's commit returns
-        before its markers are written, and a read_committed replay ends at the last marker
-        written, so without the new init a replay just after this replica's own commit
-        could miss that commit's ledger entries (a job accepted then was lost: its results
-        went uncounted)."""
+        """Own the partition indexes of `partitions`: their producers first (fencing the
+        previous owner and aborting what it left open), then their jobs from the ledger."""
         owned = {tp.partition for tp in partitions if tp.topic == self.topics.jobs}
         started = time.monotonic()
         self._drop(self.producers.owned - owned)
-        self.producers.renew(owned)
-        self._assigned = owned
+        self.producers.open(owned)
         opened = time.monotonic()
         self._forget(owned)
         self._rebuild(owned)
@@ -535,11 +529,14 @@ class Controller:
                  time.monotonic() - opened)
 
     def _on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
-        """Forget the jobs of revoked partitions; their producers stay open until the next
-        assignment says whether they are still ours (an eager rebalance revokes all)."""
-        revoked = {tp.partition for tp in partitions if tp.topic == self.topics.jobs}
-        self._assigned -= revoked
-        self._forget(revoked)
+        """Drop the revoked partitions, producers too, even those the next assignment gives
+        back (an eager rebalance revokes all): records fetched before the revoke are then
+        left to the committed offset, and a kept partition's new producer, whose init
+        returns only once this replica's last transaction is complete, comes before its
+        replay. A commit returns before its markers are written and a read_committed replay
+        ends at the last marker written: a replay right after this replica's own commit
+        could miss that commit's ledger entries (a job accepted then was lost)."""
+        self._drop({tp.partition for tp in partitions if tp.topic == self.topics.jobs})
 
     def _rebuild(self, indexes: set[int]) -> None:
         """The active jobs of `indexes` from the ledger, and the completed ones whose output

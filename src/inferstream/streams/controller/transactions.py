@@ -60,12 +60,6 @@ class PartitionProducers:
             ready = dict(zip(new, pool.map(self._initialised, new), strict=True))
         self._producers.update({i: p for i, p in ready.items() if p is not None})
 
-    def renew(self, indexes: set[int]) -> None:
-        """New producers for `indexes`, those held already included (see `open`): the init
-        of a held one waits until its own last transaction is complete."""
-        self.close(indexes)
-        self.open(indexes)
-
     def replace(self, index: int) -> None:
         """A new producer for `index`: its init fences the old one and ends whatever
         transaction that one left open. A producer stuck in a call stays alive on that
