@@ -10,8 +10,9 @@ A task is also late at once when the worker that owns its partition now shows, i
 results, `migration_slack` times the seconds per item the task was given (a worker slowed
 down, or a slower one took the partition over). A late task, or one whose worker the policy
 marks unhealthy, is re-issued with attempt + 1
-on a partition of the healthy worker that has served its model (within the model's range of
-partitions, where the pool has ranges) and would finish it first; a task that has
+on a partition of the healthy worker that serves its model (its results or the policy say so;
+within the model's range of partitions, where the pool has ranges) and would finish it first,
+counting the tasks re-issued to it in the same pass; a task that has
 used `max_attempts` fails its items with the reason instead. The first committed result of a
 task wins (`JobState.record_result`); later ones are dropped and counted.
 
@@ -165,6 +166,9 @@ class Deadlines:
         issues them again through `issued`). Each task is first put with the worker that
         owns its partition now (the group may have moved it)."""
         found = []
+        #: items re-issued to each worker in this pass, not in its backlog yet: without
+        #: them every late task of a pass went to the one worker that looked idlest
+        planned: dict[str, int] = {}
         unhealthy = self._unhealthy()
         pools = {t.task["pool"] for t in self._tasks.values()}
         owners = {pool: self._owners(pool) for pool in pools}
@@ -181,13 +185,15 @@ class Deadlines:
                 found.append(Late(entry, f"{reason}, and it has used its {self.max_attempts} "
                                   "attempts", None))
                 continue
-            target = self._target(entry)
+            target = self._target(entry, planned)
             if target is None:  # nowhere better: keep waiting on the same worker, anew
                 self._add(entry)
                 entry.issued_ms = now_ms
                 entry.per_item_s = self._per_item_s(pool, entry.owner)
                 continue
-            found.append(Late(entry, reason, target))
+            worker, partition = target
+            planned[worker] = planned.get(worker, 0) + entry.items
+            found.append(Late(entry, reason, partition))
         return found
 
     def _lateness(self, entry: Outstanding, unhealthy: set[str], now_ms: int) -> str | None:
@@ -269,10 +275,11 @@ class Deadlines:
             found[pool] = {w for w, p in workers.items() if not p.healthy}
         return found
 
-    def _target(self, entry: Outstanding) -> int | None:
-        """A partition of the healthy worker other than the late one that has served the
-        task's model and would finish it first (its backlog at its per-item time); within the
-        model's range of partitions when the policy gives the pool ranges."""
+    def _target(self, entry: Outstanding, planned: dict[str, int]) -> tuple[str, int] | None:
+        """The healthy worker other than the late one that serves the task's model and
+        would finish it first (its backlog and the items `planned` for it, at its per-item
+        time), and a partition of it; within the model's range of partitions when the
+        policy gives the pool ranges."""
         pool, model = entry.task["pool"], entry.task["model"]
         members = self._members(pool)
         workers = self.policy(pool) or {}
@@ -282,25 +289,28 @@ class Deadlines:
             within = model_range(model, self.ranges(pool))
         except Exception:  # a policy table that cannot answer: any partition
             within = None
-        best: tuple[float, int] | None = None
+        best: tuple[float, str, int] | None = None
         for worker, owned in sorted(members.items()):
             policy = workers.get(worker)
             parts = [p for p in owned if within is None or within.first <= p < within.first
                      + within.count]
             if worker == entry.owner or not parts or (policy is not None and not policy.healthy):
                 continue
-            if not self._has_served(worker, model):
+            if not self._serves(worker, model, policy):
                 continue
             per_item = self._per_item_s(pool, worker) or 1.0
-            finish = (self._backlog(pool, worker, -1) + entry.items) * per_item
+            queued = self._backlog(pool, worker, -1) + planned.get(worker, 0)
+            finish = (queued + entry.items) * per_item
             partition = sorted(parts)[entry.task["task_id"] % len(parts)]
             if best is None or finish < best[0]:
-                best = (finish, partition)
-        return None if best is None else best[1]
+                best = (finish, worker, partition)
+        return None if best is None else (best[1], best[2])
 
-    def _has_served(self, worker: str, model: str) -> bool:
-        """Whether `worker`'s results (or declines) show it serves `model`: a task is moved
-        only to a worker known to run it, never to one that would decline it."""
+    def _serves(self, worker: str, model: str, policy: WorkerPolicy | None) -> bool:
+        """Whether `worker` is known to run `model`: its results show it, or the policy
+        lists the model among those it serves (a worker that joined during the job), and
+        it has not declined it. A task is never moved to a worker that would decline it."""
         if model in self.pools.declined.get(worker, set()):
             return False
-        return any(serves(m, model) for m in self.pools.served.get(worker, ()))
+        known = [*self.pools.served.get(worker, ()), *(policy.models if policy else ())]
+        return any(serves(m, model) for m in known)

@@ -40,11 +40,12 @@ class Member:
 @dataclass(frozen=True)
 class WorkerPolicy:
     """What the policy table says of one worker: its share of the pool (0 to 1), whether it
-    is HEALTHY, and its capacity in items/s (0 when unknown)."""
+    is HEALTHY, its capacity in items/s (0 when unknown) and the models it serves."""
 
     share: float
     healthy: bool
     capacity_items_per_s: float = 0.0
+    models: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

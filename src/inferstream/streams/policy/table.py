@@ -77,7 +77,7 @@ class PolicyTable(TopicFollower):
         if not self.has_policy(pool):
             return None
         return {e["worker"]: WorkerPolicy(e["share"], e["health"] == WorkerHealth.HEALTHY,
-                                          e["capacity_items_per_s"])
+                                          e["capacity_items_per_s"], tuple(e["models"]))
                 for e in self.entries(pool)}
 
     def task_size(self, pool: str) -> int | None:
