@@ -136,10 +136,11 @@ class StreamMetrics(WorkerMetrics):
         self.lag.labels(str(partition)).set(records)
 
 
-def serve_metrics(registry: CollectorRegistry, port: int, addr: str = "0.0.0.0") -> None:  # noqa: S104
-    """Serve `/metrics` on `port` from a daemon thread; a port in use is a ConfigError."""
+def serve_metrics(registry: CollectorRegistry, port: int, addr: str) -> None:
+    """Serve `/metrics` on `addr`:`port` from a daemon thread; one that cannot be served
+    (a port in use, an address not of this host) is a ConfigError."""
     try:
         start_http_server(port, addr=addr, registry=registry)
     except OSError as exc:
-        raise ConfigError(f"--metrics-port {port} cannot be served: {exc.strerror}: "
-                          "pick another port") from exc
+        raise ConfigError(f"--metrics-addr {addr} --metrics-port {port} cannot be served: "
+                          f"{exc.strerror or exc}: pick another") from exc

@@ -156,3 +156,23 @@ def test_a_bad_log_level_is_one_line(capsys: pytest.CaptureFixture[str]) -> None
 def test_aiokafka_spellings_of_guarded_keys_are_refused_too(setting: tuple[str, str]) -> None:
     with pytest.raises(ConfigError, match=setting[0]):
         check_pass_through(Config(kafka_config=(setting,)), librdkafka=False, aiokafka=True)
+
+
+def test_metrics_listen_on_loopback_by_default_and_a_foreign_address_is_one_line() -> None:
+    import urllib.request
+
+    from prometheus_client import CollectorRegistry
+
+    from inferstream.config import WorkerConfig
+    from inferstream.metrics import WorkerMetrics, serve_metrics
+
+    assert WorkerConfig().metrics_addr == "127.0.0.1"
+    metrics = WorkerMetrics(CollectorRegistry())
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    serve_metrics(metrics.registry, port, "127.0.0.1")
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        assert b"inferstream_items_processed_total" in answer.read()
+    with pytest.raises(ConfigError, match=r"--metrics-addr 192\.0\.2\.1 --metrics-port"):
+        serve_metrics(metrics.registry, port + 1 if port < 65535 else port - 1, "192.0.2.1")

@@ -68,6 +68,8 @@ COMMANDS: dict[str, Command] = {
                        needs=results_needs),
     "cancel": Command("cancel a job: it ends CANCELLED with what was done", client.cancel_args,
                       client.cancel, needs=submit_needs),
+    "schemas": Command("write the Avro schemas of every inferstream record (for other clients)",
+                       admin.schemas_args, admin.schemas),
     "top": Command("live view of the workers and pools the sysinfo app sees", top.top_args,
                    top.top),
 }

@@ -69,3 +69,31 @@ def topics(args: argparse.Namespace, config: Config) -> int:
                  f"compacted={row.compacted}") if row.exists else ""
         print(f"{row.topic:<45} {extra} {state}")
     return 0 if all(not r.problems for r in rows) else 1
+
+
+def schemas_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=["export"],
+                        help="export: write every record's current .avsc file into DIR")
+    parser.add_argument("directory", metavar="DIR", help="folder to write (made if missing)")
+
+
+def schemas(args: argparse.Namespace, _config: Config) -> int:
+    """Write `<Name>.avsc` for every record inferstream writes, with its single-object
+    encoding header (C3 01 + the 8 fingerprint bytes) printed for foreign clients."""
+    from pathlib import Path
+
+    from inferstream.errors import ConfigError
+    from inferstream.schemas import SCHEMA_NAMES, load_schema
+    from inferstream.schemas.codec import schema_fingerprint
+
+    folder = Path(args.directory)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in SCHEMA_NAMES:
+            schema = load_schema(name)
+            path = folder / f"{name}.avsc"
+            path.write_text(json.dumps(schema, indent=2) + "\n", encoding="utf-8")
+            print(f"{path}  header c301{schema_fingerprint(schema).hex()}")
+    except OSError as exc:
+        raise ConfigError(f"cannot write schemas to {folder}: {exc.strerror}") from exc
+    return 0

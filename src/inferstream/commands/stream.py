@@ -25,6 +25,7 @@ def run(_args: argparse.Namespace, config: Config) -> int:
     metrics = StreamMetrics(CollectorRegistry())
     member = StreamMember(config, model, hooks=metrics)
     if settings.metrics_port:
-        serve_metrics(metrics.registry, settings.metrics_port)  # checked free by preflight
+        # the port was checked free by preflight
+        serve_metrics(metrics.registry, settings.metrics_port, settings.metrics_addr)
     asyncio.run(serve_until_stopped(member))
     return 0

@@ -40,7 +40,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
     models = [loader(name) for name in dict.fromkeys(settings.models)]
     metrics = WorkerMetrics(CollectorRegistry())
     if settings.metrics_port:
-        serve_metrics(metrics.registry, settings.metrics_port)  # checked free by preflight
+        # the port was checked free by preflight
+        serve_metrics(metrics.registry, settings.metrics_port, settings.metrics_addr)
     asyncio.run(serve_until_stopped(Worker(config, models, hooks=metrics, loader=loader)))
     return 0
 

@@ -34,6 +34,9 @@ class WorkerConfig:
     http_timeout_s: float = setting(10.0, "timeout of one http(s) item fetch")
     max_item_bytes: int = setting(64 * 1024 * 1024, "largest item the worker reads")
     metrics_port: int | None = setting(None, "serve /metrics on this port")
+    metrics_addr: str = setting(
+        "127.0.0.1", "address /metrics listens on (0.0.0.0: every interface, for a "
+        "Prometheus on another host)")
     weights: str | None = setting(None, "weights file of the first --model (empty: searched)")
     random_weights: bool = setting(False,
                                    "random weights when none are found (benchmarks only)")
