@@ -17,8 +17,10 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
+from prometheus_client import CollectorRegistry, generate_latest
 
 from inferstream.config import Config, ControllerConfig, WorkerConfig
+from inferstream.metrics import ControllerMetrics
 from inferstream.models import load_model
 from inferstream.schemas import Codec
 from inferstream.schemas.records import (
@@ -45,6 +47,7 @@ from inferstream.streams.kafka.topics import topic_specs
 from inferstream.streams.worker.worker import Worker
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from inferstream.testing.clients.sync_producer import MemoryProducer
+from tests.unit.promtool import check_metrics, sample
 
 MODEL = "sim:ms=0"
 CODEC = Codec(None)
@@ -494,3 +497,47 @@ def test_a_rebalance_that_keeps_a_partition_initialises_its_producer_again(
     assert_completed_exactly(clients.broker, config, job, items=6, tasks=3)
     (before,) = epochs
     assert before is not None and (clients.broker.epoch(tid) or 0) > before
+
+
+def run_controller(clients: MemoryKafkaClients, metrics: ControllerMetrics) -> None:
+    Controller(make_config(), codec=CODEC, clients=clients, hooks=metrics).run()
+
+
+def test_the_controller_counts_a_job_with_duplicate_results_once(
+        clients: MemoryKafkaClients, responders: list[Responder]) -> None:
+    config = make_config()
+    job = submit(clients, config, items=8, chunk_size=2)
+    respond(responders, clients, config, copies=2)
+    metrics = ControllerMetrics(CollectorRegistry())
+    run_controller(clients, metrics)
+
+    assert job.wait(timeout_s=5).ok_items == 8
+    r = metrics.registry
+    assert sample(r, "inferstream_controller_jobs_accepted_total") == 1
+    assert sample(r, "inferstream_controller_tasks_issued_total", pool="default") == 4
+    assert sample(r, "inferstream_controller_tasks_done_total", pool="default") == 4
+    assert sample(r, "inferstream_controller_late_results_dropped_total") == 4
+    assert sample(r, "inferstream_controller_items_done_total", status="ok") == 8
+    assert sample(r, "inferstream_controller_jobs", state="COMPLETED") == 1
+    assert sample(r, "inferstream_controller_jobs", state="ACTIVE") == 0
+    assert sample(r, "inferstream_controller_owned_partitions") == 2
+    assert sample(r, "inferstream_controller_ledger_records_total") >= 4 + 2  # DONE + JOBs
+    assert sample(r, "inferstream_controller_round_duration_seconds_count") > 0
+    assert sample(r, "inferstream_controller_commit_duration_seconds_count") > 0
+    check_metrics(generate_latest(r))
+
+
+def test_a_rolled_back_round_is_not_counted_twice(
+        clients: MemoryKafkaClients, responders: list[Responder]) -> None:
+    config = make_config()
+    job = submit(clients, config, items=6)
+    fault = clients.broker.inject(home_id(job), "commit")  # fails before taking effect
+    respond(responders, clients, config)
+    metrics = ControllerMetrics(CollectorRegistry())
+    run_controller(clients, metrics)
+
+    assert fault.reached.is_set() and job.wait(timeout_s=5).ok_items == 6
+    r = metrics.registry
+    assert sample(r, "inferstream_controller_jobs_accepted_total") == 1
+    assert sample(r, "inferstream_controller_tasks_issued_total", pool="default") == 2
+    assert sample(r, "inferstream_controller_items_done_total", status="ok") == 6

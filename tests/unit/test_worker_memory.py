@@ -12,8 +12,10 @@ from collections.abc import Coroutine
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from inferstream.config import Config, WorkerConfig
+from inferstream.metrics import WorkerMetrics
 from inferstream.models import load_model
 from inferstream.schemas import Codec
 from inferstream.schemas.records import Job, TaskItem, TaskResult, new_task, read_task_result
@@ -23,6 +25,7 @@ from inferstream.streams.worker.hooks import WorkerHooks
 from inferstream.streams.worker.worker import Worker, worker_group
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from tests.unit.fencing import fenced_mid_commit
+from tests.unit.promtool import check_metrics, sample
 
 MODEL = "sim:ms=0"
 JOB_ID = "20250101-000000-0000abcd"
@@ -204,3 +207,35 @@ def test_an_unretrieved_fencing_future_is_one_log_line_not_a_traceback(
     assert len(fenced) == 1 and fenced[0].levelname == "INFO" and not fenced[0].exc_info
     others = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(others) == 1 and others[0].exc_info  # asyncio's own report, traceback and all
+
+
+def test_the_worker_counts_its_fencing_and_commits_with_its_id_and_pool(
+        broker: MemoryBroker) -> None:
+    config = make_config(idle_exit_s=1.5)  # long enough for a lag report
+    put_tasks(broker, config, 12)
+    metrics = WorkerMetrics(CollectorRegistry(), "w1", config.pool)
+    with fenced_mid_commit(broker, transactional_id(config, 0)):
+        asyncio.run(new_worker(config, broker, metrics).run())
+
+    r, who = metrics.registry, {"worker": "w1", "pool": config.pool}
+    # each committed item once, though the fenced transaction's were processed twice
+    assert sample(r, "inferstream_items_processed_total", **who, model="sim:ms=0",
+                 status="ok") == 24
+    assert sample(r, "inferstream_tasks_committed_total", **who, model="sim:ms=0") == 12
+    assert sample(r, "inferstream_transactions_fenced_total", **who) >= 1
+    assert sample(r, "inferstream_rebalances_total", **who) >= 1
+    assert sample(r, "inferstream_commit_duration_seconds_count") >= 2
+    for partition in ("0", "1"):  # both owned, every task committed: nothing behind
+        assert sample(r, "inferstream_consumer_lag_records", **who, partition=partition) == 0
+    assert sample(r, "inferstream_in_flight_items", **who) == 0
+    check_metrics(generate_latest(r))
+
+
+def test_an_unknown_commit_outcome_counts_as_aborted(broker: MemoryBroker) -> None:
+    config = make_config()
+    put_tasks(broker, config, 4)
+    broker.inject(transactional_id(config, 1), "commit", fail="before")
+    metrics = WorkerMetrics(CollectorRegistry(), "w1", config.pool)
+    asyncio.run(new_worker(config, broker, metrics).run())
+    assert sample(metrics.registry, "inferstream_transactions_aborted_total", worker="w1",
+                 pool=config.pool) == 1

@@ -10,17 +10,26 @@ from inferstream.config import Config
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
+    from prometheus_client import CollectorRegistry
+
+    from inferstream.metrics import ControllerMetrics, serve_metrics
     from inferstream.streams.controller.controller import Controller
     from inferstream.streams.policy.table import PolicyTable
 
     dump_stacks_on_usr1()
+    metrics = ControllerMetrics(CollectorRegistry())
+    settings = config.controller
+    if settings.metrics_port:
+        # the port was checked free by preflight
+        serve_metrics(metrics.registry, settings.metrics_port, settings.metrics_addr)
     # Jobs without --chunk-size get the policy's task size (sysinfo's POOL entry), and their
     # tasks go to their model's partitions; a policy older than the workers'
     # policy_max_age_s is none, and the default size and all partitions apply.
     policy = PolicyTable(config, max_age_s=config.worker.policy_max_age_s)
     policy.start()
     controller = Controller(config, task_sizer=policy.task_size,
-                            model_ranges=policy.model_ranges, pool_policy=policy.workers)
+                            model_ranges=policy.model_ranges, pool_policy=policy.workers,
+                            hooks=metrics)
     when_stopping(controller.request_stop)  # thread-safe: sets an Event
     try:
         controller.run()

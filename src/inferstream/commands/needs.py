@@ -55,7 +55,8 @@ def stream_needs(config: Config) -> Needs:
 
 def controller_needs(config: Config) -> Needs:
     return Needs(topics=_topics(config, "jobs", "results", "job-events", "controller-ledger",
-                                "dlq", "policy"))
+                                "dlq", "policy"),
+                 metrics_port=config.controller.metrics_port)
 
 
 def sysinfo_needs(config: Config) -> Needs:

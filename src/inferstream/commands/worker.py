@@ -26,7 +26,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     from inferstream.metrics import WorkerMetrics, serve_metrics
     from inferstream.models import LoadedModel, load_model
     from inferstream.models.registry import resolve_device
-    from inferstream.streams.worker.worker import Worker
+    from inferstream.streams.worker.worker import Worker, default_worker_id
 
     settings = config.worker  # a model and known collectors: checked with the worker's needs
     dump_stacks_on_usr1()
@@ -38,7 +38,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
                           random_weights=settings.random_weights)
 
     models = [loader(name) for name in dict.fromkeys(settings.models)]
-    metrics = WorkerMetrics(CollectorRegistry())
+    metrics = WorkerMetrics(CollectorRegistry(), settings.worker_id or default_worker_id(),
+                           config.pool)
     if settings.metrics_port:
         # the port was checked free by preflight
         serve_metrics(metrics.registry, settings.metrics_port, settings.metrics_addr)

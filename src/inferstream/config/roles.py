@@ -16,6 +16,11 @@ ASSIGNORS = ("policy", "roundrobin")
 DEFAULT_COLLECTORS = ("cpu", "memory", "accelerator", "models", "queue", "software")
 
 
+METRICS_PORT_HELP = "serve /metrics on this port"
+METRICS_ADDR_HELP = ("address /metrics listens on (0.0.0.0: every interface, for a Prometheus "
+                     "on another host)")
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     """`inferstream worker`: one member of a pool's consumer group ([worker] in TOML)."""
@@ -33,10 +38,8 @@ class WorkerConfig:
     decode_threads: int = setting(4, "threads that fetch and preprocess items")
     http_timeout_s: float = setting(10.0, "timeout of one http(s) item fetch")
     max_item_bytes: int = setting(64 * 1024 * 1024, "largest item the worker reads")
-    metrics_port: int | None = setting(None, "serve /metrics on this port")
-    metrics_addr: str = setting(
-        "127.0.0.1", "address /metrics listens on (0.0.0.0: every interface, for a "
-        "Prometheus on another host)")
+    metrics_port: int | None = setting(None, METRICS_PORT_HELP)
+    metrics_addr: str = setting("127.0.0.1", METRICS_ADDR_HELP)
     weights: str | None = setting(None, "weights file of the first --model (empty: searched)")
     random_weights: bool = setting(False,
                                    "random weights when none are found (benchmarks only)")
@@ -87,6 +90,8 @@ class ControllerConfig:
     transactional_id: str | None = setting(
         None, "base of the per-partition transactional ids, <base>.<partition> "
         "(empty: <prefix>controller)")
+    metrics_port: int | None = setting(None, METRICS_PORT_HELP)
+    metrics_addr: str = setting("127.0.0.1", METRICS_ADDR_HELP)
     session_timeout_ms: int = setting(
         6_000, "a replica silent this long is dead and its partitions go to the others "
         "(the broker's group.min.session.timeout.ms is 6 s by default)")
@@ -140,11 +145,16 @@ def validate_worker(worker: WorkerConfig) -> None:
         _at_least(f"worker.{name}", getattr(worker, name), 0)
     if worker.heartbeat_interval_ms >= worker.session_timeout_ms:
         raise ConfigError("worker.heartbeat_interval_ms must be below worker.session_timeout_ms")
-    if worker.metrics_port is not None and not 0 < worker.metrics_port < 65536:
-        raise ConfigError(f"worker.metrics_port {worker.metrics_port} is not a TCP port")
+    check_port("worker.metrics_port", worker.metrics_port)
+
+
+def check_port(name: str, port: int | None) -> None:
+    if port is not None and not 0 < port < 65536:
+        raise ConfigError(f"{name} {port} is not a TCP port")
 
 
 def validate_controller(controller: ControllerConfig) -> None:
+    check_port("controller.metrics_port", controller.metrics_port)
     _at_least("controller.tasks_per_round", controller.tasks_per_round, 1)
     _at_least("controller.default_chunk_size", controller.default_chunk_size, 1)
     for name in ("progress_interval_s", "idle_exit_s", "retain_finished_s", "watchdog_s"):

@@ -13,6 +13,7 @@ import logging
 import queue
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -42,6 +43,7 @@ from inferstream.streams.controller.admission import rejection_reason
 from inferstream.streams.controller.deadlines import Deadlines, PoolPolicy, no_pool_policy
 from inferstream.streams.controller.declines import PoolView, failed_result, redirect
 from inferstream.streams.controller.expansion import Item
+from inferstream.streams.controller.hooks import ControllerHooks, JobProgress, RoundState
 from inferstream.streams.controller.ledger import JobState, LedgerCodec
 from inferstream.streams.controller.outbox import ControllerTopics, Outbox, PartitionCounts
 from inferstream.streams.controller.placement import task_partition
@@ -91,12 +93,15 @@ class Controller:
     def __init__(self, config: Config, *, codec: Codec | None = None,
                  clients: KafkaClients = REAL_CLIENTS, task_sizer: TaskSizer = no_policy,
                  model_ranges: RangeSource = no_ranges,
-                 pool_policy: PoolPolicy = no_pool_policy) -> None:
+                 pool_policy: PoolPolicy = no_pool_policy,
+                 hooks: ControllerHooks | None = None) -> None:
         """`task_sizer(pool)`: the policy's task size for a pool, for jobs without a chunk
         size (see `sizing`); `model_ranges(pool)`: the policy's partition range per model,
         where a job's tasks go (see `placement`); `pool_policy(pool)`: the policy's workers,
-        which task deadlines are estimated from (see `deadlines`)."""
+        which task deadlines are estimated from (see `deadlines`); `hooks`: what its
+        metrics hear of each round (see `hooks`)."""
         self.config = config
+        self.hooks = hooks or ControllerHooks()
         self.options = config.controller
         self.task_sizer = task_sizer
         self.model_ranges = model_ranges
@@ -174,6 +179,7 @@ class Controller:
 
     # -- one round: consume, decide, commit ------------------------------------------------
     def _round(self) -> bool:
+        started = time.monotonic()
         messages = consume_ready(self._consumer, 500, poll_timeout_s(self.options.idle_exit_s))
         self._retake_due()
         out = Outbox(self.topics, self.codec, self.partitions)
@@ -195,7 +201,14 @@ class Controller:
             self._commit(out, consumed)
         self._write_outputs()
         self._forget_finished()
+        self.hooks.after_round(time.monotonic() - started, self._round_state())
         return bool(messages) or bool(len(out))
+
+    def _round_state(self) -> RoundState:
+        by_state = Counter(str(state.status) for state in self.jobs.values())
+        active = [JobProgress(state.job_id, state.done_items, state.total_items)
+                  for state in self.jobs.values() if state.status == LedgerStatus.ACTIVE]
+        return RoundState(dict(by_state), len(self.producers.owned), active)
 
     def _dispatch(self, message: Message, out: Outbox) -> None:
         if message.error() is not None:
@@ -254,6 +267,7 @@ class Controller:
             log.info("job %s rejected: %s", state.job_id, reason)
             return
         out.event(state.event(JobEventType.ACCEPTED), partition)
+        out.count(partition, ("jobs_accepted",))
         self._produce_tasks(state, first, out)
         log.info("job %s accepted model=%s task_size=%d (%s)", state.job_id, job["model"],
                  size.items, size.source)
@@ -299,6 +313,7 @@ class Controller:
             self._track(task, encoded, state.partition, partition, now)
             state.issued_tasks += 1
             state.issued_items += len(items)
+        out.count(state.partition, ("tasks_issued", state.job["pool"]), len(tasks))
         state.expanded = state.cursor().finished
         state.changed = True
         out.ledger(*self.ledger.job_entry(state), state.partition)
@@ -332,6 +347,7 @@ class Controller:
             self._control(out, home, task["job_id"], task["task_id"], again["attempt"],
                           TaskControlReason.MIGRATED)
             self._track(again, encoded, home, late.partition, now_ms())
+            out.count(home, ("tasks_reissued", task["pool"], "migrated"))
             log.info("job %s task %d %s: re-issued as attempt %d on partition %d",
                      task["job_id"], task["task_id"], late.reason, again["attempt"],
                      late.partition)
@@ -364,6 +380,7 @@ class Controller:
         if again.topic != self.topics.results:  # re-issued, not failed: it gets a deadline
             self._track(read_task(self.codec, again.value), again.value, state.partition,
                         again.partition, now_ms())
+            out.count(state.partition, ("tasks_reissued", state.job["pool"], "declined"))
 
     def _on_result(self, result: TaskResult, out: Outbox) -> None:
         self.pools.record_result(result["worker"], result["model"])
@@ -376,10 +393,14 @@ class Controller:
         errors = len(result["items"]) - ok
         if not state.record_result(result["task_id"], ok, errors):
             self.deadlines.dropped_late += 1
+            out.count(state.partition, ("late_results_dropped",))
             log.info("duplicate result dropped job=%s task=%d attempt=%d worker=%s",
                      state.job_id, result["task_id"], result["attempt"], result["worker"])
             return
         self.deadlines.done(state.job_id, result["task_id"])
+        out.count(state.partition, ("tasks_done", state.job["pool"]))
+        out.count(state.partition, ("items_done", "ok"), ok)
+        out.count(state.partition, ("items_done", "error"), errors)
         key, value = self.ledger.task_entry(
             state.job_id, result["task_id"], LedgerStatus.DONE, ok=ok, errors=errors,
             worker=result["worker"], attempt=result["attempt"])
@@ -409,9 +430,12 @@ class Controller:
         committed = set()
         for index in sorted(set(out.records) | consumed):
             producer = self.producers.producer(index)
+            started = time.monotonic()
             if producer is not None and self._commit_one(index, producer,
                                                          out.records.get(index, [])):
                 committed.add(index)
+                self.hooks.after_transaction(time.monotonic() - started,
+                                             out.tallies.get(index, Counter()))
         return committed
 
     def _commit_one(self, index: int, producer: SyncProducer, records: list[Outgoing]) -> bool:

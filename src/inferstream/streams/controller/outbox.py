@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -9,6 +10,7 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
 
 from inferstream.schemas import Codec
 from inferstream.schemas.records import JobEvent
+from inferstream.streams.controller.hooks import Tally
 from inferstream.streams.errors import KafkaSetupError
 from inferstream.streams.kafka.clients import Message, Outgoing, SyncConsumer
 from inferstream.streams.kafka.deadletters import dead_letter
@@ -67,6 +69,13 @@ class Outbox:
     codec: Codec
     partitions: Callable[[str], int]
     records: dict[int, list[Outgoing]] = field(default_factory=dict)
+    #: what the records decide, by home partition, for the metrics (see `hooks`)
+    tallies: dict[int, Tally] = field(default_factory=dict)
+
+    def count(self, home: int, what: tuple[str, ...], n: int = 1) -> None:
+        """Tally `n` of `what` in the transaction of `home`."""
+        if n:
+            self.tallies.setdefault(home, Counter())[what] += n
 
     def __len__(self) -> int:
         return sum(map(len, self.records.values()))
@@ -80,6 +89,7 @@ class Outbox:
     def ledger(self, key: bytes, value: bytes, home: int) -> None:
         """A ledger entry, on the ledger partition of its job's home partition."""
         self.add(home, self.topics.ledger, home, key, value)
+        self.count(home, ("ledger_records",))
 
     def event(self, event: JobEvent, home: int) -> None:
         """A JobEvent, on the job-events partition of its job id."""

@@ -14,7 +14,6 @@ import dataclasses
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from aiokafka import TopicPartition
 
@@ -49,8 +48,6 @@ log = logging.getLogger(__name__)
 #: Headers every output record carries, naming the input record it labels.
 ORIGIN_TOPIC, ORIGIN_PARTITION, ORIGIN_OFFSET = (
     "inferstream.origin.topic", "inferstream.origin.partition", "inferstream.origin.offset")
-#: Seconds between two updates of the lag of every owned partition.
-LAG_INTERVAL_S = 1.0
 
 
 def stream_config(config: Config) -> Config:
@@ -78,8 +75,6 @@ class StreamMember(Worker):
         self._dlq_topic = self.stream.dead_letter_topic or config.topic("dlq")
         self._input_partitions = 1
         self._output_partitions = 1
-        self._committed: dict[TopicPartition, int] = {}
-        self._lag_at = 0.0
 
     # -- what differs from a worker ---------------------------------------------------------
     def _group_id(self) -> str:
@@ -129,22 +124,6 @@ class StreamMember(Worker):
         assert pipeline is not None  # noqa: S101 - the stream's one model is always loaded
         pipeline.submit(run)
 
-    async def _fetch(self, room: int) -> dict[TopicPartition, list[Any]]:
-        batches = await super()._fetch(room)
-        if time.monotonic() - self._lag_at >= LAG_INTERVAL_S:
-            self._lag_at = time.monotonic()
-            self._report_lag()
-        return batches
-
-    def _report_lag(self) -> None:
-        """Committed records of each owned partition that have no output yet."""
-        assert self._consumer is not None  # noqa: S101
-        for tp in self._consumer.assignment():
-            stable = self._consumer.last_stable_offset(tp)
-            done = self._committed.get(tp)
-            if stable is not None and done is not None:
-                self.hooks.on_lag(tp.partition, max(0, stable - done))
-
     # -- records out ------------------------------------------------------------------------
     def _render(self, pending: PendingTask) -> list[Outgoing]:
         if pending.run is None:
@@ -178,7 +157,6 @@ class StreamMember(Worker):
         super()._after_committed(committer, committed)
         if not committed:
             return
-        self._committed[committer.tp] = committed[-1].offset + 1
         now = time.time()
         for pending in committed:
             record = pending.record

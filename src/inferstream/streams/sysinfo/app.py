@@ -39,7 +39,7 @@ from faust.types import TP
 
 from inferstream.config import Config
 from inferstream.schemas import Codec
-from inferstream.schemas.records import PolicyEntry, WorkerHealth, now_ms
+from inferstream.schemas.records import PolicyEntry, PolicyKind, WorkerHealth, now_ms
 from inferstream.streams.kafka.deadletters import dead_letter
 from inferstream.streams.sysinfo.aggregates import ModelAggregate, aggregate_key
 from inferstream.streams.sysinfo.fleet import Fleet, record_of
@@ -303,6 +303,8 @@ class SysinfoApp:
         if not owner or not self.caught_up():
             return
         await self.write_policy(self.fleet.policy_to_write(now_ms()))
+        for strategy, seconds in self.fleet.strategy_runs:
+            self.metrics.strategy_time.labels(strategy).observe(seconds)
         self._count_workers()
 
     async def write_policy(self, entries: list[PolicyEntry]) -> None:
@@ -315,11 +317,21 @@ class SysinfoApp:
             log.info("policy wrote entries=%d", len(entries))
 
     def _count_workers(self) -> None:
-        self.metrics.workers.clear()
+        """The workers by health, and the plan's share and capacity of each (set anew)."""
+        metrics = self.metrics
+        for gauge in (metrics.workers, metrics.stale, metrics.share, metrics.capacity):
+            gauge.clear()
         for pool, views in self.fleet.views(now_ms()).items():
             for health in WorkerHealth:
                 count = sum(1 for v in views if v.health == health)
-                self.metrics.workers.labels(pool, str(health)).set(count)
+                metrics.workers.labels(pool, str(health)).set(count)
+            metrics.stale.labels(pool).set(
+                sum(1 for v in views if v.health != WorkerHealth.HEALTHY))
+        for entry in self.fleet.planned.values():
+            if entry["kind"] == PolicyKind.WORKER:
+                metrics.share.labels(entry["pool"], entry["worker"]).set(entry["share"])
+                metrics.capacity.labels(entry["pool"], entry["worker"]).set(
+                    entry["capacity_items_per_s"])
 
     def _check_idle(self) -> None:
         idle_exit_s = self.sysinfo.idle_exit_s

@@ -7,6 +7,7 @@ mapping) and writes out what `policy_to_write` returns; the HTTP views read its 
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
@@ -64,6 +65,8 @@ class Fleet:
         self.planned: dict[str, PolicyEntry] = {}
         self.written: dict[str, PolicyEntry] = {}
         self.policy_updated_at: int | None = None
+        #: (strategy name, seconds) of each pool's plan in the last `policy_to_write`
+        self.strategy_runs: list[tuple[str, float]] = []
         #: The last rebalance of the app's group, from its start to its end (ms). Samples read
         #: late because a replica died and its partitions moved are no evidence that a worker
         #: went quiet: a worker heard shortly before the rebalance counts silence from its end.
@@ -129,8 +132,10 @@ class Fleet:
     def policy_to_write(self, now_ms: int) -> list[PolicyEntry]:
         """Plan every pool now; return the entries worth writing (hysteresis applied)."""
         chosen: list[PolicyEntry] = []
+        self.strategy_runs = []
         for pool, workers in sorted(self.views(now_ms).items()):
             strategy = self.strategy(pool)
+            started = time.perf_counter()
             try:
                 entries = pool_entries(pool, workers, strategy, self._settings,
                                        self.sysinfo.task_seconds, now_ms,
@@ -139,6 +144,8 @@ class Fleet:
             except Exception:  # a plug-in strategy's bug keeps its pool's last entries
                 log.exception("strategy %s failed for pool=%s", strategy.name, pool)
                 continue
+            finally:
+                self.strategy_runs.append((strategy.name, time.perf_counter() - started))
             self.planned.update((policy_key(e), e) for e in entries)
             chosen += self.hysteresis.select(entries, now_ms)
         return chosen

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 class SysinfoMetrics:
-    """What the sysinfo app counts: samples by outcome, drops, dead letters, policy writes."""
+    """What the sysinfo app counts: samples by outcome, drops, dead letters, policy writes,
+    workers by health, the strategies' run time, and each worker's share and capacity."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
@@ -29,3 +30,17 @@ class SysinfoMetrics:
         self.owner = Gauge(
             "inferstream_sysinfo_policy_owner",
             "1 while this replica owns the fleet table and writes the policy", registry=registry)
+        self.stale = Gauge(
+            "inferstream_sysinfo_stale_workers",
+            "Workers of a pool whose samples stopped (STALE or GONE, not forgotten yet)",
+            ["pool"], registry=registry)
+        self.strategy_time = Histogram(
+            "inferstream_sysinfo_strategy_duration_seconds",
+            "Time one strategy took to plan one pool", ["strategy"],
+            buckets=(0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1), registry=registry)
+        self.share = Gauge(
+            "inferstream_policy_share", "A worker's planned share of its pool's partitions",
+            ["pool", "worker"], registry=registry)
+        self.capacity = Gauge(
+            "inferstream_policy_capacity_items_per_second",
+            "A worker's planned capacity in items/s", ["pool", "worker"], registry=registry)

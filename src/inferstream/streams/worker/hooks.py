@@ -28,11 +28,20 @@ class WorkerHooks:
     def after_skip(self, model: str) -> None:
         """A task was skipped: its job had finished or a later attempt superseded it."""
 
-    def after_commit(self, partition: int, offset: int) -> None:
-        """Task partition `partition` is committed up to `offset` (the next one to read)."""
+    def after_commit(self, partition: int, offset: int, seconds: float) -> None:
+        """Task partition `partition` is committed up to `offset` (the next one to read), by
+        a commit that took `seconds`."""
+
+    def after_transaction_failed(self, fenced: bool) -> None:
+        """A commit's transaction failed: `fenced` by a new owner of the partition, or
+        aborted with its outcome unknown (retried after the producer is initialised again)."""
 
     def on_assignment(self, partitions: int) -> None:
-        """The worker now owns `partitions` partitions of the task topic."""
+        """A rebalance ended: the worker now owns `partitions` partitions of the task topic."""
+
+    def on_load(self, in_flight_items: int, lags: dict[int, int]) -> None:
+        """About once a second: the items read and not committed yet, and each owned
+        partition's committed records after its committed offset (its consumer lag)."""
 
     def after_sysinfo_sample(self, published: bool) -> None:
         """A system-information sample reached the sysinfo topic, or was given up on."""
@@ -47,8 +56,6 @@ class WorkerHooks:
         """A stream member committed the outcome (`ok`, `error` or `dead_letter`) of one input
         record, `latency_s` after the record's timestamp (None: it has none)."""
 
-    def on_lag(self, partition: int, records: int) -> None:
-        """Input partition `partition` has `records` committed records not yet labelled."""
 
 
 class HookChain(WorkerHooks):
@@ -81,13 +88,21 @@ class HookChain(WorkerHooks):
         for hooks in self.chain:
             hooks.after_dead_letter(reason)
 
-    def after_commit(self, partition: int, offset: int) -> None:
+    def after_commit(self, partition: int, offset: int, seconds: float) -> None:
         for hooks in self.chain:
-            hooks.after_commit(partition, offset)
+            hooks.after_commit(partition, offset, seconds)
+
+    def after_transaction_failed(self, fenced: bool) -> None:
+        for hooks in self.chain:
+            hooks.after_transaction_failed(fenced)
 
     def on_assignment(self, partitions: int) -> None:
         for hooks in self.chain:
             hooks.on_assignment(partitions)
+
+    def on_load(self, in_flight_items: int, lags: dict[int, int]) -> None:
+        for hooks in self.chain:
+            hooks.on_load(in_flight_items, lags)
 
     def after_sysinfo_sample(self, published: bool) -> None:
         for hooks in self.chain:
@@ -105,6 +120,3 @@ class HookChain(WorkerHooks):
         for hooks in self.chain:
             hooks.after_stream_record(status, latency_s)
 
-    def on_lag(self, partition: int, records: int) -> None:
-        for hooks in self.chain:
-            hooks.on_lag(partition, records)

@@ -40,6 +40,9 @@ class Ownership:
         self.on_change = on_change
         self.stopping = stopping
         self.committers: dict[TopicPartition, PartitionCommitter] = {}
+        #: the committed offset of each held partition, as read when it was taken and as
+        #: the worker's commits move it (for its consumer lag)
+        self.offsets: dict[TopicPartition, int] = {}
         self.rebalancing = False
         self._lock = asyncio.Lock()
         self._retakes: set[asyncio.Task[None]] = set()
@@ -137,6 +140,7 @@ class Ownership:
                 continue
             self.committers[tp] = committer
             if committed is not None:
+                self.offsets[tp] = committed
                 self.consumer.seek(tp, committed)
             elif self.start_at_end:
                 await self.consumer.seek_to_end(tp)
@@ -145,6 +149,7 @@ class Ownership:
             return
 
     async def _drop(self, tp: TopicPartition) -> None:
+        self.offsets.pop(tp, None)
         committer = self.committers.pop(tp, None)
         if committer is not None:
             await committer.close()

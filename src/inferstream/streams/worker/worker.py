@@ -64,6 +64,9 @@ from inferstream.streams.worker.sysinfo import SysInfoPublisher
 
 log = logging.getLogger(__name__)
 
+#: Seconds between two reports of the in-flight items and the consumer lag.
+LOAD_INTERVAL_S = 1.0
+
 
 def worker_group(config: Config) -> str:
     return config.worker_group()
@@ -110,6 +113,7 @@ class Worker:
         self._shared_producer: AsyncProducer | None = None
         self._run_task: asyncio.Task[Any] | None = None
         self._started = False
+        self._load_at = 0.0
 
     # -- what a worker reads and writes (a stream member reads another source) -------------
     def _group_id(self) -> str:
@@ -253,6 +257,9 @@ class Worker:
         here would wait behind it); asking each partition in turn keeps them interleaved.
         """
         assert self._consumer is not None  # noqa: S101
+        if time.monotonic() - self._load_at >= LOAD_INTERVAL_S:
+            self._load_at = time.monotonic()
+            self._report_load()
         owned = sorted(self._consumer.assignment())
         share = max(1, room // (8 * max(1, len(owned))))
         batches: dict[TopicPartition, list[Any]] = {}
@@ -264,6 +271,17 @@ class Worker:
         got_any: dict[TopicPartition, list[Any]] = await self._consumer.getmany(
             timeout_ms=int(poll_timeout_s(self.options.idle_exit_s) * 1000), max_records=share)
         return got_any
+
+    def _report_load(self) -> None:
+        """The items in flight, and the consumer lag of each owned partition: its last
+        stable offset (the end a read_committed consumer sees) after its committed one."""
+        assert self._consumer is not None  # noqa: S101
+        lags = {}
+        for tp, offset in self.ownership.offsets.items():
+            stable = self._consumer.last_stable_offset(tp)
+            if stable is not None:
+                lags[tp.partition] = max(0, stable - offset)
+        self.hooks.on_load(self.served.items_in_flight, lags)
 
     def _busy(self) -> bool:
         return self.served.items_in_flight > 0 or any(
@@ -380,12 +398,17 @@ class Worker:
 
     async def commit_partition(self, committer: PartitionCommitter) -> None:
         """Commit what is ready in `committer`; a lost partition is retaken if still ours."""
+        started = time.monotonic()
         try:
             committed = await committer.commit_ready()
         except PartitionLostError as exc:
             log.warning("partition lost, its uncommitted tasks go to its next owner: %s", exc)
             self.ownership.retake_later(committer.tp)
             return
+        if committed:
+            self.ownership.offsets[committer.tp] = committed[-1].offset + 1
+            self.hooks.after_commit(committer.tp.partition, committed[-1].offset + 1,
+                                    time.monotonic() - started)
         self._after_committed(committer, committed)
         self._wake.set()
 
@@ -395,8 +418,6 @@ class Worker:
             if pending.run is not None:
                 ok = sum(1 for o in pending.run.outcomes if o and o["status"] == ItemStatus.OK)
                 self.hooks.after_task(pending.run.model, ok, len(pending.run.outcomes) - ok)
-        if committed:
-            self.hooks.after_commit(committer.tp.partition, committed[-1].offset + 1)
 
     # -- what the committers ask of their owner (commits.Owner) ----------------------------
     def owns(self, tp: TopicPartition) -> bool:
@@ -410,6 +431,10 @@ class Worker:
     async def commit_offset(self, tp: TopicPartition, offset: int) -> None:
         assert self._consumer is not None  # noqa: S101
         await self._consumer.commit({tp: offset})
+
+    def transaction_failed(self, tp: TopicPartition, fenced: bool) -> None:
+        log.debug("transaction on %s %s", tp, "fenced" if fenced else "aborted")
+        self.hooks.after_transaction_failed(fenced)
 
     def _new_committer(self, tp: TopicPartition) -> PartitionCommitter:
         if self._shared_producer is not None:

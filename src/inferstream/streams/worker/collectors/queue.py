@@ -31,7 +31,7 @@ class QueueProbe(WorkerHooks):
     def __init__(self) -> None:
         self._committed: dict[int, int] = {}
 
-    def after_commit(self, partition: int, offset: int) -> None:
+    def after_commit(self, partition: int, offset: int, seconds: float) -> None:
         self._committed[partition] = max(offset, self._committed.get(partition, 0))
 
     async def state(self, consumer: AsyncConsumer | None, items_in_flight: int) -> QueueState:

@@ -52,6 +52,9 @@ class Owner(Protocol):
     async def commit_offset(self, tp: Any, offset: int) -> None:
         """Commit `offset` for `tp` outside any transaction (at-least-once mode)."""
 
+    def transaction_failed(self, tp: Any, fenced: bool) -> None:
+        """A commit's transaction on `tp` failed: fenced, or aborted (for the metrics)."""
+
 
 class PartitionCommitter(ABC):
     """Commits the finished tasks of one partition, in offset order, results with offsets."""

@@ -92,8 +92,10 @@ class TransactionalCommitter(PartitionCommitter):
                 return
             except _FENCED as exc:
                 self._mark_lost()
+                self.owner.transaction_failed(self.tp, fenced=True)
                 raise PartitionLostError(f"{self.tp}: fenced by a new owner") from exc
             except Exception as exc:  # any other failure leaves the outcome unknown
+                self.owner.transaction_failed(self.tp, fenced=False)
                 log.warning("commit outcome unknown tp=%s attempt=%d error=%r",
                             self.tp, attempt, exc)
             if await self._committed_after_restart(target):
