@@ -59,3 +59,7 @@ class Fault:
 #: The calls a Fault can name: a producer's transactional calls, a consumer's own commit.
 FAULT_CALLS = ("init", "send_offsets", "commit", "abort", "offset_commit")
 FAIL_WHEN = ("before", "after", None)
+
+
+class PrometheusError(Exception):
+    """The test Prometheus server (`testing.prometheus`) did not start or refused a request."""
