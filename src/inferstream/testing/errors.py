@@ -1,4 +1,5 @@
 """What the in-memory broker refuses; each client module turns these into its library's errors.
+And what the test Prometheus server (`testing.prometheus`) reports.
 
 The broker core knows neither aiokafka nor confluent-kafka: `aio` and `sync` translate.
 """
