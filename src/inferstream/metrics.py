@@ -86,7 +86,7 @@ class WorkerMetrics(WorkerHooks):
             ["model"], registry=registry,
         )
         self.sysinfo_samples = Counter(
-            "inferstream_sysinfo_samples_total",
+            "inferstream_worker_sysinfo_samples_total",
             "System-information samples, by outcome (published, failed: lost)", ["outcome"],
             registry=registry,
         )
@@ -237,10 +237,10 @@ class ControllerMetrics(ControllerHooks):
         self.owned = Gauge("inferstream_controller_owned_partitions",
                            "Job partitions this replica owns", registry=registry)
         self.job_done = Gauge("inferstream_job_items_done", "Items done of an active job",
-                              ["job"], registry=registry)
+                              ["job_id"], registry=registry)
         self.job_items = Gauge("inferstream_job_items",
                                "Items of an active job (once its inputs are expanded)",
-                               ["job"], registry=registry)
+                               ["job_id"], registry=registry)
         self._job_series: set[str] = set()
         self._job_items_shown: set[str] = set()
         for state in JOB_STATES:

@@ -10,43 +10,28 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
+from inferstream.metrics import ControllerMetrics, StreamMetrics
+from inferstream.streams.sysinfo.metrics import SysinfoMetrics
 from tests.unit.prometheus_binaries import REPO, RULES, require
 
 PROMETHEUS = REPO / "ops" / "prometheus"
 RULES_TEST = PROMETHEUS / "rules_test.yml"
 DASHBOARD = REPO / "ops" / "grafana" / "dashboards" / "inferstream.json"
 
-HISTOGRAMS = frozenset({
-    "inferstream_batch_size_items", "inferstream_inference_duration_seconds",
-    "inferstream_decode_duration_seconds", "inferstream_commit_duration_seconds",
-    "inferstream_controller_round_duration_seconds",
-    "inferstream_controller_commit_duration_seconds",
-    "inferstream_sysinfo_strategy_duration_seconds", "inferstream_stream_latency_seconds",
-})
-FAMILIES = HISTOGRAMS | {
-    # worker (and stream)
-    "inferstream_items_processed_total", "inferstream_tasks_committed_total",
-    "inferstream_assigned_partitions", "inferstream_consumer_lag_records",
-    "inferstream_in_flight_items", "inferstream_rebalances_total",
-    "inferstream_transactions_fenced_total", "inferstream_transactions_aborted_total",
-    "inferstream_tasks_declined_total", "inferstream_tasks_skipped_total",
-    # controller
-    "inferstream_controller_jobs", "inferstream_controller_jobs_accepted_total",
-    "inferstream_controller_tasks_issued_total", "inferstream_controller_tasks_done_total",
-    "inferstream_controller_tasks_reissued_total",
-    "inferstream_controller_late_results_dropped_total", "inferstream_controller_items_done_total",
-    "inferstream_controller_owned_partitions", "inferstream_controller_ledger_records_total",
-    "inferstream_job_items_done", "inferstream_job_items",
-    # sysinfo
-    "inferstream_sysinfo_samples_total", "inferstream_sysinfo_workers",
-    "inferstream_sysinfo_stale_workers", "inferstream_policy_entries_written_total",
-    "inferstream_policy_share", "inferstream_policy_capacity_items_per_second",
-    "inferstream_sysinfo_policy_owner",
-    # stream
-    "inferstream_stream_records_total", "inferstream_stream_lag_records",
-}
-SERIES = FAMILIES | {f"{name}{suffix}" for name in HISTOGRAMS
-                     for suffix in ("_bucket", "_sum", "_count")}
+def exported_series() -> set[str]:
+    """Every series name the roles' metric bundles can export (histograms with their
+    _bucket, _sum and _count), from the bundles themselves: prometheus_client's registry
+    keeps each collector's names in `_names_to_collectors`."""
+    registry = CollectorRegistry()
+    StreamMetrics(registry)  # the worker's families and the stream's
+    ControllerMetrics(registry)
+    SysinfoMetrics(registry)
+    return set(registry._names_to_collectors)
+
+
+SERIES = exported_series()
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
 _NAME = re.compile(r"(?<![\w:])inferstream[_:][\w:]*")

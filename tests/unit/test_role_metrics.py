@@ -18,12 +18,12 @@ def test_job_progress_series_are_bounded_and_leave_with_their_job() -> None:
     active = [JobProgress(f"job-{i:02d}", i, 100) for i in range(30)]
     metrics.after_round(0.01, RoundState({LedgerStatus.ACTIVE.value: 30}, 4, active))
     r = metrics.registry
-    shown = {s.labels["job"] for m in r.collect() if m.name == "inferstream_job_items_done"
+    shown = {s.labels["job_id"] for m in r.collect() if m.name == "inferstream_job_items_done"
              for s in m.samples}
     assert shown == {f"job-{i:02d}" for i in range(20)}  # the 20 oldest
     metrics.after_round(0.01, RoundState({LedgerStatus.COMPLETED.value: 30}, 4, []))
-    assert r.get_sample_value("inferstream_job_items_done", {"job": "job-00"}) is None
-    assert r.get_sample_value("inferstream_job_items", {"job": "job-00"}) is None
+    assert r.get_sample_value("inferstream_job_items_done", {"job_id": "job-00"}) is None
+    assert r.get_sample_value("inferstream_job_items", {"job_id": "job-00"}) is None
     assert sample(r, "inferstream_controller_jobs", state="COMPLETED") == 30
 
 

@@ -163,7 +163,7 @@ def test_a_failing_collector_is_counted_and_the_worker_goes_on(
             for v in broker.values(config.topic("results"))} == set(range(6))
     errors = metrics.registry.get_sample_value("inferstream_collector_errors_total",
                                                {"collector": "broken"})
-    published = metrics.registry.get_sample_value("inferstream_sysinfo_samples_total",
+    published = metrics.registry.get_sample_value("inferstream_worker_sysinfo_samples_total",
                                                   {"outcome": "published"})
     assert errors is not None and errors >= 1 and errors == worker.sysinfo.collector_errors
     assert published == len(samples(broker, config)) >= 1
