@@ -21,6 +21,7 @@ import pytest
 
 from inferstream.config import Config
 from inferstream.streams.kafka.topics import ensure_topics
+from tests.roles import ROLE_ARGS
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = REPO / "ops" / "kafka" / "cluster"
@@ -104,11 +105,11 @@ class Processes:
         return proc
 
     def controller(self, *args: str) -> subprocess.Popen[bytes]:
-        return self.start(f"controller-{len(self.started)}", "controller", *args)
+        return self.start(f"controller-{len(self.started)}", *ROLE_ARGS["controller"], *args)
 
     def worker(self, model: str, *args: str, name: str | None = None) -> subprocess.Popen[bytes]:
         name = name or f"worker-{len(self.started)}"
-        return self.start(name, "worker", "--model", model, "--worker-id", name,
+        return self.start(name, *ROLE_ARGS["worker"], "--model", model, "--worker-id", name,
                           "--decode-threads", "2", *args)
 
     def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -16,6 +16,7 @@ import pytest
 
 from inferstream.config import Config
 from tests.integration.conftest import INFERSTREAM
+from tests.roles import ROLE_ARGS
 
 pytestmark = pytest.mark.integration
 
@@ -23,11 +24,11 @@ COMMANDS = {
     "status": ["status"],
     "results": ["results", "20250101-000000-0000abcd"],
     "submit": ["submit", "--model", "sim:ms=1", "--input", "."],
-    "controller": ["controller"],
-    "worker": ["worker", "--model", "sim:ms=1"],
+    "controller": [*ROLE_ARGS["controller"]],
+    "worker": [*ROLE_ARGS["worker"], "--model", "sim:ms=1"],
     "stream": ["stream", "--model", "sim:ms=1", "--input-topic", "uploads",
                "--output-topic", "labels"],
-    "topics": ["topics", "create"],
+    "topics": [*ROLE_ARGS["topics"]],
     "config check": ["config", "check"],
 }
 

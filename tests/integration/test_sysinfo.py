@@ -21,6 +21,7 @@ from inferstream.config import Config
 from inferstream.schemas import Codec
 from inferstream.streams.kafka.settings import consumer_config, producer_config
 from tests.integration.conftest import Processes
+from tests.roles import ROLE_ARGS
 from tests.sysinfo_samples import sample
 
 pytestmark = pytest.mark.integration
@@ -104,8 +105,8 @@ def shares_settled(port: int) -> dict[str, float] | None:
 
 
 def start_replica(procs: Processes, name: str, port: int, *args: str) -> Any:
-    return procs.start(name, "sysinfo", "--port", str(port), "--advertised-host", "127.0.0.1",
-                       "--session-timeout-s", "6", *args)
+    return procs.start(name, *ROLE_ARGS["sysinfo"], "--port", str(port),
+                       "--advertised-host", "127.0.0.1", *args)
 
 
 def dead_letters(cfg: Config) -> Iterator[dict[str, Any]]:

@@ -23,6 +23,7 @@ from inferstream.streams.client.client import Client
 from inferstream.streams.kafka.topics import ensure_topics
 from tests.integration.conftest import Processes
 from tests.integration.test_sysinfo import free_port, get, start_replica, wait_for
+from tests.roles import ROLE_ARGS
 from tests.unit.test_top_terminal import Pane, top_command
 
 pytestmark = pytest.mark.integration
@@ -147,7 +148,7 @@ def test_workers_measured_rates_drive_the_policy_and_a_killed_worker_goes_stale(
         and found), 30)
     print(f"STALE {stale_after:.1f}s after kill -9; policy {dropped['slow']['health']}")
 
-    procs.start("fresh", "worker", "--model", "sim:ms=20", "--worker-id", "fresh",
+    procs.start("fresh", *ROLE_ARGS["worker"], "--model", "sim:ms=20", "--worker-id", "fresh",
                 "--pool", "idle")
     fresh = wait_for("the new worker's calibrated capacity in /policy/idle", lambda: (
         (found := entries(port, "idle")) and "fresh" in found
@@ -168,8 +169,8 @@ def test_a_collector_and_a_strategy_from_entry_points_reach_sysinfo_and_the_poli
     collectors = [arg for name in (*DEFAULT_COLLECTORS, "answer")
                   for arg in ("--collector", name)]
     for name, model in (("spare-a", "sim:ms=20"), ("spare-b", "sim:ms=40")):
-        procs.start(name, "worker", "--model", model, "--worker-id", name, "--pool", "spare",
-                    *collectors)
+        procs.start(name, *ROLE_ARGS["worker"], "--model", model, "--worker-id", name,
+                    "--pool", "spare", *collectors)
 
     def samples_with_answer() -> bool:
         status, body = get(port, "/sysinfo/spare-a?since=0")
