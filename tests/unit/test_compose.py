@@ -200,3 +200,15 @@ def test_prometheus_and_grafana_mount_files_of_the_repository(services: dict[str
     assert grafana[provider["options"]["path"]] == REPO / "ops" / "grafana" / "dashboards"
     datasource = yaml.safe_load(DATASOURCE.read_text())["datasources"][0]
     assert datasource["url"] == "http://prometheus:9090" and "prometheus" in services
+
+
+def test_prometheus_loads_the_rules_under_the_job_names_they_use(
+        services: dict[str, Any]) -> None:
+    config = yaml.safe_load(PROMETHEUS_FILE.read_text())
+    mounts = bind_mounts(services["prometheus"])
+    for rule_file in config["rule_files"]:
+        folder, name = rule_file.rsplit("/", 1)
+        assert (mounts[folder] / name).is_file(), rule_file  # no glob: a typo loads nothing
+    local = yaml.safe_load((REPO / "ops" / "prometheus" / "prometheus.yml").read_text())
+    names = {job["job_name"] for job in config["scrape_configs"]} - {"prometheus"}
+    assert names <= {job["job_name"] for job in local["scrape_configs"]}
