@@ -251,6 +251,8 @@ class ControllerMetrics(ControllerHooks):
         for (what, *labels), n in tally.items():
             if what == "tasks_issued":
                 self.issued.labels(*labels).inc(n)
+                for reason in ("migrated", "declined"):  # a pool's series, from 0
+                    self.reissued.labels(*labels, reason)
             elif what == "tasks_done":
                 self.done.labels(*labels).inc(n)
             elif what == "tasks_reissued":

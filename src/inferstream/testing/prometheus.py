@@ -137,6 +137,16 @@ class PrometheusServer:
             raise PrometheusError(f"{expr!r} is a {data['resultType']}, not an instant vector")
         return cast(list[Sample], data["result"])
 
+    def query_range(self, expr: str, start: float, end: float, step_s: float = 1.0
+                    ) -> list[dict[str, Any]]:
+        """Evaluate `expr` at every `step_s` from `start` to `end` (Unix times); the range
+        vector's series, each {"metric": {labels}, "values": [[time, "text"], ...]}."""
+        data = self._api("/api/v1/query_range?" + urllib.parse.urlencode(
+            {"query": expr, "start": start, "end": end, "step": step_s}))
+        if data["resultType"] != "matrix":
+            raise PrometheusError(f"{expr!r} is a {data['resultType']}, not a range vector")
+        return cast(list[dict[str, Any]], data["result"])
+
     def active_targets(self) -> list[dict[str, Any]]:
         targets = self._api("/api/v1/targets?state=active")["activeTargets"]
         return cast(list[dict[str, Any]], targets)
