@@ -46,13 +46,14 @@ def dump(args: argparse.Namespace, config: Config) -> int:
     options = DumpOptions(from_beginning=args.from_beginning, follow=args.follow,
                           committed=args.committed, count=args.count,
                           whole_bytes=args.bytes_mode == "base64")
-    if not (options.from_beginning or options.follow):
-        print("inferstream: nothing to read: without --from-beginning the dump starts at "
-              "the end, and without --follow it stops there", file=sys.stderr)
     try:
         dump_topic(config, args.topic, options, _print_line(options.follow))
     except BrokenPipeError:  # `inferstream dump ... | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    if not (options.from_beginning or options.follow):
+        print("inferstream: nothing to read: without --from-beginning the dump starts at "
+              "the end, and without --follow it stops there", file=sys.stderr)
     return 0
 
 
