@@ -22,7 +22,7 @@ kafka-jars: ## resolve the Apache Kafka jars from Maven Central (cached)
 	ops/kafka/cluster classpath >/dev/null
 
 lint: $(STAMP) ## ruff on everything (the extensionless ops/kafka/cluster launcher named)
-	$(VENV)/bin/ruff check src tests ops ops/kafka/cluster
+	$(VENV)/bin/ruff check src tests ops ops/kafka/cluster examples
 
 typecheck: $(STAMP) ## mypy --strict on src/ and ops/
 	$(VENV)/bin/mypy

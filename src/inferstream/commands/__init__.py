@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from inferstream.commands import admin, client, controller, stream, sysinfo, top, worker
+from inferstream.commands import admin, client, controller, dump, stream, sysinfo, top, worker
 from inferstream.commands.needs import (
     cluster_needs,
     controller_needs,
@@ -70,6 +70,8 @@ COMMANDS: dict[str, Command] = {
                       client.cancel, needs=submit_needs),
     "schemas": Command("write the Avro schemas of every inferstream record (for other clients)",
                        admin.schemas_args, admin.schemas),
+    "dump": Command("print a topic's records as JSON lines, values decoded (jobs, results, "
+                    "dlq, ... or any topic)", dump.dump_args, dump.dump, needs=cluster_needs),
     "top": Command("live view of the workers and pools the sysinfo app sees", top.top_args,
                    top.top),
 }

@@ -18,6 +18,7 @@ from inferstream.streams.errors import KafkaSetupError, PartitionReadError
 from inferstream.streams.kafka.clients import (
     REAL_CLIENTS,
     KafkaClients,
+    Message,
     SyncConsumer,
     SyncProducer,
     consume_ready,
@@ -31,10 +32,13 @@ READ_TO_END_FETCH_WAIT_MS = 10
 
 
 def reader_consumer(config: Config, clients: KafkaClients = REAL_CLIENTS,
-                    follow: bool = False) -> SyncConsumer:
+                    follow: bool = False, read_committed: bool = True) -> SyncConsumer:
     """A consumer outside any group that reports reaching the end of each partition; one
-    that does not `follow` (reads to the end, then stops) gets short fetch waits."""
+    that does not `follow` (reads to the end, then stops) gets short fetch waits. Only
+    `inferstream dump` reads uncommitted (what the log holds, aborted attempts too)."""
     extra: dict[str, object] = {"enable.partition.eof": True}
+    if not read_committed:
+        extra["isolation.level"] = "read_uncommitted"
     if not follow:
         extra["fetch.wait.max.ms"] = READ_TO_END_FETCH_WAIT_MS
     return clients.consumer(consumer_config(config, None, **extra))
@@ -89,6 +93,15 @@ class PartitionReader:
         self.on_idle = on_idle
 
     def __iter__(self) -> Iterator[ReadRecord]:
+        for message in self.messages():
+            value = message.value()
+            if value is not None:
+                yield ReadRecord(message.partition() or 0, message.offset() or 0, value,
+                                 message.key())
+
+    def messages(self) -> Iterator[Message]:
+        """The records as the consumer gives them (headers, timestamps, tombstones), without
+        end-of-partition events; a caller may drop a partition from `waiting` itself."""
         deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
         while (self.follow or self.waiting) and (
                 deadline is None or time.monotonic() < deadline):
@@ -102,7 +115,4 @@ class PartitionReader:
                 elif error is not None:
                     raise PartitionReadError(f"read of {message.topic()} failed: {error}")
                 else:
-                    value = message.value()
-                    if value is not None:
-                        yield ReadRecord(message.partition() or 0, message.offset() or 0, value,
-                                         message.key())
+                    yield message
