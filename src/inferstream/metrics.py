@@ -3,6 +3,7 @@ bundle from an injected registry (the sysinfo app's are in `streams.sysinfo.metr
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -119,11 +120,13 @@ class WorkerMetrics(WorkerHooks):
         self.skipped.labels(model).inc()
 
     def after_dead_letter(self, reason: str) -> None:
-        self.dead_letters.labels(reason.split(":")[0]).inc()
+        self.dead_letters.labels(reason_label(reason)).inc()
 
     def on_assignment(self, partitions: int) -> None:
-        self.rebalances.inc()
         self.partitions.set(partitions)
+
+    def after_rebalance(self) -> None:
+        self.rebalances.inc()
 
     def after_commit(self, partition: int, offset: int, seconds: float) -> None:
         self.commit.observe(seconds)
@@ -179,6 +182,14 @@ class StreamMetrics(WorkerMetrics):
     def on_load(self, in_flight_items: int, lags: dict[int, int]) -> None:
         super().on_load(in_flight_items, lags)
         self._stream_lagging = _set_by_partition(self.stream_lag, self._stream_lagging, lags)
+
+
+def reason_label(reason: str) -> str:
+    """A bounded label for a free-text reason: its leading words, up to the first character
+    that is not a letter, a space or an underscore (no ids, offsets or bytes), at most 40."""
+    words = re.match(r"[A-Za-z_ ]*", reason)
+    label = " ".join((words.group(0) if words else "").split())[:40]
+    return label or "other"
 
 
 def _set_by_partition(gauge: Gauge, before: set[str], values: dict[int, int],

@@ -4,6 +4,7 @@ read_uncommitted unless --committed, and one-line errors (issue 14.5)."""
 
 from __future__ import annotations
 
+import argparse
 import base64
 import functools
 import json
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from inferstream.cli import main
+from inferstream.commands.dump import dump_args, dump_options
 from inferstream.config import Config
 from inferstream.schemas import Codec
 from inferstream.streams.client import dump as dump_module
@@ -196,12 +198,12 @@ def test_from_the_end_it_shows_only_new_records_and_count_bounds_follow(
     assert count == 1 and [line["key"] for line in seen] == ["new"]
 
 
-def test_from_the_end_without_follow_reads_nothing_and_says_so(broker: MemoryBroker, cli: Cli
-                                                               ) -> None:
-    put(broker, "t.jobs", "Job")
-    code, lines, err = cli("jobs")
-    assert (code, lines) == (0, [])
-    assert "nothing to read" in err
+def test_a_dump_from_the_end_follows_and_one_from_the_beginning_stops_at_the_end() -> None:
+    parser = argparse.ArgumentParser()
+    dump_args(parser)
+    assert dump_options(parser.parse_args(["jobs"])).follow
+    assert not dump_options(parser.parse_args(["jobs", "--from-beginning"])).follow
+    assert dump_options(parser.parse_args(["jobs", "--from-beginning", "--follow"])).follow
 
 
 def test_topic_names_are_short_names_under_the_prefix_or_full_names() -> None:

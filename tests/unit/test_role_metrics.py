@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from inferstream.metrics import ControllerMetrics, StreamMetrics
+from inferstream.metrics import ControllerMetrics, StreamMetrics, reason_label
 from inferstream.schemas.records import LedgerStatus
 from inferstream.streams.controller.hooks import JobProgress, RoundState
 from inferstream.streams.sysinfo.metrics import SysinfoMetrics
@@ -49,3 +49,10 @@ def test_the_sysinfo_metrics_pass_promtool() -> None:
     metrics.stale.labels("default").set(0)
     metrics.strategy_time.labels("capacity").observe(0.001)
     check_metrics(generate_latest(metrics.registry))
+
+
+def test_dead_letter_reasons_are_a_bounded_label() -> None:
+    assert reason_label("unknown fingerprint 0x1f2e3d4c5b6a7988: not a schema of ours") == \
+        "unknown fingerprint"
+    assert reason_label("undecodable task record: bad magic") == "undecodable task record"
+    assert reason_label("0x00 at offset 12") == "other"

@@ -9,10 +9,13 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferstream.config import Config
 from inferstream.errors import ConfigError
+
+if TYPE_CHECKING:
+    from inferstream.streams.client.dump import DumpOptions
 
 
 def dump_args(parser: argparse.ArgumentParser) -> None:
@@ -21,11 +24,12 @@ def dump_args(parser: argparse.ArgumentParser) -> None:
                         "dlq, ledger, sysinfo, policy, task-control (under --topic-prefix), "
                         "or a full topic name (a stream's input or output)")
     parser.add_argument("--from-beginning", action="store_true",
-                        help="start at each partition's first record (default: at its end, "
-                        "so only records written from now on)")
+                        help="start at each partition's first record and stop at its end as "
+                        "it was at the start (default: start at the end and wait for new "
+                        "records, like kafka-console-consumer)")
     parser.add_argument("--follow", action="store_true",
-                        help="wait for new records until Ctrl-C (default: stop at each "
-                        "partition's end as it was at the start)")
+                        help="with --from-beginning: go on waiting for new records until "
+                        "Ctrl-C or --count (default: stop at the end, as it was at the start)")
     parser.add_argument("--committed", action="store_true",
                         help="read with isolation.level=read_committed: what inferstream's "
                         "readers see (default: read_uncommitted, like kcat and "
@@ -39,22 +43,28 @@ def dump_args(parser: argparse.ArgumentParser) -> None:
 
 
 def dump(args: argparse.Namespace, config: Config) -> int:
-    from inferstream.streams.client.dump import DumpOptions, dump_topic
+    from inferstream.streams.client.dump import dump_topic
 
-    if args.count is not None and args.count < 1:
-        raise ConfigError(f"--count must be >= 1, got {args.count}")
-    options = DumpOptions(from_beginning=args.from_beginning, follow=args.follow,
-                          committed=args.committed, count=args.count,
-                          whole_bytes=args.bytes_mode == "base64")
+    options = dump_options(args)
     try:
         dump_topic(config, args.topic, options, _print_line(options.follow))
     except BrokenPipeError:  # `inferstream dump ... | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    if not (options.from_beginning or options.follow):
-        print("inferstream: nothing to read: without --from-beginning the dump starts at "
-              "the end, and without --follow it stops there", file=sys.stderr)
     return 0
+
+
+def dump_options(args: argparse.Namespace) -> DumpOptions:
+    """The options of the flags; from the end there is nothing before the end to stop at,
+    so a dump without --from-beginning follows."""
+    from inferstream.streams.client.dump import DumpOptions
+
+    if args.count is not None and args.count < 1:
+        raise ConfigError(f"--count must be >= 1, got {args.count}")
+    return DumpOptions(from_beginning=args.from_beginning,
+                       follow=args.follow or not args.from_beginning,
+                       committed=args.committed, count=args.count,
+                       whole_bytes=args.bytes_mode == "base64")
 
 
 def _print_line(flush: bool) -> Callable[[dict[str, Any]], None]:

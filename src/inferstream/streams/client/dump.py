@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicPartition
 
 from inferstream.config import Config
 from inferstream.schemas import Codec
@@ -160,6 +160,9 @@ def dump_topic(config: Config, name: str, options: DumpOptions,
             written += 1
             if options.count is not None and written >= options.count:
                 break
+    except KafkaException as exc:  # a watermark or fetch timed out: a leader gone, say
+        raise KafkaSetupError(f"cannot read {topic.name} at {config.bootstrap_servers}: "
+                              f"{exc}") from exc
     finally:
         consumer.close()
     return written

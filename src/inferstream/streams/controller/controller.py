@@ -179,8 +179,8 @@ class Controller:
 
     # -- one round: consume, decide, commit ------------------------------------------------
     def _round(self) -> bool:
-        started = time.monotonic()
         messages = consume_ready(self._consumer, 500, poll_timeout_s(self.options.idle_exit_s))
+        started = time.monotonic()  # deciding and committing, not the wait for records
         self._retake_due()
         out = Outbox(self.topics, self.codec, self.partitions)
         # A partition revoked during the fetch (the rebalance callbacks run inside it) or

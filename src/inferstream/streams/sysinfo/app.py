@@ -139,6 +139,8 @@ class SysinfoApp:
                            task_partitions=config.task_partitions_for)
         self.fleet.check_strategies()
         self._owner = False
+        #: the pools this replica has reported as owner (kept at 0 once their workers go)
+        self._pools_seen: set[str] = set()
         self._fleet_offset = -1
         self._rebalances = 0
         self._rebalance_started: int | None = None
@@ -300,6 +302,8 @@ class SysinfoApp:
             self.metrics.owner.set(int(owner))
             if owner:
                 await self._take_over()
+            else:  # the new owner reports the fleet; stale gauges here would hide its news
+                self.metrics.clear_fleet()
         if not owner or not self.caught_up():
             return
         await self.write_policy(self.fleet.policy_to_write(now_ms()))
@@ -317,11 +321,14 @@ class SysinfoApp:
             log.info("policy wrote entries=%d", len(entries))
 
     def _count_workers(self) -> None:
-        """The workers by health, and the plan's share and capacity of each (set anew)."""
+        """The workers by health, and the plan's share and capacity of each (set anew); a
+        pool whose workers were all forgotten stays, at 0, so its alert does not resolve."""
         metrics = self.metrics
-        for gauge in (metrics.workers, metrics.stale, metrics.share, metrics.capacity):
-            gauge.clear()
-        for pool, views in self.fleet.views(now_ms()).items():
+        metrics.clear_fleet()
+        pools = self.fleet.views(now_ms())
+        self._pools_seen |= set(pools)
+        for pool in self._pools_seen:
+            views = pools.get(pool, [])
             for health in WorkerHealth:
                 count = sum(1 for v in views if v.health == health)
                 metrics.workers.labels(pool, str(health)).set(count)

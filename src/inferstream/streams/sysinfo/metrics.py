@@ -44,3 +44,8 @@ class SysinfoMetrics:
         self.capacity = Gauge(
             "inferstream_policy_capacity_items_per_second",
             "A worker's planned capacity in items/s", ["pool", "worker"], registry=registry)
+
+    def clear_fleet(self) -> None:
+        """Drop the gauges only the policy owner reports (workers, stale, share, capacity)."""
+        for gauge in (self.workers, self.stale, self.share, self.capacity):
+            gauge.clear()

@@ -37,7 +37,11 @@ class WorkerHooks:
         aborted with its outcome unknown (retried after the producer is initialised again)."""
 
     def on_assignment(self, partitions: int) -> None:
-        """A rebalance ended: the worker now owns `partitions` partitions of the task topic."""
+        """The worker now owns `partitions` partitions of the task topic (after an assignment,
+        a revoke, or at shutdown)."""
+
+    def after_rebalance(self) -> None:
+        """A rebalance gave this worker its new assignment (once per rebalance)."""
 
     def on_load(self, in_flight_items: int, lags: dict[int, int]) -> None:
         """About once a second: the items read and not committed yet, and each owned
@@ -99,6 +103,10 @@ class HookChain(WorkerHooks):
     def on_assignment(self, partitions: int) -> None:
         for hooks in self.chain:
             hooks.on_assignment(partitions)
+
+    def after_rebalance(self) -> None:
+        for hooks in self.chain:
+            hooks.after_rebalance()
 
     def on_load(self, in_flight_items: int, lags: dict[int, int]) -> None:
         for hooks in self.chain:

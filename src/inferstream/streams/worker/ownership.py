@@ -33,11 +33,15 @@ class Ownership:
     def __init__(self, consumer: AsyncConsumer,
                  new_committer: Callable[[TopicPartition], PartitionCommitter],
                  on_change: Callable[[int], None], stopping: asyncio.Event,
-                 start_at_end: bool = False) -> None:
+                 start_at_end: bool = False,
+                 on_rebalance: Callable[[], None] = lambda: None) -> None:
+        """`on_change(partitions)` after every change of what is held; `on_rebalance()` once
+        per assignment a rebalance makes (not for its revoke, nor at shutdown)."""
         self.consumer = consumer
         self.start_at_end = start_at_end
         self.new_committer = new_committer
         self.on_change = on_change
+        self.on_rebalance = on_rebalance
         self.stopping = stopping
         self.committers: dict[TopicPartition, PartitionCommitter] = {}
         #: the committed offset of each held partition, as read when it was taken and as
@@ -73,6 +77,7 @@ class Ownership:
                     await self._own(tp)
             await asyncio.gather(*(take(tp) for tp in new))
             self.rebalancing = False
+        self.on_rebalance()
         self.on_change(len(self.committers))
         log.info("assigned partitions=%s", sorted(tp.partition for tp in self.committers))
 
@@ -140,12 +145,14 @@ class Ownership:
                 continue
             self.committers[tp] = committer
             if committed is not None:
-                self.offsets[tp] = committed
                 self.consumer.seek(tp, committed)
             elif self.start_at_end:
                 await self.consumer.seek_to_end(tp)
             else:
                 await self.consumer.seek_to_beginning(tp)
+            # where the lag counts from: the committed offset, else where reading starts
+            self.offsets[tp] = committed if committed is not None else await asyncio.wait_for(
+                self.consumer.position(tp), 30)
             return
 
     async def _drop(self, tp: TopicPartition) -> None:

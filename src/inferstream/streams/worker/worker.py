@@ -193,7 +193,8 @@ class Worker:
         self.membership.watch(self._consumer)
         self.ownership = Ownership(self._consumer, self._new_committer,
                                    self.hooks.on_assignment, self._stopping,
-                                   start_at_end=self._start_at_end())
+                                   start_at_end=self._start_at_end(),
+                                   on_rebalance=self.hooks.after_rebalance)
         await self._consumer.start()
         await self._learn_outputs()
         self.served.start()
@@ -277,9 +278,10 @@ class Worker:
         stable offset (the end a read_committed consumer sees) after its committed one."""
         assert self._consumer is not None  # noqa: S101
         lags = {}
-        for tp, offset in self.ownership.offsets.items():
+        for tp in self._consumer.assignment():
+            offset = self.ownership.offsets.get(tp)
             stable = self._consumer.last_stable_offset(tp)
-            if stable is not None:
+            if offset is not None and stable is not None:
                 lags[tp.partition] = max(0, stable - offset)
         self.hooks.on_load(self.served.items_in_flight, lags)
 
@@ -405,7 +407,8 @@ class Worker:
             log.warning("partition lost, its uncommitted tasks go to its next owner: %s", exc)
             self.ownership.retake_later(committer.tp)
             return
-        if committed:
+        if committed and self.ownership.committers.get(committer.tp) is committer:
+            # (a partition dropped while its commit ran keeps no offset here)
             self.ownership.offsets[committer.tp] = committed[-1].offset + 1
             self.hooks.after_commit(committer.tp.partition, committed[-1].offset + 1,
                                     time.monotonic() - started)
