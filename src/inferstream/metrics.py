@@ -57,7 +57,8 @@ class WorkerMetrics(WorkerHooks):
                                "Task partitions owned by this worker")
         self.lag = Gauge(
             "inferstream_consumer_lag_records",
-            "Committed records of an owned partition after its committed offset",
+            "Committed records of an owned partition after its committed offset (a "
+            "transaction's commit marker counts, as in kafka-consumer-groups)",
             [*who, "partition"], registry=registry,
         )
         self.in_flight = mine(Gauge, "inferstream_in_flight_items",

@@ -95,6 +95,8 @@ def test_prometheus_sees_every_role_through_a_job_and_a_stream(
         # each item once, by the pool's workers (the stream member counts in its own pool)
         prometheus.wait_for(
             f'sum(inferstream_items_processed_total{{pool="default"}}) == {ITEMS}', 30)
+        # every task committed: at most the controller's last commit marker is left
+        prometheus.wait_for('max(inferstream_consumer_lag_records{pool="default"}) <= 1', 30)
         prometheus.wait_for('sum(inferstream_stream_records_total{status="ok"}) == 200', 120)
         prometheus.wait_for("inferstream:pool_items_per_second:rate1m", 30)
         prometheus.wait_for('inferstream_policy_share{worker="w1"} > 0', 60)

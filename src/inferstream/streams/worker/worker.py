@@ -275,7 +275,10 @@ class Worker:
 
     def _report_load(self) -> None:
         """The items in flight, and the consumer lag of each owned partition: its last
-        stable offset (the end a read_committed consumer sees) after its committed one."""
+        stable offset (the end a read_committed consumer sees) after its committed one, as
+        kafka-consumer-groups counts it: the commit marker of the controller's last
+        transaction lies past the last task, so an idle partition it wrote to shows 1
+        (aiokafka's position does not move past a marker either)."""
         assert self._consumer is not None  # noqa: S101
         lags = {}
         for tp in self._consumer.assignment():
