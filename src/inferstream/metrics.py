@@ -3,6 +3,7 @@ bundle from an injected registry (the sysinfo app's are in `streams.sysinfo.metr
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -49,34 +50,35 @@ class WorkerMetrics(WorkerHooks):
             "inferstream_decode_duration_seconds", "Fetch and preprocess time per item",
             ["model"], buckets=_SECONDS_BUCKETS, registry=registry,
         )
-        def mine(kind: type[Gauge] | type[Counter], name: str, doc: str) -> Any:
-            """This worker's child of a family labelled by worker and pool."""
-            return kind(name, doc, who, registry=registry).labels(worker, pool)
-
-        self.partitions = mine(Gauge, "inferstream_assigned_partitions",
-                               "Task partitions owned by this worker")
+        #: the families labelled by worker and pool, by attribute: `for_worker` takes
+        #: another worker's children of them
+        self._families: dict[str, Any] = {
+            "partitions": Gauge("inferstream_assigned_partitions",
+                                "Task partitions owned by this worker", who, registry=registry),
+            "in_flight": Gauge("inferstream_in_flight_items", "Items read and not committed yet",
+                               who, registry=registry),
+            "rebalances": Counter("inferstream_rebalances_total",
+                                  "Group rebalances this worker took part in", who,
+                                  registry=registry),
+            "fenced": Counter("inferstream_transactions_fenced_total",
+                              "Commits refused because a new owner of the partition fenced "
+                              "this worker", who, registry=registry),
+            "aborted": Counter("inferstream_transactions_aborted_total",
+                               "Commits whose transaction failed with its outcome unknown "
+                               "(then checked and retried)", who, registry=registry),
+        }
+        self._take_children()
         self.lag = Gauge(
             "inferstream_consumer_lag_records",
             "Committed records of an owned partition after its committed offset (a "
             "transaction's commit marker counts, as in kafka-consumer-groups)",
             [*who, "partition"], registry=registry,
         )
-        self.in_flight = mine(Gauge, "inferstream_in_flight_items",
-                              "Items read and not committed yet")
-        self.rebalances = mine(Counter, "inferstream_rebalances_total",
-                               "Group rebalances this worker took part in")
-        self.fenced = mine(Counter, "inferstream_transactions_fenced_total",
-                           "Commits refused because a new owner of the partition fenced "
-                           "this worker")
-        self.aborted = mine(Counter, "inferstream_transactions_aborted_total",
-                            "Commits whose transaction failed with its outcome unknown "
-                            "(then checked and retried)")
         self.commit = Histogram(
             "inferstream_commit_duration_seconds",
             "Time of one partition's commit (results and offset in one transaction)",
             buckets=_SECONDS_BUCKETS, registry=registry,
         )
-        self._lagging: set[str] = set()
         self.declined = Counter(
             "inferstream_tasks_declined_total",
             "Tasks declined because the worker does not serve their model", ["model"],
@@ -101,6 +103,26 @@ class WorkerMetrics(WorkerHooks):
             "inferstream_sysinfo_collect_cpu_seconds_total",
             "CPU time the collectors spent taking samples", registry=registry,
         )
+
+    def _take_children(self) -> None:
+        families = self._families
+        self.partitions = families["partitions"].labels(self.worker, self.pool)
+        self.in_flight = families["in_flight"].labels(self.worker, self.pool)
+        self.rebalances = families["rebalances"].labels(self.worker, self.pool)
+        self.fenced = families["fenced"].labels(self.worker, self.pool)
+        self.aborted = families["aborted"].labels(self.worker, self.pool)
+        self._lagging: set[str] = set()
+
+    def for_worker(self, worker: str) -> WorkerMetrics:
+        """The same families, as another worker of this process (`--members`)."""
+        other = copy.copy(self)
+        other.become(worker)
+        return other
+
+    def become(self, worker: str) -> None:
+        """Count as `worker` from now on (its own children of the labelled families)."""
+        self.worker = worker
+        self._take_children()
 
     def after_decode(self, model: str, seconds: float, ok: bool) -> None:
         self.decode.labels(model).observe(seconds)

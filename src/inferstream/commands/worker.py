@@ -37,13 +37,24 @@ def run(args: argparse.Namespace, config: Config) -> int:
         return load_model(name, device=device, weights=weights,
                           random_weights=settings.random_weights)
 
-    models = [loader(name) for name in dict.fromkeys(settings.models)]
-    metrics = WorkerMetrics(CollectorRegistry(), settings.worker_id or default_worker_id(),
-                           config.pool)
+    worker_id = settings.worker_id or default_worker_id()
+    metrics = WorkerMetrics(CollectorRegistry(), worker_id, config.pool)
+    if settings.members == 1:
+        models = [loader(name) for name in dict.fromkeys(settings.models)]
+        worker = Worker(config, models, hooks=metrics, loader=loader)
     if settings.metrics_port:
         # the port was checked free by preflight
         serve_metrics(metrics.registry, settings.metrics_port, settings.metrics_addr)
-    asyncio.run(serve_until_stopped(Worker(config, models, hooks=metrics, loader=loader)))
+    if settings.members == 1:
+        asyncio.run(serve_until_stopped(worker))
+        return 0
+    from inferstream.streams.worker.members import member_configs, run_members, tag_logs
+
+    tag_logs()
+    members = [Worker(member, [loader(name) for name in dict.fromkeys(settings.models)],
+                      hooks=metrics.for_worker(member.worker.worker_id), loader=loader)
+               for member in member_configs(config, worker_id)]
+    asyncio.run(run_members(members, when_stopping))
     return 0
 
 

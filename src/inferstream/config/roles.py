@@ -43,7 +43,11 @@ class WorkerConfig:
     weights: str | None = setting(None, "weights file of the first --model (empty: searched)")
     random_weights: bool = setting(False,
                                    "random weights when none are found (benchmarks only)")
-    worker_id: str = setting("", "name in results and metrics (empty: host-pid)")
+    worker_id: str = setting("", "name in results and metrics (empty: host-pid); with "
+                             "--members N, each member's is <id>-<i>")
+    members: int = setting(
+        1, "independent group members in this process, each with its own worker id, "
+        "consumer, producers, collectors and model (simulated nodes for scale studies)")
     instance_id: str | None = setting(None, "static group membership id")
     session_timeout_ms: int = setting(
         10_000, "a worker silent this long is dead and loses its partitions")
@@ -136,7 +140,7 @@ def validate_worker(worker: WorkerConfig) -> None:
     if worker.assignor not in ASSIGNORS:
         raise ConfigError(f"worker.assignor {worker.assignor!r} is not one of {ASSIGNORS}")
     for name in ("max_batch", "decode_threads", "max_item_bytes", "session_timeout_ms",
-                 "max_loaded_models",
+                 "max_loaded_models", "members",
                  "heartbeat_interval_ms", "max_poll_interval_ms"):
         _at_least(f"worker.{name}", getattr(worker, name), 1)
     for name in ("max_wait_ms", "http_timeout_s", "idle_exit_s", "revoke_grace_s",
