@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -14,6 +16,7 @@ from inferstream.models import (
 )
 from inferstream.models import sim as sim_module
 from inferstream.models.collate import collate
+from inferstream.models.errors import UnknownModelError
 
 
 def predict(model: SimModel, items: list[bytes], top_k: int = 3) -> list[Prediction]:
@@ -80,3 +83,33 @@ def test_a_slowing_model_takes_factor_times_longer_after_so_many_items(
     steady = load_model("sim:ms=5")
     assert isinstance(steady, SimModel)
     assert predict(steady, [b"a"]) == predict(model, [b"a"])  # same predictions, only slower
+
+
+def test_a_gpu_profile_is_a_batch_time_plus_a_time_per_item(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`as=alexnet`: one P40's published throughput, time(n) = 1.072 + 0.05396 n ms;
+    `slower=100` stretches it 100 times."""
+    slept: list[float] = []
+    monkeypatch.setattr(sim_module.time, "sleep", slept.append)
+    model = load_model("sim:as=alexnet,slower=100")
+    assert isinstance(model, SimModel)
+    predict(model, [b"x"] * 32)
+    predict(model, [b"x"])
+    assert slept == pytest.approx([(1.072 + 32 * 0.05396) * 0.1, (1.072 + 0.05396) * 0.1])
+    # the fit against the published figures: 11,464 images/s at batch 32, 791 at batch 1
+    assert 32 / ((1.072 + 32 * 0.05396) / 1000) == pytest.approx(11464, rel=0.03)
+    assert 1 / ((1.072 + 0.05396) / 1000) == pytest.approx(791, rel=0.15)
+    googlenet = get_model_spec("sim:as=googlenet").sim
+    assert googlenet is not None and 128 / (googlenet.batch_ms + 128 * googlenet.ms) * 1000 \
+        == pytest.approx(6410, rel=0.03)
+
+
+@pytest.mark.parametrize(("name", "says"), [
+    ("sim:as=vgg", "profiles are alexnet, googlenet"),
+    ("sim:as=alexnet,ms=3", "as=alexnet sets ms"),
+    ("sim:ms=1,slower=0", "slower > 0"),
+    ("sim:ms=1,batch_ms=x", "batch_ms='x' is not a number"),
+])
+def test_a_wrong_sim_name_says_what_is_wrong(name: str, says: str) -> None:
+    with pytest.raises(UnknownModelError, match=re.escape(says)):
+        get_model_spec(name)

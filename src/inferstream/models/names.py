@@ -14,12 +14,27 @@ __all__ = ["LITE0", "SIM_SYNTAX", "TORCHVISION_MODELS", "SimParams", "check_mode
 
 TORCHVISION_MODELS = ("alexnet", "googlenet", "resnet50", "mobilenet_v3_large", "efficientnet_b0")
 LITE0 = "efficientnet_lite0"
-_SIM_KEYS = ("ms", "jitter", "slow_after", "slow_factor")
+_SIM_KEYS = ("ms", "batch_ms", "as", "slower", "jitter", "slow_after", "slow_factor")
+
+#: Published single-GPU inference throughput as (ms per batch, ms per item) fitted to
+#: time(batch) = batch_ms + ms x size: one Tesla P40, INT8 with TensorRT, batch sizes 1 to 256
+#: (Dell EMC HPC Innovation Lab, R. Xu, F. Han, N. Dandapanthu, "Deep Learning Inference on
+#: P40 GPUs", 2017, figure 6: AlexNet 791 / 11,464 / 14,438 / 16,292 / 17,101 images/s and
+#: GoogLeNet 594 / 5,417 / 6,059 / 6,410 / 6,630 at batch 1 / 32 / 64 / 128 / 256; the fit is
+#: within 12 % at batch 1 and 3 % from batch 32 up). The source system's cluster was of
+#: that era.
+GPU_PROFILES: dict[str, tuple[float, float]] = {
+    "alexnet": (1.072, 0.05396),
+    "googlenet": (1.365, 0.14535),
+}
 
 
 @dataclass(frozen=True)
 class SimParams:
-    """Per-item time `ms` in milliseconds and its uniform relative `jitter` (0.1 = ±10%).
+    """A batch of n items takes (`batch_ms` + n x `ms`) x `slower` milliseconds, ± a uniform
+    relative `jitter` (0.1 = ±10 %); `as=alexnet` or `as=googlenet` takes `batch_ms` and `ms`
+    from one GPU's published throughput (`GPU_PROFILES`), and `slower` stretches time (a node
+    S times slower, or a study run at 1/S of real speed so that 100 nodes fit one host).
 
     With `slow_after`, each item after the first `slow_after` a model has processed takes
     `slow_factor` x `ms`: a worker that slows down in the middle of a job (benchmarks).
@@ -29,6 +44,9 @@ class SimParams:
     jitter: float = 0.0
     slow_after: int | None = None
     slow_factor: float = 1.0
+    batch_ms: float = 0.0
+    slower: float = 1.0
+    profile: str | None = None
 
 
 def known_models() -> tuple[str, ...]:
@@ -41,20 +59,35 @@ def parse_sim_name(name: str) -> SimParams:
     if not name.startswith(SIM_PREFIX):
         raise ValueError(f"not a simulated model name: {name!r}")
     fields: dict[str, float] = {}
+    profile = None
     for part in name[len(SIM_PREFIX) :].split(","):
-        key, sep, value = part.partition("=")
-        if not sep or key.strip() not in _SIM_KEYS:
-            raise ValueError(f"expected ms=N, jitter=F, slow_after=K or slow_factor=X, "
-                             f"got {part!r}")
-        fields[key.strip()] = float(value)
+        key, sep, value = (s.strip() for s in part.partition("="))
+        if not sep or key not in _SIM_KEYS:
+            raise ValueError(f"expected ms=N or as=PROFILE, then batch_ms=B, slower=S, "
+                             f"jitter=F or slow_after=K,slow_factor=X; got {part!r}")
+        if key == "as":
+            if value not in GPU_PROFILES:
+                raise ValueError(f"as={value!r}: profiles are {', '.join(GPU_PROFILES)}")
+            profile = value
+            continue
+        try:
+            fields[key] = float(value)
+        except ValueError:
+            raise ValueError(f"{key}={value!r} is not a number") from None
+    if profile is not None:
+        if "ms" in fields:
+            raise ValueError(f"as={profile} sets ms: give one of them")
+        batch_ms, fields["ms"] = GPU_PROFILES[profile]
+        fields.setdefault("batch_ms", batch_ms)
     if "ms" not in fields:
-        raise ValueError("ms=N is required")
+        raise ValueError("ms=N (or as=alexnet|googlenet) is required")
     if ("slow_after" in fields) != ("slow_factor" in fields):
         raise ValueError("slow_after=K and slow_factor=X go together")
     slow_after = fields.pop("slow_after", None)
     if slow_after is not None and not (0 <= slow_after < math.inf and slow_after.is_integer()):
         raise ValueError("need slow_after a whole number >= 0")
-    params = SimParams(**fields, slow_after=None if slow_after is None else int(slow_after))
+    params = SimParams(**fields, slow_after=None if slow_after is None else int(slow_after),
+                       profile=profile)
     _check_sim(params)
     return params
 
@@ -62,6 +95,8 @@ def parse_sim_name(name: str) -> SimParams:
 def _check_sim(params: SimParams) -> None:
     if not (0 <= params.ms < math.inf and 0 <= params.jitter <= 1):
         raise ValueError("need ms >= 0 and 0 <= jitter <= 1")
+    if not (0 <= params.batch_ms < math.inf and 0 < params.slower < math.inf):
+        raise ValueError("need batch_ms >= 0 and slower > 0")
     if not 0 < params.slow_factor < math.inf:
         raise ValueError("need slow_factor > 0")
 

@@ -1,5 +1,7 @@
-"""Simulated models (`sim:ms=N[,jitter=F][,slow_after=K,slow_factor=X]`): they spend N ms per
-item asleep, not computing; with `slow_after`, N x X ms per item once they have processed K.
+"""Simulated models (`records.SIM_SYNTAX`): a batch of n items sleeps (`batch_ms` + n x `ms`)
+x `slower` ms, not computing; `as=alexnet|googlenet` takes the two times from one GPU's
+published throughput (`names.GPU_PROFILES`); with `slow_after`, the items after the first K
+take `slow_factor` x as long.
 
 They stand in for GPU nodes in scale and fault tests: many can share one CPU, and each
 returns the same prediction for the same bytes wherever and however often it runs.
@@ -57,8 +59,10 @@ class SimModel(LoadedModel):
         return [self._prediction(h, k) for h in hashes]
 
     def _delay_s(self, items: int) -> float:
-        spread = self._rng.uniform(-self.params.jitter, self.params.jitter)
-        return max(0.0, self._item_ms(items) * (1.0 + spread) / 1000.0)
+        p = self.params
+        spread = self._rng.uniform(-p.jitter, p.jitter)
+        batch_ms = (p.batch_ms if items else 0.0) + self._item_ms(items)
+        return max(0.0, batch_ms * p.slower * (1.0 + spread) / 1000.0)
 
     def _item_ms(self, items: int) -> float:
         """The ms that the next `items` items take, `slow_factor` x for those past
