@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: help venv lint typecheck test test-unit test-integration chaos chaos-storm demo bench kafka-jars clean
+.PHONY: help venv lint typecheck test test-unit test-integration chaos chaos-storm demo bench scale-study kafka-jars clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -45,6 +45,9 @@ chaos: $(STAMP) kafka-jars ## full-size chaos scenario (20,000 items, 3-broker c
 
 chaos-storm: $(STAMP) kafka-jars ## kill -9 and restart brokers for MINUTES (default 20) under back-to-back jobs
 	$(PY) -m tests.chaos.broker_storm --minutes $(or $(MINUTES),20)
+
+scale-study: $(STAMP) kafka-jars ## the scale study: 1 to 100 simulated nodes, outages, a mix (about 40 min)
+	$(PY) ops/bench/scale_study.py
 
 bench: $(STAMP) kafka-jars ## benchmark P1: bare PyTorch loop against the pipeline
 	$(PY) ops/bench/p1_pipeline.py

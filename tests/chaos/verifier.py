@@ -127,11 +127,11 @@ class ResultsReader:
         error = message.error()
         if error is not None:
             if error.code() == PARTITION_EOF:
-                self._at_end.add(message.partition())
+                self._at_end.add(message.partition() or 0)
             else:
                 self.errors.append(str(error))  # transient (a broker restarting): keep going
             return
-        self._at_end.discard(message.partition())
+        self._at_end.discard(message.partition() or 0)
         try:
             result = self.codec.decode(message.value() or b"", expected="TaskResult")
         except SchemaError:
@@ -139,7 +139,8 @@ class ResultsReader:
             return
         record = CommittedResult(
             job_id=result["job_id"], task_id=result["task_id"], attempt=result["attempt"],
-            worker=result["worker"], partition=message.partition(), offset=message.offset(),
+            worker=result["worker"], partition=message.partition() or 0,
+            offset=message.offset() or 0,
             items=[(i["name"], i["status"]) for i in result["items"]],
         )
         with self._lock:

@@ -1,0 +1,347 @@
+"""The scale study (issue 15): one job on N = 1 ... 100 simulated GPU nodes, node outages at
+N = 100, a heterogeneous mix with and without the policy assignor; a table and a plot.
+
+Each node is one member of the pool (`inferstream worker --members M` packs M into a process;
+the members are the real worker: assignor, commits, sysinfo samples, task controls). A node
+runs `sim:as=<profile>,slower=S`: one Tesla P40's published AlexNet or GoogLeNet throughput
+(`models.names.GPU_PROFILES`), S times slower, S chosen so that a node does `--node-rate`
+items/s at batch `--batch` (a 2-core host cannot sleep for 100 real GPUs' worth of items).
+Each job is sized to run `--job-s` seconds at its ideal rate, N x the node rate, so N = 100
+gets a job 100 x the size of N = 1's. Speed-up = rate(N) / rate(1); efficiency = speed-up / N.
+Rates are items over the time from submission to the COMPLETED event, as a user sees it.
+
+Outages at the largest N: kill -9 of 10 % of the members (run as one-member processes) and,
+separately, of one whole member process, at a third of the job's ideal time; the job must
+complete with every item exactly once (tests/chaos/verifier.py), and the time lost is its
+duration minus the same job's duration without the outage.
+
+    python ops/bench/scale_study.py                       # the full study (about 40 minutes)
+    python ops/bench/scale_study.py --nodes 1 10 --profiles alexnet --job-s 10 --no-outage \\
+        --no-mix                                          # what `make test` runs (tests/...)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import signal
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from failover_common import Fleet, start_broker
+from tests.chaos.verifier import ResultsReader, verify
+
+from inferstream.models.names import GPU_PROFILES
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: The source system's speed-ups at 100 nodes (seed abstract: 37.7x to 90.6x).
+SOURCE_AT_100 = (37.7, 90.6)
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+_ASSIGNED = re.compile(r"(?:\[([\w.-]+)\] )?assigned partitions=\[([\d, ]*)\]")
+
+
+@dataclass
+class Point:
+    """One job of the study."""
+
+    profile: str
+    nodes: int
+    run: str  # "sweep", "kill 10% of members", "kill a member process", "mix policy", ...
+    items: int
+    seconds: float
+    rate: float
+    ideal_rate: float
+    exactly_once: bool
+    lost: int = 0
+    duplicates: int = 0
+    speedup: float | None = None
+    efficiency: float | None = None
+    time_lost_s: float | None = None
+    join_s: float = 0.0
+    controller_cpu_s: float = 0.0
+    broker_cpu_s: float = 0.0
+    tasks: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def node_model(profile: str, node_rate: float, batch: int, factor: float = 1.0) -> str:
+    """The `sim:` name of a node of `profile` doing `node_rate / factor` items/s at `batch`."""
+    batch_ms, item_ms = GPU_PROFILES[profile]
+    real_rate = batch / ((batch_ms + batch * item_ms) / 1000)
+    return f"sim:as={profile},slower={real_rate / node_rate * factor:.2f}"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def cpu_s(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(stat[11]) + int(stat[12])) / CLOCK_TICKS
+
+
+def members_owning(fleet: Fleet, names: list[str]) -> int:
+    """How many members of the processes `names` own partitions now (their last line)."""
+    last: dict[str, bool] = {}
+    for name in names:
+        path = fleet.log_path(name)
+        if not path.exists():
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            match = _ASSIGNED.search(line)
+            if match:
+                last[match[1] or name] = bool(match[2].strip())
+    return sum(last.values())
+
+
+class Study:
+    """The study's runs on one local broker."""
+
+    def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
+        self.args = args
+        self.workdir = workdir
+        self.broker = start_broker(workdir / "kafka")
+        self.points: list[Point] = []
+
+    def close(self) -> None:
+        self.broker.clean()
+
+    # -- one job -------------------------------------------------------------------------
+    def run(self, profile: str, nodes: int, run: str, packs: list[tuple[int, float]],
+            kill: str | None = None, policy: bool = False) -> Point:
+        """A job on processes `packs` ((members, slowness factor) each); `kill`: "solos"
+        (every one-member process) or "pack" (the first many-member one), at a third of
+        the job's ideal time."""
+        args = self.args
+        partitions = max(args.min_partitions, math.ceil(nodes * args.partitions_per_node))
+        fleet = Fleet(self.broker.bootstrap, partitions, self.workdir, f"s{nodes}")
+        fleet.create_topics()
+        try:
+            return self._run(fleet, profile, nodes, run, packs, kill, policy)
+        finally:
+            fleet.stop_all()
+
+    def _run(self, fleet: Fleet, profile: str, nodes: int, run: str,
+             packs: list[tuple[int, float]], kill: str | None, policy: bool) -> Point:
+        args = self.args
+        if policy:
+            fleet.start("sysinfo", "sysinfo", "--port", str(free_port()), "--advertised-host",
+                        "127.0.0.1", "--session-timeout-s", "6")
+        controller = fleet.start("controller", "controller")
+        names, started = [], time.monotonic()
+        for i, (members, factor) in enumerate(packs):
+            name = f"p{i}"
+            flags = ["--members", str(members)] if members > 1 else []
+            if not policy:
+                flags += ["--assignor", "roundrobin"] if run.startswith("mix") else []
+            fleet.worker(name, node_model(profile, args.node_rate, args.batch, factor),
+                         *flags, "--decode-threads", "1", "--max-batch", str(args.batch),
+                         "--min-rebalance-interval-s", "10")
+            names.append(name)
+        while members_owning(fleet, names) < nodes:
+            fleet.check_alive(*names)
+            if time.monotonic() - started > args.join_timeout_s:
+                raise SystemExit(f"{nodes} nodes did not all own partitions in "
+                                 f"{args.join_timeout_s}s ({members_owning(fleet, names)} do)")
+            time.sleep(1)
+        join_s = time.monotonic() - started
+        time.sleep(args.settle_s)
+        capacity = sum(m / f for m, f in packs)  # node-equivalents
+        ideal_rate = capacity * args.node_rate
+        items = max(args.batch, round(args.job_s * ideal_rate))
+        listing = self.workdir / f"items-{nodes}-{len(self.points)}.txt"
+        listing.write_text("".join(f"{run[:4]}-{nodes}-{i:07d}\n" for i in range(items)))
+        reader = ResultsReader(fleet.config).start()
+        broker_pid = self.broker.pid()
+        cpu_before = cpu_s(controller.pid), cpu_s(broker_pid)
+        t0 = time.monotonic()
+        job = fleet.client.submit(packs_model(profile), [f"@{listing}"],
+                                  chunk_size=args.task_items)
+        if kill is not None:
+            self._kill_later(fleet, names, packs, kill, items / ideal_rate / 3)
+        status = job.wait(timeout_s=args.job_timeout_s)
+        seconds = time.monotonic() - t0
+        cpu_after = cpu_s(controller.pid), cpu_s(broker_pid)
+        reader.read_to_end(timeout_s=120)
+        expected = [line.strip() for line in listing.read_text().splitlines()]
+        report = verify(job.job_id, expected, reader.snapshot(), list(job.results()))
+        reader.close()
+        point = Point(profile=profile, nodes=nodes, run=run, items=items, seconds=seconds,
+                      rate=status.ok_items / seconds, ideal_rate=ideal_rate,
+                      exactly_once=not report.problems() and status.ok_items == items,
+                      lost=report.lost, duplicates=report.duplicates, join_s=join_s,
+                      controller_cpu_s=cpu_after[0] - cpu_before[0],
+                      broker_cpu_s=cpu_after[1] - cpu_before[1],
+                      tasks=math.ceil(items / args.task_items))
+        self.points.append(point)
+        print(json.dumps(asdict(point)), flush=True)
+        return point
+
+    def _kill_later(self, fleet: Fleet, names: list[str], packs: list[tuple[int, float]],
+                    kill: str, after_s: float) -> None:
+        time.sleep(after_s)
+        victims = [n for n, (members, _) in zip(names, packs, strict=True)
+                   if (members == 1) == (kill == "solos")]
+        for name in victims if kill == "solos" else victims[:1]:
+            fleet.procs[name].send_signal(signal.SIGKILL)
+
+    # -- the study -------------------------------------------------------------------------
+    def packs(self, nodes: int, factors: list[float] | None = None) -> list[tuple[int, float]]:
+        """Processes of up to `--members-per-process` members of one slowness each."""
+        size = self.args.members_per_process
+        factors = factors or [1.0] * nodes
+        out: list[tuple[int, float]] = []
+        for factor in sorted(set(factors)):
+            count = factors.count(factor)
+            out += [(min(size, count - i), factor) for i in range(0, count, size)]
+        return out
+
+    def sweep(self, profile: str) -> None:
+        base: Point | None = None
+        for nodes in self.args.nodes:
+            point = self.run(profile, nodes, "sweep", self.packs(nodes))
+            base = base or point
+            point.speedup = point.rate / base.rate * base.nodes
+            point.efficiency = point.speedup / nodes
+
+    def outages(self, profile: str) -> None:
+        nodes = max(self.args.nodes)
+        clean = next(p for p in self.points if p.profile == profile and p.nodes == nodes
+                     and p.run == "sweep")
+        solos = max(1, nodes // 10)
+        mixed = [(1, 1.0)] * solos + self.packs(nodes - solos)
+        for run, kill, packs in (("kill 10% of members", "solos", mixed),
+                                 ("kill a member process", "pack", self.packs(nodes))):
+            point = self.run(profile, nodes, run, packs, kill=kill)
+            point.time_lost_s = point.seconds - point.items / clean.rate
+
+    def mix(self, profile: str) -> None:
+        nodes = max(self.args.nodes)
+        factors = [1.0] * (nodes // 2) + [2.0] * (nodes * 3 // 10)
+        factors += [4.0] * (nodes - len(factors))
+        for run, policy in (("mix, policy assignor", True), ("mix, round robin", False)):
+            point = self.run(profile, nodes, run, self.packs(nodes, factors), policy=policy)
+            point.efficiency = point.rate / point.ideal_rate
+
+
+def packs_model(profile: str) -> str:
+    """The model a job asks for: every `sim:` worker serves any `sim:` job."""
+    return f"sim:as={profile}"
+
+
+def write_table(points: list[Point], path: Path, command: str) -> str:
+    lines = [f"Command: `{command}`", "",
+             "| profile | N | run | items | s | items/s | ideal items/s | speed-up | "
+             "efficiency | exactly once | time lost | join s | controller CPU ms/task | "
+             "broker CPU ms/task |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for p in points:
+        speedup = f"{p.speedup:.1f}x" if p.speedup is not None else ""
+        efficiency = f"{p.efficiency:.2f}" if p.efficiency is not None else ""
+        lost = f"{p.time_lost_s:.1f} s" if p.time_lost_s is not None else ""
+        per_task = 1000 / max(p.tasks, 1)
+        lines.append(
+            f"| {p.profile} | {p.nodes} | {p.run} | {p.items} | {p.seconds:.1f} | "
+            f"{p.rate:.0f} | {p.ideal_rate:.0f} | {speedup} | {efficiency} | "
+            f"{'yes' if p.exactly_once else f'NO (lost {p.lost}, dup {p.duplicates})'} | "
+            f"{lost} | {p.join_s:.0f} | {p.controller_cpu_s * per_task:.1f} | "
+            f"{p.broker_cpu_s * per_task:.1f} |")
+    text = "\n".join(lines) + "\n"
+    path.write_text(text)
+    return text
+
+
+def write_plot(points: list[Point], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 5))
+    largest = max(p.nodes for p in points)
+    axes.plot([0, largest], [0, largest], "k--", linewidth=1, label="ideal (N)")
+    axes.plot([0, largest], [0, 0.95 * largest], ":", color="grey", linewidth=1,
+              label="goal (0.95 N)")
+    for profile in sorted({p.profile for p in points}):
+        sweep = sorted((p for p in points if p.profile == profile and p.run == "sweep"),
+                       key=lambda p: p.nodes)
+        axes.plot([p.nodes for p in sweep], [p.speedup or 0 for p in sweep], "o-",
+                  label=f"inferstream, {profile}")
+    axes.plot([100, 100], list(SOURCE_AT_100), "s", color="red",
+              label="source system at 100 nodes (37.7x, 90.6x)")
+    axes.set_xlabel("nodes (N)")
+    axes.set_ylabel("speed-up over one node")
+    axes.set_title("inferstream scale study (simulated P40 nodes)")
+    axes.grid(True, alpha=0.3)
+    axes.legend(loc="upper left")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[1, 10, 20, 40, 60, 80, 100])
+    parser.add_argument("--profiles", nargs="+", default=list(GPU_PROFILES),
+                        choices=list(GPU_PROFILES))
+    parser.add_argument("--node-rate", type=float, default=20.0,
+                        help="items/s of one node at --batch (default: %(default)s)")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--task-items", type=int, default=64, help="items per task")
+    parser.add_argument("--job-s", type=float, default=60.0,
+                        help="each job's length at its ideal rate (default: %(default)s)")
+    parser.add_argument("--members-per-process", type=int, default=25)
+    parser.add_argument("--partitions-per-node", type=float, default=1.0)
+    parser.add_argument("--min-partitions", type=int, default=4)
+    parser.add_argument("--settle-s", type=float, default=3.0)
+    parser.add_argument("--join-timeout-s", type=float, default=300.0)
+    parser.add_argument("--job-timeout-s", type=float, default=900.0)
+    parser.add_argument("--no-outage", action="store_true")
+    parser.add_argument("--no-mix", action="store_true")
+    parser.add_argument("--out", type=Path, default=REPO / "ops" / "bench" / "results")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> list[Point]:
+    args = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="scale-study-") as tmp:
+        study = Study(args, Path(tmp))
+        try:
+            for profile in args.profiles:
+                study.sweep(profile)
+                if not args.no_outage:
+                    study.outages(profile)
+                if not args.no_mix:
+                    study.mix(profile)
+        finally:
+            study.close()
+    command = "python ops/bench/scale_study.py " + " ".join(argv if argv is not None
+                                                            else sys.argv[1:])
+    print(write_table(study.points, args.out / "scale_study.md", command.strip()))
+    write_plot(study.points, args.out / "scale_study.png")
+    print(f"table: {args.out / 'scale_study.md'}, plot: {args.out / 'scale_study.png'}")
+    return study.points
+
+
+if __name__ == "__main__":
+    main()
