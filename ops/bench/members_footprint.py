@@ -31,8 +31,11 @@ def rss_mib(pid: int) -> float:
 
 
 def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of `pid` and its threads."""
-    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    """User + system CPU seconds of `pid` and its threads (0 once it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
     return (int(stat[11]) + int(stat[12])) / CLOCK_TICKS
 
 

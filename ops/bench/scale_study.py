@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import signal
 import socket
@@ -40,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from failover_common import Fleet, start_broker
+from members_footprint import cpu_s
 from tests.chaos.verifier import ResultsReader, verify
 
 from inferstream.models.names import GPU_PROFILES
@@ -48,7 +48,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 #: The source system's speed-ups at 100 nodes (seed abstract: 37.7x to 90.6x).
 SOURCE_AT_100 = (37.7, 90.6)
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _ASSIGNED = re.compile(r"(?:\[([\w.-]+)\] )?assigned partitions=\[([\d, ]*)\]")
 
 
@@ -87,16 +86,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def cpu_s(pid: int | None) -> float:
-    if pid is None:
-        return 0.0
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(stat[11]) + int(stat[12])) / CLOCK_TICKS
 
 
 def members_owning(fleet: Fleet, names: list[str]) -> int:
@@ -172,7 +161,8 @@ class Study:
         listing.write_text("".join(f"{run[:4]}-{nodes}-{i:07d}\n" for i in range(items)))
         reader = ResultsReader(fleet.config).start()
         broker_pid = self.broker.pid()
-        cpu_before = cpu_s(controller.pid), cpu_s(broker_pid)
+        broker_cpu = (lambda: cpu_s(broker_pid)) if broker_pid else (lambda: 0.0)
+        cpu_before = cpu_s(controller.pid), broker_cpu()
         t0 = time.monotonic()
         job = fleet.client.submit(packs_model(profile), [f"@{listing}"],
                                   chunk_size=args.task_items)
@@ -180,7 +170,7 @@ class Study:
             self._kill_later(fleet, names, packs, kill, items / ideal_rate / 3)
         status = job.wait(timeout_s=args.job_timeout_s)
         seconds = time.monotonic() - t0
-        cpu_after = cpu_s(controller.pid), cpu_s(broker_pid)
+        cpu_after = cpu_s(controller.pid), broker_cpu()
         reader.read_to_end(timeout_s=120)
         expected = [line.strip() for line in listing.read_text().splitlines()]
         report = verify(job.job_id, expected, reader.snapshot(), list(job.results()))
