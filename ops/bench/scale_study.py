@@ -161,7 +161,10 @@ class Study:
         listing.write_text("".join(f"{run[:4]}-{nodes}-{i:07d}\n" for i in range(items)))
         reader = ResultsReader(fleet.config).start()
         broker_pid = self.broker.pid()
-        broker_cpu = (lambda: cpu_s(broker_pid)) if broker_pid else (lambda: 0.0)
+
+        def broker_cpu() -> float:
+            return cpu_s(broker_pid) if broker_pid else 0.0
+
         cpu_before = cpu_s(controller.pid), broker_cpu()
         t0 = time.monotonic()
         job = fleet.client.submit(packs_model(profile), [f"@{listing}"],
