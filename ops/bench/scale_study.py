@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,17 @@ def members_owning(fleet: Fleet, names: list[str]) -> int:
     return sum(last.values())
 
 
+def log_events(path: Path) -> list[tuple[float, str]]:
+    """(Unix time, "assigned" or "revoked") of each ownership line of a worker log."""
+    found = []
+    for line in path.read_text(errors="replace").splitlines():
+        match = re.search(r"(assigned|revoked) partitions=", line)
+        if match:
+            stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            found.append((stamp, match[1]))
+    return found
+
+
 class Study:
     """The study's runs on one local broker."""
 
@@ -116,7 +128,7 @@ class Study:
 
     # -- one job -------------------------------------------------------------------------
     def run(self, profile: str, nodes: int, run: str, packs: list[tuple[int, float]],
-            kill: str | None = None, policy: bool = False) -> Point:
+            kill: str | None = None, policy: bool = False, probe: bool = False) -> Point:
         """A job on processes `packs` ((members, slowness factor) each); `kill`: "solos"
         (every one-member process) or "pack" (the first many-member one), at a third of
         the job's ideal time."""
@@ -125,7 +137,12 @@ class Study:
         fleet = Fleet(self.broker.bootstrap, partitions, self.workdir, f"s{nodes}")
         fleet.create_topics()
         try:
-            return self._run(fleet, profile, nodes, run, packs, kill, policy)
+            point = self._run(fleet, profile, nodes, run, packs, kill, policy)
+            if probe:
+                point.extra["rebalance_s"] = self._rebalance_time(fleet, profile, packs)
+                print(f"rebalance of {nodes} members for one more: "
+                      f"{point.extra['rebalance_s']:.1f} s", flush=True)
+            return point
         finally:
             fleet.stop_all()
 
@@ -189,6 +206,27 @@ class Study:
         print(json.dumps(asdict(point)), flush=True)
         return point
 
+    def _rebalance_time(self, fleet: Fleet, profile: str, packs: list[tuple[int, float]]
+                        ) -> float:
+        """One more member joins the settled group: from the first revoke that its join
+        caused to the last member's new assignment (all members' log lines)."""
+        names = [f"p{i}" for i in range(len(packs))]
+        joined = time.time()
+        fleet.worker("joiner", node_model(profile, self.args.node_rate, self.args.batch),
+                     "--decode-threads", "1", "--max-batch", str(self.args.batch))
+        nodes = sum(m for m, _ in packs) + 1
+        deadline = time.monotonic() + self.args.join_timeout_s
+        while members_owning(fleet, [*names, "joiner"]) < nodes:
+            if time.monotonic() > deadline:
+                raise SystemExit("the group did not settle after one more member joined")
+            time.sleep(0.5)
+        time.sleep(2)
+        stamps = [(t, kind) for name in [*names, "joiner"]
+                  for t, kind in log_events(fleet.log_path(name)) if t >= joined]
+        revokes = [t for t, kind in stamps if kind == "revoked"]
+        assigns = [t for t, kind in stamps if kind == "assigned"]
+        return max(assigns) - min(revokes) if revokes and assigns else float("nan")
+
     def _kill_later(self, fleet: Fleet, names: list[str], packs: list[tuple[int, float]],
                     kill: str, after_s: float) -> None:
         time.sleep(after_s)
@@ -211,7 +249,8 @@ class Study:
     def sweep(self, profile: str) -> None:
         base: Point | None = None
         for nodes in self.args.nodes:
-            point = self.run(profile, nodes, "sweep", self.packs(nodes))
+            point = self.run(profile, nodes, "sweep", self.packs(nodes),
+                             probe=nodes == max(self.args.nodes) and self.args.probe)
             base = base or point
             point.speedup = point.rate / base.rate * base.nodes
             point.efficiency = point.speedup / nodes
@@ -309,6 +348,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--join-timeout-s", type=float, default=300.0)
     parser.add_argument("--job-timeout-s", type=float, default=900.0)
     parser.add_argument("--no-outage", action="store_true")
+    parser.add_argument("--probe", action=argparse.BooleanOptionalAction, default=True,
+                        help="time one rebalance at the largest N (one more member joins)")
     parser.add_argument("--no-mix", action="store_true")
     parser.add_argument("--out", type=Path, default=REPO / "ops" / "bench" / "results")
     return parser.parse_args(argv)
