@@ -18,8 +18,8 @@ from inferstream.schemas.errors import SchemaError
 #: Simulated models: `sim:ms=N,...`, whose parameters describe a node's speed, not a model.
 SIM_PREFIX = "sim:"
 #: The names of simulated models (parsed by `models.names.parse_sim_name`).
-SIM_SYNTAX = ("sim:ms=N|as=alexnet|as=googlenet[,batch_ms=B][,slower=S][,jitter=F]"
-              "[,slow_after=K,slow_factor=X]")
+SIM_SYNTAX = ("sim:ms=N[,jitter=F][,slow_after=K,slow_factor=X] (as=alexnet or as=googlenet "
+              "instead of ms; batch_ms=B, slower=S)")
 
 
 def serves(model: str, task_model: str) -> bool:
