@@ -114,6 +114,21 @@ def log_events(path: Path) -> list[tuple[float, str]]:
     return found
 
 
+def members_assigned_since(fleet: Fleet, names: list[str], since: float) -> int:
+    """How many members of the processes `names` logged an assignment after `since`."""
+    found = set()
+    for name in names:
+        path = fleet.log_path(name)
+        if not path.exists():
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            match = _ASSIGNED.search(line)
+            if match and datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp() \
+                    >= since:
+                found.add(match[1] or name)
+    return len(found)
+
+
 class Study:
     """The study's runs on one local broker."""
 
@@ -204,6 +219,8 @@ class Study:
                       tasks=math.ceil(items / args.task_items))
         self.points.append(point)
         print(json.dumps(asdict(point)), flush=True)
+        with (self.args.out / "scale_study.jsonl").open("a") as saved:  # kept if a later run fails
+            saved.write(json.dumps(asdict(point)) + "\n")
         return point
 
     def _rebalance_time(self, fleet: Fleet, profile: str, packs: list[tuple[int, float]]
@@ -214,11 +231,11 @@ class Study:
         joined = time.time()
         fleet.worker("joiner", node_model(profile, self.args.node_rate, self.args.batch),
                      "--decode-threads", "1", "--max-batch", str(self.args.batch))
-        nodes = sum(m for m, _ in packs) + 1
+        nodes = sum(m for m, _ in packs) + 1  # (one may get no partition: that is an answer)
         deadline = time.monotonic() + self.args.join_timeout_s
-        while members_owning(fleet, [*names, "joiner"]) < nodes:
+        while members_assigned_since(fleet, [*names, "joiner"], joined) < nodes:
             if time.monotonic() > deadline:
-                raise SystemExit("the group did not settle after one more member joined")
+                return float("nan")  # reported as such; the study goes on
             time.sleep(0.5)
         time.sleep(2)
         stamps = [(t, kind) for name in [*names, "joiner"]
@@ -278,6 +295,20 @@ class Study:
 def packs_model(profile: str) -> str:
     """The model a job asks for: every `sim:` worker serves any `sim:` job."""
     return f"sim:as={profile}"
+
+
+def with_speedups(points: list[Point]) -> list[Point]:
+    """The sweep points' speed-up and efficiency against the profile's smallest-N sweep point
+    (jobs of several runs read back from scale_study.jsonl)."""
+    for profile in {p.profile for p in points}:
+        sweep = [p for p in points if p.profile == profile and p.run == "sweep"]
+        if not sweep:
+            continue
+        base = min(sweep, key=lambda p: p.nodes)
+        for point in sweep:
+            point.speedup = point.rate / base.rate * base.nodes
+            point.efficiency = point.speedup / point.nodes
+    return points
 
 
 def write_table(points: list[Point], path: Path, command: str) -> str:
@@ -352,12 +383,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="time one rebalance at the largest N (one more member joins)")
     parser.add_argument("--no-mix", action="store_true")
     parser.add_argument("--out", type=Path, default=REPO / "ops" / "bench" / "results")
+    parser.add_argument("--replot", action="store_true",
+                        help="run nothing: the table and the plot of every job in "
+                        "OUT/scale_study.jsonl (what the runs so far measured)")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> list[Point]:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.replot:
+        saved = (args.out / "scale_study.jsonl").read_text().splitlines()
+        points = with_speedups([Point(**json.loads(line)) for line in saved if line.strip()])
+        print(write_table(points, args.out / "scale_study.md", "python ops/bench/"
+                          "scale_study.py --replot (the jobs of the runs above)"))
+        write_plot(points, args.out / "scale_study.png")
+        return points
     with tempfile.TemporaryDirectory(prefix="scale-study-") as tmp:
         study = Study(args, Path(tmp))
         try:
