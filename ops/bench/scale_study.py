@@ -216,7 +216,8 @@ class Study:
                       lost=report.lost, duplicates=report.duplicates, join_s=join_s,
                       controller_cpu_s=cpu_after[0] - cpu_before[0],
                       broker_cpu_s=cpu_after[1] - cpu_before[1],
-                      tasks=math.ceil(items / args.task_items))
+                      tasks=math.ceil(items / args.task_items),
+                      extra={"partitions": fleet.config.task_partitions_for()})
         self.points.append(point)
         print(json.dumps(asdict(point)), flush=True)
         with (self.args.out / "scale_study.jsonl").open("a") as saved:  # kept if a later run fails
@@ -298,8 +299,10 @@ def packs_model(profile: str) -> str:
 
 
 def with_speedups(points: list[Point]) -> list[Point]:
-    """The sweep points' speed-up and efficiency against the profile's smallest-N sweep point
-    (jobs of several runs read back from scale_study.jsonl)."""
+    """The sweep points' speed-up and efficiency against the profile's smallest-N sweep point,
+    an outage's time lost against the mean rate of the sweep jobs of its N, a mix's
+    efficiency against its ideal rate (jobs of several runs read back from
+    scale_study.jsonl)."""
     for profile in {p.profile for p in points}:
         sweep = [p for p in points if p.profile == profile and p.run == "sweep"]
         if not sweep:
@@ -308,22 +311,29 @@ def with_speedups(points: list[Point]) -> list[Point]:
         for point in sweep:
             point.speedup = point.rate / base.rate * base.nodes
             point.efficiency = point.speedup / point.nodes
+        for point in (p for p in points if p.profile == profile and p.run != "sweep"):
+            clean = [p.rate for p in sweep if p.nodes == point.nodes]
+            if point.run.startswith("kill") and clean:
+                point.time_lost_s = point.seconds - point.items / (sum(clean) / len(clean))
+            elif point.run.startswith("mix"):
+                point.efficiency = point.rate / point.ideal_rate
     return points
 
 
 def write_table(points: list[Point], path: Path, command: str) -> str:
     lines = [f"Command: `{command}`", "",
-             "| profile | N | run | items | s | items/s | ideal items/s | speed-up | "
+             "| profile | N | run | partitions | items | s | items/s | ideal items/s | speed-up | "
              "efficiency | exactly once | time lost | join s | controller CPU ms/task | "
              "broker CPU ms/task |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
         speedup = f"{p.speedup:.1f}x" if p.speedup is not None else ""
         efficiency = f"{p.efficiency:.2f}" if p.efficiency is not None else ""
         lost = f"{p.time_lost_s:.1f} s" if p.time_lost_s is not None else ""
         per_task = 1000 / max(p.tasks, 1)
         lines.append(
-            f"| {p.profile} | {p.nodes} | {p.run} | {p.items} | {p.seconds:.1f} | "
+            f"| {p.profile} | {p.nodes} | {p.run} | {p.extra.get('partitions', max(4, p.nodes))} | "
+            f"{p.items} | {p.seconds:.1f} | "
             f"{p.rate:.0f} | {p.ideal_rate:.0f} | {speedup} | {efficiency} | "
             f"{'yes' if p.exactly_once else f'NO (lost {p.lost}, dup {p.duplicates})'} | "
             f"{lost} | {p.join_s:.0f} | {p.controller_cpu_s * per_task:.1f} | "
@@ -378,6 +388,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--settle-s", type=float, default=3.0)
     parser.add_argument("--join-timeout-s", type=float, default=300.0)
     parser.add_argument("--job-timeout-s", type=float, default=900.0)
+    parser.add_argument("--no-sweep", action="store_true")
     parser.add_argument("--no-outage", action="store_true")
     parser.add_argument("--probe", action=argparse.BooleanOptionalAction, default=True,
                         help="time one rebalance at the largest N (one more member joins)")
@@ -403,8 +414,9 @@ def main(argv: list[str] | None = None) -> list[Point]:
         study = Study(args, Path(tmp))
         try:
             for profile in args.profiles:
-                study.sweep(profile)
-                if not args.no_outage:
+                if not args.no_sweep:
+                    study.sweep(profile)
+                if not (args.no_outage or args.no_sweep):  # its reference is the sweep's
                     study.outages(profile)
                 if not args.no_mix:
                     study.mix(profile)
