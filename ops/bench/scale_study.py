@@ -31,6 +31,7 @@ import socket
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -129,6 +130,24 @@ def members_assigned_since(fleet: Fleet, names: list[str], since: float) -> int:
     return len(found)
 
 
+def transactions(ports: dict[str, int]) -> int:
+    """Transactions committed so far by the processes serving /metrics on `ports`: the
+    controller's and the workers' commit-duration counts (a killed process counts 0)."""
+    total = 0.0
+    for port in ports.values():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            name = line.split("{")[0].split(" ")[0]
+            if name in ("inferstream_commit_duration_seconds_count",
+                        "inferstream_controller_commit_duration_seconds_count"):
+                total += float(line.rsplit(" ", 1)[1])
+    return int(total)
+
+
 class Study:
     """The study's runs on one local broker."""
 
@@ -167,16 +186,19 @@ class Study:
         if policy:
             fleet.start("sysinfo", "sysinfo", "--port", str(free_port()), "--advertised-host",
                         "127.0.0.1", "--session-timeout-s", "6")
-        controller = fleet.start("controller", "controller")
+        ports = {"controller": free_port()}
+        controller = fleet.start("controller", "controller", "--metrics-port",
+                                 str(ports["controller"]))
         names, started = [], time.monotonic()
         for i, (members, factor) in enumerate(packs):
             name = f"p{i}"
             flags = ["--members", str(members)] if members > 1 else []
             if not policy:
                 flags += ["--assignor", "roundrobin"] if run.startswith("mix") else []
+            ports[name] = free_port()
             fleet.worker(name, node_model(profile, args.node_rate, args.batch, factor),
                          *flags, "--decode-threads", "1", "--max-batch", str(args.batch),
-                         "--min-rebalance-interval-s", "10")
+                         "--min-rebalance-interval-s", "10", "--metrics-port", str(ports[name]))
             names.append(name)
         while members_owning(fleet, names) < nodes:
             fleet.check_alive(*names)
@@ -198,6 +220,7 @@ class Study:
             return cpu_s(broker_pid) if broker_pid else 0.0
 
         cpu_before = cpu_s(controller.pid), broker_cpu()
+        transactions_before = transactions(ports)
         t0 = time.monotonic()
         job = fleet.client.submit(packs_model(profile), [f"@{listing}"],
                                   chunk_size=args.task_items)
@@ -206,6 +229,7 @@ class Study:
         status = job.wait(timeout_s=args.job_timeout_s)
         seconds = time.monotonic() - t0
         cpu_after = cpu_s(controller.pid), broker_cpu()
+        transactions_after = transactions(ports)
         reader.read_to_end(timeout_s=120)
         expected = [line.strip() for line in listing.read_text().splitlines()]
         report = verify(job.job_id, expected, reader.snapshot(), list(job.results()))
@@ -217,7 +241,8 @@ class Study:
                       controller_cpu_s=cpu_after[0] - cpu_before[0],
                       broker_cpu_s=cpu_after[1] - cpu_before[1],
                       tasks=math.ceil(items / args.task_items),
-                      extra={"partitions": fleet.config.task_partitions_for()})
+                      extra={"partitions": fleet.config.task_partitions_for(),
+                             "transactions": transactions_after - transactions_before})
         self.points.append(point)
         print(json.dumps(asdict(point)), flush=True)
         with (self.args.out / "scale_study.jsonl").open("a") as saved:  # kept if a later run fails
@@ -324,20 +349,22 @@ def write_table(points: list[Point], path: Path, command: str) -> str:
     lines = [f"Command: `{command}`", "",
              "| profile | N | run | partitions | items | s | items/s | ideal items/s | speed-up | "
              "efficiency | exactly once | time lost | join s | controller CPU ms/task | "
-             "broker CPU ms/task |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "broker CPU ms/task | broker CPU ms/transaction |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
         speedup = f"{p.speedup:.1f}x" if p.speedup is not None else ""
         efficiency = f"{p.efficiency:.2f}" if p.efficiency is not None else ""
         lost = f"{p.time_lost_s:.1f} s" if p.time_lost_s is not None else ""
         per_task = 1000 / max(p.tasks, 1)
+        txns = p.extra.get("transactions")
+        per_transaction = f"{p.broker_cpu_s * 1000 / txns:.1f}" if txns else ""
         lines.append(
             f"| {p.profile} | {p.nodes} | {p.run} | {p.extra.get('partitions', max(4, p.nodes))} | "
             f"{p.items} | {p.seconds:.1f} | "
             f"{p.rate:.0f} | {p.ideal_rate:.0f} | {speedup} | {efficiency} | "
             f"{'yes' if p.exactly_once else f'NO (lost {p.lost}, dup {p.duplicates})'} | "
             f"{lost} | {p.join_s:.0f} | {p.controller_cpu_s * per_task:.1f} | "
-            f"{p.broker_cpu_s * per_task:.1f} |")
+            f"{p.broker_cpu_s * per_task:.1f} | {per_transaction} |")
     text = "\n".join(lines) + "\n"
     path.write_text(text)
     return text
