@@ -199,4 +199,7 @@ def test_a_worker_slowed_4x_loses_partitions_and_every_item_is_done_once(
     # 5 s rebalance interval + 1 s policy interval, + the samples that show the slowdown
     # (2 s each) and the leader's 1 s check.
     assert lost_after <= 5 + 1 + 2 * 2 + 1, lost_after
-    assert done["victim"] > 0 and done["joiner"] > 0, done
+    # The joiner owns partitions (above); whether it gets tasks depends on when the victim is
+    # seen dead: migration re-issues the victim's tasks to the workers that own partitions
+    # then, which may be before the joiner's assignment (CI saw both).
+    assert done["victim"] > 0 and set(done) <= {"slowing", "steady", "victim", "joiner"}, done

@@ -56,6 +56,13 @@ def test_a_faster_worker_gets_more_of_them() -> None:
     assert moved == {"steady": 30, "other": 10}, moved
 
 
+def test_a_worker_whose_results_show_it_slower_than_the_policy_gets_fewer() -> None:
+    table = deadlines()
+    table.observe("other", 10, 0.4)  # 40 ms per item: 4x slower than the policy says
+    moved = where(table, 40)
+    assert moved["other"] < moved["steady"] / 2, moved
+
+
 def test_a_worker_the_policy_says_serves_the_model_is_a_target_before_its_first_result(
         ) -> None:
     # neither steady nor other has sent a result; other serves another model

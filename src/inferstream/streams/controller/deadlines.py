@@ -298,7 +298,11 @@ class Deadlines:
                 continue
             if not self._serves(worker, model, policy):
                 continue
-            per_item = self._per_item_s(pool, worker) or 1.0
+            # the slower of what the policy says and what its results show: the policy's
+            # capacity lags a slowdown by its sampling window, and a target must not be a
+            # worker that just slowed down
+            per_item = max(self._per_item_s(pool, worker) or 1.0,
+                           self._observed.get(worker, 0.0))
             queued = self._backlog(pool, worker, -1) + planned.get(worker, 0)
             finish = (queued + entry.items) * per_item
             partition = sorted(parts)[entry.task["task_id"] % len(parts)]
