@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 import tempfile
@@ -20,23 +19,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from failover_common import Fleet, start_broker
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+from p1_cpu import process_cpu_s as cpu_s
 
 
 def rss_mib(pid: int) -> float:
     status = Path(f"/proc/{pid}/status").read_text()
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
     return int(fields["VmRSS"].split()[0]) / 1024
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of `pid` and its threads (0 once it is gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(stat[11]) + int(stat[12])) / CLOCK_TICKS
 
 
 def settled_members(log: str, members: int) -> int:

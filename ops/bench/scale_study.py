@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -41,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from failover_common import Fleet, start_broker
-from members_footprint import cpu_s
+from p1_cpu import process_cpu_s as cpu_s
 from tests.chaos.verifier import ResultsReader, verify
 
 from inferstream.models.names import GPU_PROFILES
@@ -90,9 +91,9 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def members_owning(fleet: Fleet, names: list[str]) -> int:
-    """How many members of the processes `names` own partitions now (their last line)."""
-    last: dict[str, bool] = {}
+def assignments(fleet: Fleet, names: list[str]) -> Iterator[tuple[float, str, bool]]:
+    """(Unix time, member, whether it got partitions) of each assignment the processes
+    `names` logged, in log order per process."""
     for name in names:
         path = fleet.log_path(name)
         if not path.exists():
@@ -100,7 +101,16 @@ def members_owning(fleet: Fleet, names: list[str]) -> int:
         for line in path.read_text(errors="replace").splitlines():
             match = _ASSIGNED.search(line)
             if match:
-                last[match[1] or name] = bool(match[2].strip())
+                yield _stamp(line), match[1] or name, bool(match[2].strip())
+
+
+def _stamp(line: str) -> float:
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def members_owning(fleet: Fleet, names: list[str]) -> int:
+    """How many members of the processes `names` own partitions now (their last line)."""
+    last = {member: owns for _, member, owns in assignments(fleet, names)}
     return sum(last.values())
 
 
@@ -110,24 +120,13 @@ def log_events(path: Path) -> list[tuple[float, str]]:
     for line in path.read_text(errors="replace").splitlines():
         match = re.search(r"(assigned|revoked) partitions=", line)
         if match:
-            stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-            found.append((stamp, match[1]))
+            found.append((_stamp(line), match[1]))
     return found
 
 
 def members_assigned_since(fleet: Fleet, names: list[str], since: float) -> int:
     """How many members of the processes `names` logged an assignment after `since`."""
-    found = set()
-    for name in names:
-        path = fleet.log_path(name)
-        if not path.exists():
-            continue
-        for line in path.read_text(errors="replace").splitlines():
-            match = _ASSIGNED.search(line)
-            if match and datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp() \
-                    >= since:
-                found.add(match[1] or name)
-    return len(found)
+    return len({member for t, member, _ in assignments(fleet, names) if t >= since})
 
 
 def transactions(ports: dict[str, int]) -> int:
