@@ -114,6 +114,11 @@ class ControllerConfig:
     migration_check_s: float = setting(1.0, "seconds between two checks for late tasks")
     max_attempts: int = setting(
         4, "a task late on this many attempts fails its items with the reason")
+    issue_ahead_s: float = setting(
+        10.0, "seconds of work each live worker is kept ahead with: a job's tasks are issued "
+        "as the workers get through them, each to the worker that would finish it first, so "
+        "a faster worker gets more and one that dies holds little; 0: all tasks at once, "
+        "round robin over the partitions")
     tasks_per_round: int = setting(
         256, "tasks issued per job per round, so one huge job cannot starve the others")
     default_chunk_size: int = setting(
@@ -167,7 +172,7 @@ def validate_controller(controller: ControllerConfig) -> None:
     _at_least("controller.call_grace_s", controller.call_grace_s, 0.001)
     _at_least("controller.session_timeout_ms", controller.session_timeout_ms, 1)
     _at_least("controller.max_attempts", controller.max_attempts, 1)
-    for name in ("migration_slack", "migration_floor_s", "migration_check_s"):
+    for name in ("migration_slack", "migration_floor_s", "migration_check_s", "issue_ahead_s"):
         _at_least(f"controller.{name}", getattr(controller, name), 0)
     _at_least("controller.heartbeat_interval_ms", controller.heartbeat_interval_ms, 1)
     if controller.heartbeat_interval_ms >= controller.session_timeout_ms:

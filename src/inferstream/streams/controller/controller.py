@@ -46,6 +46,7 @@ from inferstream.streams.controller.expansion import Item
 from inferstream.streams.controller.hooks import ControllerHooks, JobProgress, RoundState
 from inferstream.streams.controller.ledger import JobState, LedgerCodec
 from inferstream.streams.controller.outbox import ControllerTopics, Outbox, PartitionCounts
+from inferstream.streams.controller.pacing import Pacing
 from inferstream.streams.controller.placement import task_partition
 from inferstream.streams.controller.replay import LedgerStandby, read_ledger
 from inferstream.streams.controller.sizing import TaskSizer, choose_task_size, no_policy, sized
@@ -138,6 +139,8 @@ class Controller:
         self.deadlines = Deadlines(self.pools, pool_policy, config.worker_group,
                                    self.options.migration_slack, self.options.migration_floor_s,
                                    self.options.max_attempts, model_ranges)
+        self.pacing = Pacing(self.deadlines, self.pools, pool_policy,
+                             self.options.issue_ahead_s)
         self._checked_late = 0.0
 
     def _new_producer(self, transactional_id: str) -> SyncProducer:
@@ -256,10 +259,8 @@ class Controller:
         state = JobState(sized(job, size), partition)
         self.jobs[state.job_id] = state
         reason = rejection_reason(job, self.partitions, self.config.task_topic(job["pool"]))
-        if reason is None:
-            first = state.cursor().next_tasks(self.options.tasks_per_round)
-            if not first and state.cursor().finished:
-                reason = "empty input: the job names no items"
+        if reason is None and state.cursor().finished:
+            reason = "empty input: the job names no items"
         if reason is not None:
             state.status = LedgerStatus.REJECTED
             out.event(state.event(JobEventType.REJECTED, reason), partition)
@@ -268,7 +269,7 @@ class Controller:
             return
         out.event(state.event(JobEventType.ACCEPTED), partition)
         out.count(partition, ("jobs_accepted",))
-        self._produce_tasks(state, first, out)
+        self._issue_first(state, out)
         log.info("job %s accepted model=%s task_size=%d (%s)", state.job_id, job["model"],
                  size.items, size.source)
 
@@ -292,22 +293,72 @@ class Controller:
         log.info("job %s cancelled at %d/%s items", state.job_id, state.done_items,
                  state.total_items if state.total_items is not None else "?")
 
-    def _issue_tasks(self, out: Outbox) -> None:
-        for state in self.jobs.values():
-            if state.status == LedgerStatus.ACTIVE and not state.expanded:
-                tasks = state.cursor().next_tasks(self.options.tasks_per_round)
-                self._produce_tasks(state, tasks, out)
+    def _issue_first(self, state: JobState, out: Outbox) -> None:
+        """A job's first tasks, when it is accepted: all of them, or up to
+        `tasks_per_round`, without pacing; with it, the first task whatever the workers
+        hold (the rest follow in `_issue_tasks`)."""
+        if self.options.issue_ahead_s <= 0:
+            self._produce_tasks(state, self._round_robin(state), out)
+            return
+        self._produce_tasks(state, self._paced(state, force=True), out)
+        self.pacing.begin()  # what it planned is outstanding now
 
-    def _produce_tasks(self, state: JobState, tasks: list[tuple[int, list[Item]]],
-                       out: Outbox) -> None:
+    def _issue_tasks(self, out: Outbox) -> None:
+        """More tasks of the jobs not fully issued: up to `tasks_per_round` per job; with
+        pacing, as far as the workers have room (see `pacing`), one task per job in turn,
+        so that a long job does not hold a later one back."""
+        waiting = [state for state in self.jobs.values()
+                   if state.status == LedgerStatus.ACTIVE and not state.expanded]
+        if self.options.issue_ahead_s <= 0:
+            for state in waiting:
+                self._produce_tasks(state, self._round_robin(state), out)
+            return
+        self.pacing.begin()
+        placed: dict[str, list[tuple[int, list[Item], int]]] = {s.job_id: [] for s in waiting}
+        turn = waiting
+        while turn:
+            again = []
+            for state in turn:
+                task = self._paced(state)
+                placed[state.job_id].extend(task)
+                if task and len(placed[state.job_id]) < self.options.tasks_per_round:
+                    again.append(state)
+            turn = again
+        for state in waiting:
+            if placed[state.job_id]:
+                self._produce_tasks(state, placed[state.job_id], out)
+
+    def _round_robin(self, state: JobState) -> list[tuple[int, list[Item], int]]:
         topic = self.config.task_topic(state.job["pool"])
+        tasks = state.cursor().next_tasks(self.options.tasks_per_round)
         n = self.partitions(topic)
         within = self._model_range(state.job) if tasks else None
+        return [(task_id, items, task_partition(state.job_id, task_id, n, within))
+                for task_id, items in tasks]
+
+    def _paced(self, state: JobState, *, force: bool = False
+               ) -> list[tuple[int, list[Item], int]]:
+        """The job's next task and its partition, if a worker has room for it (`force`:
+        even if none has)."""
+        cursor = state.cursor()
+        if cursor.finished:
+            return []
+        pool = state.job["pool"]
+        partition = self.pacing.place(
+            pool, state.job["model"], self._model_range(state.job),
+            self.partitions(self.config.task_topic(pool)), state.job_id, cursor.next_task_id,
+            cursor.next_size, force=force)
+        if partition is None:
+            return []
+        return [(task_id, items, partition) for task_id, items in cursor.next_tasks(1)]
+
+    def _produce_tasks(self, state: JobState, tasks: list[tuple[int, list[Item], int]],
+                       out: Outbox) -> None:
+        topic = self.config.task_topic(state.job["pool"])
         now = now_ms()
-        for task_id, items in tasks:
+        for task_id, items, partition in tasks:
             task = new_task(state.job, task_id, [i.as_record() for i in items],
                             home_partition=state.partition)
-            partition = task_partition(state.job_id, task_id, n, within)
             encoded = self.codec.encode("Task", task)
             out.add(state.partition, topic, partition, state.job_id.encode(), encoded)
             self._track(task, encoded, state.partition, partition, now)
@@ -320,14 +371,15 @@ class Controller:
 
     # -- deadlines and migration ------------------------------------------------------------
     def _track(self, task: Task, encoded: bytes, home: int, partition: int, now: int) -> None:
-        if self.options.migration_slack > 0:
+        if self.options.migration_slack > 0 or self.options.issue_ahead_s > 0:
             self.deadlines.issued(task, encoded, home, partition, now)
 
     def _migrate_late(self, out: Outbox) -> None:
         """Issue the late tasks again elsewhere (at most every `migration_check_s`), telling
         workers to skip the attempt they hold; fail those out of attempts."""
         now = time.monotonic()
-        if not len(self.deadlines) or now - self._checked_late < self.options.migration_check_s:
+        if (self.options.migration_slack <= 0 or not len(self.deadlines)
+                or now - self._checked_late < self.options.migration_check_s):
             return
         self._checked_late = now
         for late in self.deadlines.late(now_ms()):

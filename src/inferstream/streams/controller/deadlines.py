@@ -246,10 +246,12 @@ class Deadlines:
         self._observed[worker] = per_item if known is None else (
             OBSERVED_ALPHA * per_item + (1 - OBSERVED_ALPHA) * known)
 
-    def _per_item_s(self, pool: str, worker: str | None) -> float | None:
+    def _per_item_s(self, pool: str, worker: str | None,
+                    workers: dict[str, WorkerPolicy] | None = None) -> float | None:
         """The worker's seconds per item: from the policy's capacity, else from its results;
-        for a worker known to neither, the pool's median (policy) or every worker's."""
-        workers = self.policy(pool) or {}
+        for a worker known to neither, the pool's median (policy) or every worker's.
+        `workers`: the pool's policy, where the caller has it already."""
+        workers = (self.policy(pool) if workers is None else workers) or {}
         known = workers.get(worker) if worker is not None else None
         if known is not None and known.capacity_items_per_s > 0:
             return 1.0 / known.capacity_items_per_s
@@ -259,6 +261,25 @@ class Deadlines:
         if rates:
             return 1.0 / statistics.median(rates)
         return statistics.median(self._observed.values()) if self._observed else None
+
+    def target_per_item_s(self, pool: str, worker: str,
+                          workers: dict[str, WorkerPolicy] | None = None) -> float | None:
+        """The seconds per item to plan new work on `worker` with: the slower of what the
+        policy says and what its results show. The policy's capacity lags a slowdown by its
+        sampling window, and new work must not go to a worker that just slowed down."""
+        known = self._per_item_s(pool, worker, workers)
+        observed = self._observed.get(worker)
+        if known is None or observed is None:
+            return known if observed is None else observed
+        return max(known, observed)
+
+    def members(self, pool: str) -> dict[str, list[int]] | None:
+        """The pool's live workers and the task partitions each owns (None: not known now)."""
+        return self._members(pool)
+
+    def queued(self, pool: str, partition: int) -> int:
+        """Items of this controller's outstanding tasks on `partition` of `pool`'s topic."""
+        return self._by_partition.get((pool, partition), 0)
 
     def _backlog(self, pool: str, worker: str | None, partition: int) -> int:
         """Items of the outstanding tasks queued on `worker` (or on `partition` when the
@@ -298,11 +319,7 @@ class Deadlines:
                 continue
             if not self._serves(worker, model, policy):
                 continue
-            # the slower of what the policy says and what its results show: the policy's
-            # capacity lags a slowdown by its sampling window, and a target must not be a
-            # worker that just slowed down
-            per_item = max(self._per_item_s(pool, worker) or 1.0,
-                           self._observed.get(worker, 0.0))
+            per_item = self.target_per_item_s(pool, worker) or 1.0
             queued = self._backlog(pool, worker, -1) + planned.get(worker, 0)
             finish = (queued + entry.items) * per_item
             partition = sorted(parts)[entry.task["task_id"] % len(parts)]

@@ -111,27 +111,39 @@ def cut_tasks(items: Iterable[Item], chunk_size: int,
 
 
 class JobExpansion:
-    """A resumable cursor over a job's tasks: `next_tasks(n)` gives up to n more."""
+    """A resumable cursor over a job's tasks: `next_tasks(n)` gives up to n more.
+
+    It reads one task ahead, so `finished` is True as soon as the last task is taken and
+    `next_size` is the size of the task that comes next."""
 
     def __init__(self, job: Job, skip_tasks: int = 0) -> None:
         self._chunks = cut_tasks(iter_items(job), max(1, job["chunk_size"]))
         self.next_task_id = 0
         self.items_issued = 0
-        self.finished = False
+        self._ahead = next(self._chunks, None)
         for _ in range(skip_tasks):
             self._take()
 
+    @property
+    def finished(self) -> bool:
+        return self._ahead is None
+
+    @property
+    def next_size(self) -> int:
+        """Items of the next task (0 when finished)."""
+        return len(self._ahead or ())
+
     def _take(self) -> list[Item] | None:
-        chunk = next(self._chunks, None)
+        chunk = self._ahead
         if chunk is None:
-            self.finished = True
             return None
         self.next_task_id += 1
         self.items_issued += len(chunk)
+        self._ahead = next(self._chunks, None)
         return chunk
 
     def next_tasks(self, limit: int) -> list[tuple[int, list[Item]]]:
-        """Up to `limit` (task_id, items) pairs; `finished` turns True after the last."""
+        """Up to `limit` (task_id, items) pairs; `finished` turns True with the last."""
         out: list[tuple[int, list[Item]]] = []
         while len(out) < limit and not self.finished:
             task_id = self.next_task_id

@@ -1,4 +1,6 @@
-"""Which partition of its pool's task topic each task of a job goes to."""
+"""Which partition of its pool's task topic each task of a job goes to, without pacing.
+
+With `issue_ahead_s = 0`, and in `pacing` when no worker owns a partition the job may use."""
 
 from __future__ import annotations
 
