@@ -46,7 +46,7 @@ chaos: $(STAMP) kafka-jars ## full-size chaos scenario (20,000 items, 3-broker c
 chaos-storm: $(STAMP) kafka-jars ## kill -9 and restart brokers for MINUTES (default 20) under back-to-back jobs
 	$(PY) -m tests.chaos.broker_storm --minutes $(or $(MINUTES),20)
 
-scale-study: $(STAMP) kafka-jars ## the scale study: 1 to 100 simulated nodes, outages, a mix (about 40 min)
+scale-study: $(STAMP) kafka-jars ## the scale study: 1 to 100 simulated nodes, outages, a mix (about 35 min; every job bounded by --job-timeout-s)
 	$(PY) ops/bench/scale_study.py
 
 bench: $(STAMP) kafka-jars ## benchmark P1: bare PyTorch loop against the pipeline
