@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import time
 from typing import Any
 
 import torch
@@ -126,3 +127,52 @@ def test_the_progress_bar_shows_done_total_rate_and_eta() -> None:
     status = JobStatus("j", "PROGRESS", total_items=200, done_items=50, rate_items_per_s=25.0)
     text = ProgressBar(io.StringIO(), width=10).render(status)
     assert "50/200 25%" in text and "25.0 img/s" in text and "ETA 0:00:06" in text
+
+
+class CountingModel(SimModel):
+    """A sim model whose batches take 20 ms, counting the items decoded and the items that
+    went into a forward pass, and the most decoded items waiting for one."""
+
+    def __init__(self) -> None:
+        super().__init__("sim:ms=0", SimParams(ms=0))
+        self.decoded = 0
+        self.forwarded = 0
+        self.most_waiting = 0
+
+    def preprocess(self, data: bytes) -> torch.Tensor:
+        tensor = super().preprocess(data)
+        self.decoded += 1
+        self.most_waiting = max(self.most_waiting, self.decoded - self.forwarded)
+        return tensor
+
+    def predict(self, batch: torch.Tensor, top_k: int) -> list[Any]:
+        self.forwarded += len(batch)
+        time.sleep(0.02)
+        return super().predict(batch, top_k)
+
+
+def test_items_are_decoded_at_most_decode_ahead_batches_ahead_of_the_model() -> None:
+    model = CountingModel()
+    tasks = [task(t, [f"item-{t}-{i}" for i in range(8)]) for t in range(6)]
+
+    async def run() -> list[TaskRun]:
+        pipeline = BatchingPipeline(model, WorkerConfig(
+            max_batch=4, max_wait_ms=5, decode_threads=2, decode_ahead=1), Recorder())
+        done: list[TaskRun] = []
+        loop = asyncio.create_task(pipeline.run_forever())
+        try:
+            for spec in tasks:  # 48 items at once, as when a worker's fetch brings 6 tasks
+                pipeline.submit(TaskRun(spec, on_done=done.append))
+            while len(done) < len(tasks):
+                await asyncio.sleep(0.01)
+        finally:
+            loop.cancel()
+            pipeline.close()
+        return done
+
+    done = asyncio.run(run())
+    assert sorted(r.task["task_id"] for r in done) == list(range(6))
+    assert all(o is not None and o["status"] == "OK" for r in done for o in r.outcomes)
+    assert model.decoded == model.forwarded == 48
+    # one batch ahead, and the one the batch loop has taken but not yet passed on
+    assert model.most_waiting <= 2 * 4, model.most_waiting

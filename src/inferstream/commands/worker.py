@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import faulthandler
+import logging
 import signal
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,8 @@ from inferstream.config import Config
 if TYPE_CHECKING:
     from inferstream.streams.worker.worker import Worker
 
+log = logging.getLogger(__name__)
+
 
 def dump_stacks_on_usr1() -> None:
     """`kill -USR1 PID` prints every thread's stack to stderr: where a hung process waits."""
@@ -21,16 +24,21 @@ def dump_stacks_on_usr1() -> None:
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
+    import torch
     from prometheus_client import CollectorRegistry
 
     from inferstream.metrics import WorkerMetrics, serve_metrics
     from inferstream.models import LoadedModel, load_model
     from inferstream.models.registry import resolve_device
+    from inferstream.models.threads import plan_threads
     from inferstream.streams.worker.worker import Worker, default_worker_id
 
     settings = config.worker  # a model and known collectors: checked with the worker's needs
     dump_stacks_on_usr1()
     device = resolve_device(settings.device)
+    threads = plan_threads(str(device), settings.torch_threads, settings.decode_threads)
+    torch.set_num_threads(threads.torch_threads)  # model loading; each pipeline sets its own
+    log.info("%s", threads.describe())
 
     def loader(name: str) -> LoadedModel:
         weights = settings.weights if name == settings.models[0] else None

@@ -35,7 +35,15 @@ class WorkerConfig:
     device: str = setting("auto", "auto, cpu, cuda or cuda:N")
     max_batch: int = setting(32, "most items per model batch")
     max_wait_ms: float = setting(10.0, "longest wait for a batch to fill after its first item")
-    decode_threads: int = setting(4, "threads that fetch and preprocess items")
+    torch_threads: int = setting(
+        0, "torch intra-op threads of the forward pass (0: derived, every core on a CPU "
+        "device and 1 on CUDA; logged at start)")
+    decode_threads: int = setting(
+        0, "threads that fetch and preprocess items (0: derived, one per four cores on a "
+        "CPU device and every core but one on CUDA; logged at start)")
+    decode_ahead: int = setting(
+        2, "batches decoded ahead of the model: decoding fills the forward pass's gaps "
+        "instead of taking the cores in bursts")
     http_timeout_s: float = setting(10.0, "timeout of one http(s) item fetch")
     max_item_bytes: int = setting(64 * 1024 * 1024, "largest item the worker reads")
     metrics_port: int | None = setting(None, METRICS_PORT_HELP)
@@ -144,11 +152,12 @@ def validate_worker(worker: WorkerConfig) -> None:
         raise ConfigError(f"worker.guarantee {worker.guarantee!r} is not one of {GUARANTEES}")
     if worker.assignor not in ASSIGNORS:
         raise ConfigError(f"worker.assignor {worker.assignor!r} is not one of {ASSIGNORS}")
-    for name in ("max_batch", "decode_threads", "max_item_bytes", "session_timeout_ms",
+    for name in ("max_batch", "decode_ahead", "max_item_bytes", "session_timeout_ms",
                  "max_loaded_models", "members",
                  "heartbeat_interval_ms", "max_poll_interval_ms"):
         _at_least(f"worker.{name}", getattr(worker, name), 1)
-    for name in ("max_wait_ms", "http_timeout_s", "idle_exit_s", "revoke_grace_s",
+    for name in ("torch_threads", "decode_threads",
+                 "max_wait_ms", "http_timeout_s", "idle_exit_s", "revoke_grace_s",
                  "sysinfo_interval_s", "calibration_items", "rebalance_threshold",
                  "min_rebalance_interval_s", "policy_max_age_s"):
         _at_least(f"worker.{name}", getattr(worker, name), 0)

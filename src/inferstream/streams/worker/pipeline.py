@@ -1,17 +1,21 @@
 """The worker's data path: decode items on a thread pool, batch them across tasks, infer.
 
-One task's items are fetched and preprocessed in parallel as soon as the task arrives, so
-decoding overlaps with the model working on earlier batches. The batch loop takes decoded
-items in arrival order, up to `max_batch` items or `max_wait_s` after the first one, and
-runs the model on a single inference thread so that the event loop (and with it the Kafka
-heartbeats) never waits for a forward pass.
+Items are fetched and preprocessed in parallel on `decode_threads` threads, in arrival
+order, at most `decode_ahead` batches ahead of the model: decoding overlaps with the forward
+pass of the batch before, and fills its gaps instead of taking the cores in a burst when a
+task arrives. The batch loop takes items in arrival order, up to `max_batch` items or
+`max_wait_s` after the first one, and runs the model on a single inference thread (with
+`torch_threads` intra-op threads) so that the event loop (and with it the Kafka heartbeats)
+never waits for a forward pass. Thread counts: `models.threads`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -21,6 +25,7 @@ import torch
 from inferstream.config import WorkerConfig
 from inferstream.models import ItemError, LoadedModel
 from inferstream.models.collate import collate
+from inferstream.models.threads import plan_threads, thread_initializer
 from inferstream.schemas.records import (
     ItemResult,
     Prediction,
@@ -80,8 +85,8 @@ class _Slot:
 class BatchingPipeline:
     """Decode -> batch -> infer for the items of many tasks; calls `TaskRun.on_done`.
 
-    Uses `max_batch`, `max_wait_ms`, `decode_threads`, `http_timeout_s` and `max_item_bytes`
-    of the worker's settings.
+    Uses `max_batch`, `max_wait_ms`, `torch_threads`, `decode_threads`, `decode_ahead`,
+    `http_timeout_s` and `max_item_bytes` of the worker's settings.
     """
 
     def __init__(self, model: LoadedModel, options: WorkerConfig, hooks: WorkerHooks) -> None:
@@ -89,13 +94,22 @@ class BatchingPipeline:
         self.options = options
         self.max_wait_s = options.max_wait_ms / 1000
         self.hooks = hooks
-        self._decoders = ThreadPoolExecutor(options.decode_threads, "inferstream-decode")
-        self._inference = ThreadPoolExecutor(1, "inferstream-infer")
+        self.threads = plan_threads(str(model.device), options.torch_threads,
+                                    options.decode_threads)
+        self._decoders = ThreadPoolExecutor(self.threads.decode_threads, "inferstream-decode",
+                                            initializer=thread_initializer(1))
+        self._inference = ThreadPoolExecutor(
+            1, "inferstream-infer", initializer=thread_initializer(self.threads.torch_threads))
         self._queue: asyncio.Queue[_Slot] = asyncio.Queue()
+        #: items waiting for their decode to start, in arrival order
+        self._undecoded: deque[tuple[_Slot, TaskItem]] = deque()
+        #: items decoding or decoded that no batch has taken yet, and how many may be
+        self._ahead = 0
+        self._ahead_limit = max(1, options.decode_ahead) * options.max_batch
         self.items_in_flight = 0
 
     def submit(self, run: TaskRun) -> None:
-        """Start decoding every item of `run`; outcomes arrive through the batch loop."""
+        """Queue every item of `run` for decoding; outcomes arrive through the batch loop."""
         loop = asyncio.get_running_loop()
         run.model = self.model.name
         if not run.outcomes:
@@ -103,9 +117,22 @@ class BatchingPipeline:
             run.on_done(run)
             return
         for position, item in enumerate(run.task["items"]):
-            future = loop.run_in_executor(self._decoders, self._decode, run, item)
-            self._queue.put_nowait(_Slot(run, position, future))
+            slot = _Slot(run, position, loop.create_future())
+            self._queue.put_nowait(slot)
+            self._undecoded.append((slot, item))
             self.items_in_flight += 1
+        self._decode_ahead()
+
+    def _decode_ahead(self) -> None:
+        """Start decoding queued items, in order, up to `decode_ahead` batches ahead of the
+        batch loop. The batch loop only takes items from the head of the queue, and at most
+        `max_batch`, so every item it waits for has started decoding."""
+        loop = asyncio.get_running_loop()
+        while self._undecoded and self._ahead < self._ahead_limit:
+            slot, item = self._undecoded.popleft()
+            decoding = loop.run_in_executor(self._decoders, self._decode, slot.run, item)
+            decoding.add_done_callback(functools.partial(_settle, slot.decoded))
+            self._ahead += 1
 
     def _decode(self, run: TaskRun, item: TaskItem) -> tuple[torch.Tensor | str, float]:
         """Fetch and preprocess one item; a bad item becomes its error reason (a str), and
@@ -157,6 +184,8 @@ class BatchingPipeline:
             tensor, seconds = await slot.decoded
             slot.run.decode_seconds += seconds
             decoded.append(tensor)
+        self._ahead -= len(batch)
+        self._decode_ahead()  # the next batches decode while this one runs
         good: list[tuple[_Slot, torch.Tensor]] = []
         for slot, tensor in zip(batch, decoded, strict=True):
             if slot.run.cancelled:  # its partition was given up: nobody wants the outcome
@@ -199,6 +228,19 @@ class BatchingPipeline:
     def close(self) -> None:
         self._decoders.shutdown(wait=False, cancel_futures=True)
         self._inference.shutdown(wait=False, cancel_futures=True)
+
+
+def _settle(target: asyncio.Future[tuple[torch.Tensor | str, float]],
+            source: asyncio.Future[tuple[torch.Tensor | str, float]]) -> None:
+    """Give `target` the outcome of `source`."""
+    if target.done():
+        return
+    if source.cancelled():
+        target.cancel()
+    elif (error := source.exception()) is not None:
+        target.set_exception(error)
+    else:
+        target.set_result(source.result())
 
 
 def _item(slot: _Slot) -> TaskItem:
