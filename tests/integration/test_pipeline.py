@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from inferstream.commands.allocator import find_allocator
 from inferstream.config import Config
 from inferstream.streams.client.client import Client
 from tests.integration.conftest import Processes
@@ -43,14 +44,30 @@ def read_lines(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def a_preloadable_library() -> str:
+    """A library to preload: the system's jemalloc or tcmalloc where there is one, else libc
+    (preloading it changes nothing, but the worker's re-exec is the same)."""
+    found = find_allocator() or find_allocator(("/lib/*-linux-gnu/libc.so.6",
+                                               "/usr/lib/*-linux-gnu/libc.so.6",
+                                               "/lib64/libc.so.6"))
+    assert found, "no library to preload"
+    return found
+
+
+#: Every worker speed option of issue 16, set otherwise than its default.
+SPEED_OPTIONS = ("--torch-threads", "1", "--decode-threads", "1", "--decode-ahead", "1")
+
+
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("speed", [False, True], ids=["defaults", "speed-options"])
 def test_real_photos_get_real_labels_and_bad_items_get_errors(
-    procs: Processes, tmp_path: Path
+    procs: Processes, tmp_path: Path, speed: bool
 ) -> None:
     paths = write_photos(tmp_path / "photos")
     procs.controller()
-    procs.worker("efficientnet_lite0", "--max-batch", "4")
-    procs.worker("efficientnet_lite0", "--max-batch", "4")
+    options = [*SPEED_OPTIONS, "--allocator", a_preloadable_library()] if speed else []
+    procs.worker("efficientnet_lite0", "--max-batch", "4", *options, name="worker-a")
+    procs.worker("efficientnet_lite0", "--max-batch", "4", *options, name="worker-b")
     output = tmp_path / "out.jsonl"
     inputs = [str(p) for p in paths.values()]
     done = procs.run("submit", "--model", "efficientnet_lite0", "--input", *inputs,
@@ -69,6 +86,11 @@ def test_real_photos_get_real_labels_and_bad_items_get_errors(
         line = by_item[str(paths[bad])]
         assert line["status"] == "error" and line["error"], line
         assert line["top_k"] == []
+    if speed:
+        for name in ("worker-a", "worker-b"):
+            log = procs.log(name)
+            assert "threads: torch 1 (set), decode 1 (set)" in log, log
+            assert "(preloaded at start)" in log, log
 
 
 @pytest.mark.timeout(600)

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import faulthandler
 import logging
+import os
 import signal
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,10 @@ def dump_stacks_on_usr1() -> None:
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
+    from inferstream.commands.allocator import choose, reexec_with
+
+    allocator = choose(config.worker.allocator, os.environ)
+    reexec_with(allocator)  # before the model is loaded; returns when nothing is to change
     import torch
     from prometheus_client import CollectorRegistry
 
@@ -39,6 +44,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     threads = plan_threads(str(device), settings.torch_threads, settings.decode_threads)
     torch.set_num_threads(threads.torch_threads)  # model loading; each pipeline sets its own
     log.info("%s", threads.describe())
+    log.info("allocator: %s (%s)", allocator.library or "glibc", allocator.why)
 
     def loader(name: str) -> LoadedModel:
         weights = settings.weights if name == settings.models[0] else None

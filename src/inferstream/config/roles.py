@@ -41,6 +41,10 @@ class WorkerConfig:
     decode_threads: int = setting(
         0, "threads that fetch and preprocess items (0: derived, one per four cores on a "
         "CPU device and every core but one on CUDA; logged at start)")
+    allocator: str = setting(
+        "auto", "malloc of the worker: auto (the system's jemalloc or tcmalloc where found, "
+        "else glibc), system (glibc) or a library's path; preloaded by re-executing the "
+        "worker once at start")
     decode_ahead: int = setting(
         2, "batches decoded ahead of the model: decoding fills the forward pass's gaps "
         "instead of taking the cores in bursts")
