@@ -10,8 +10,10 @@ ARG TORCH=cuda
 # jemalloc: glibc hands batch-sized buffers back to the kernel and faults them in again on
 # every batch; a caching allocator made the CPU forward pass up to 2.7x faster (BENCHMARKS.md,
 # P1, suggestion 4).
+# g++: torch.compile builds the worker's compiled forward pass (C++ on a CPU, Triton's launcher
+# on CUDA); without it the worker runs eager and says so (src/inferstream/models/forward.py).
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends libjemalloc2 \
+    && apt-get install -y --no-install-recommends libjemalloc2 g++ \
     && rm -rf /var/lib/apt/lists/* \
     && ln -s "$(dpkg -L libjemalloc2 | grep '/libjemalloc\.so\.2$')" /usr/local/lib/libjemalloc.so.2
 
@@ -29,12 +31,13 @@ RUN set -eu; \
     pip install $index .
 
 RUN useradd --system --uid 10001 --create-home --home-dir /home/inferstream inferstream \
-    && mkdir -p /var/lib/inferstream/weights \
+    && mkdir -p /var/lib/inferstream/weights /var/lib/inferstream/compiled \
     && chown -R inferstream:inferstream /var/lib/inferstream
 
 # Weights files for models without packaged weights (efficientnet_lite0's come with the
 # package); searched before torch's cache (src/inferstream/models/weights.py).
 ENV INFERSTREAM_WEIGHTS_DIR=/var/lib/inferstream/weights \
+    INFERSTREAM_WORKER_COMPILE_CACHE_DIR=/var/lib/inferstream/compiled \
     TORCH_HOME=/var/lib/inferstream/torch \
     PYTHONUNBUFFERED=1 \
     LD_PRELOAD=/usr/local/lib/libjemalloc.so.2 \
@@ -42,7 +45,7 @@ ENV INFERSTREAM_WEIGHTS_DIR=/var/lib/inferstream/weights \
 # Torch's CPU threads: OMP_NUM_THREADS is left to the deployment (docker-compose.yml sets it per
 # worker kind: 1 next to a GPU, the cores the forward pass may use on a CPU worker); unset, torch
 # uses every core the container sees.
-VOLUME ["/var/lib/inferstream/weights"]
+VOLUME ["/var/lib/inferstream/weights", "/var/lib/inferstream/compiled"]
 
 USER inferstream
 WORKDIR /home/inferstream

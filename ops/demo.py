@@ -71,9 +71,12 @@ def main() -> int:
         subprocess.run([*INFERSTREAM, "topics", "create"], env=env, check=True,
                        stdout=subprocess.DEVNULL)
         photos = write_photos(VAR / "photos")
+        # A dozen photos take less than compiling the forward pass would (README, "Worker
+        # speed"): the demo's workers run eager.
+        worker = ["worker", "--model", MODEL, "--compile", "off"]
         for name, args in (("controller", ["controller"]),
-                           ("worker-1", ["worker", "--model", MODEL, "--worker-id", "worker-1"]),
-                           ("worker-2", ["worker", "--model", MODEL, "--worker-id", "worker-2"])):
+                           ("worker-1", [*worker, "--worker-id", "worker-1"]),
+                           ("worker-2", [*worker, "--worker-id", "worker-2"])):
             with open(VAR / f"{name}.log", "wb") as log:
                 children.append(subprocess.Popen([*INFERSTREAM, *args], env=env, stdout=log,
                                                  stderr=subprocess.STDOUT))

@@ -3,8 +3,9 @@
 Reads each file, decodes and preprocesses it with the model's own transform (the one the
 worker uses), stacks `--batch` images and runs the forward pass under `torch.inference_mode`,
 then softmax and top-5 as the worker does. Nothing overlaps: read, decode and forward take
-turns. Prints one JSON object with the timings. Run by `p1_pipeline.py` in a fresh process
-with the same environment (OMP_NUM_THREADS) as the worker.
+turns; eager, float32, contiguous: the loop a user would write. Prints one JSON object with
+the timings. Run by `p1_pipeline.py` in a fresh process, as it is (the plain loop) or with the
+worker's allocator and thread count (the tuned loop).
 """
 
 from __future__ import annotations
@@ -66,11 +67,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True)
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--threads", type=int, required=True, help="torch.set_num_threads")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch.set_num_threads (0: torch's default, every core)")
     parser.add_argument("--warmup", type=int, default=0, help="images to run before timing")
     parser.add_argument("--list", required=True, help="file naming one image per line")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     paths = Path(args.list).read_text().split()
     print(json.dumps(run(args.model, paths, args.batch, args.warmup)))
 

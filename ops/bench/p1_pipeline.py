@@ -1,12 +1,21 @@
 #!/usr/bin/env python3
-"""Benchmark P1: a bare single-process PyTorch loop against the full pipeline with one worker.
+"""Benchmark P1: one worker against the PyTorch loop a user would write, and that loop tuned.
 
 Same images (ImageNet-sized JPEGs made from scikit-image's photos, `p1_photos.py`), same model,
-same batch size, same torch thread count (OMP_NUM_THREADS and torch.set_num_threads) on both
-sides. Per model, the worker is started and warmed up once, then bare and pipeline runs
-alternate `--repeats` times; the fastest run of each side counts (the machine is shared, and
-other load only slows a run down). The pipeline is timed from submit to the COMPLETED event as
-the client sees it; the worker's steady rate comes from its task results' finish times.
+same batch size, same preprocessing (the model's own) on every side:
+
+- (a) the plain loop (`p1_bare_loop.py`): read, decode, forward in turn, eager, float32, with
+  torch's default threads and the system's malloc: what a user writes first;
+- (b) the same loop with the worker's allocator (the `LD_PRELOAD` and `MALLOC_CONF` its
+  `--allocator auto` re-executes with) and the worker's torch thread count;
+- the pipeline: a local broker, a controller and one `inferstream worker` with its defaults
+  (threads, allocator, compiled forward pass and channels-last as it chooses them), timed from
+  submit to the COMPLETED event as the client sees it; its steady rate comes from its task
+  results' finish times.
+
+Per model, the worker is started and warmed up once (its compile included), then the three
+sides alternate `--repeats` times; the fastest run of each side counts (the machine is shared,
+and other load only slows a run down).
 
     .venv/bin/python ops/bench/p1_pipeline.py [--models M ...] [--images N] [--batch N]
 
@@ -20,7 +29,6 @@ import argparse
 import json
 import os
 import shlex
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,30 +39,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from p1_cpu import CpuMeter, wait_for_quiet
 from p1_photos import make_images
-from p1_stack import BenchError, Broker, Pipeline, WorkerSettings, thread_env
+from p1_stack import BenchError, Broker, Pipeline, WorkerSettings
+
+from inferstream.commands.allocator import choose
+from inferstream.models.threads import plan_threads
 
 BARE_LOOP = Path(__file__).resolve().parent / "p1_bare_loop.py"
 MODELS = ("alexnet", "googlenet", "efficientnet_lite0")
+LOOPS = ("plain", "tuned")
+#: what the plain loop's environment must not inherit from the shell that runs the benchmark
+TUNING_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "LD_PRELOAD", "MALLOC_CONF")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    cores = os.cpu_count() or 1
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS))
-    parser.add_argument("--images", type=int, default=256, help="images per run")
-    parser.add_argument("--batch", type=int, default=32, help="bare batch = worker --max-batch")
-    parser.add_argument("--threads", type=int, default=cores, help="torch threads, both sides")
-    parser.add_argument("--decode-threads", type=int, default=cores, help="worker decode pool")
+    parser.add_argument("--images", type=int, default=1024, help="images per run")
+    parser.add_argument("--batch", type=int, default=32, help="loop batch = worker --max-batch")
+    parser.add_argument("--decode-threads", type=int, default=0,
+                        help="the worker's decode threads (0: its own choice)")
     parser.add_argument("--max-wait-ms", type=float, default=10.0)
     parser.add_argument("--chunk-size", type=int, default=32, help="items per task")
     parser.add_argument("--partitions", type=int, default=12, help="partitions of the topics")
-    parser.add_argument("--repeats", type=int, default=3, help="bare/pipeline pairs per model")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of the three sides")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=1, help="worker processes (P1: 1)")
-    parser.add_argument("--worker-threads", type=int,
-                        help="the workers' OMP_NUM_THREADS (default: --threads)")
+    parser.add_argument("--worker-arg", action="append", default=[], metavar="ARG",
+                        help="one more `inferstream worker` argument (repeat: "
+                        "--worker-arg=--compile --worker-arg=off)")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra environment of both sides, e.g. OMP_WAIT_POLICY=PASSIVE")
+                        help="extra environment of every side, e.g. OMP_WAIT_POLICY=PASSIVE")
     parser.add_argument("--quiet-wait", type=float, default=20.0, metavar="SECONDS",
                         help="before each run, wait up to this long for other load to stop")
     parser.add_argument("--workdir", type=Path,
@@ -62,12 +76,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def run_bare(args: argparse.Namespace, model: str, listing: Path) -> dict[str, Any]:
+def loop_settings(args: argparse.Namespace) -> dict[str, tuple[dict[str, str], int]]:
+    """Each loop's environment and torch threads (0: torch's default)."""
+    plain = {k: v for k, v in os.environ.items() if k not in TUNING_ENV}
+    plain.update({"PYTHONUNBUFFERED": "1", **dict(_extra_env(args))})
+    threads = plan_threads("cpu").torch_threads
+    tuned = {**(choose("auto", plain).env or plain), "OMP_NUM_THREADS": str(threads),
+             "MKL_NUM_THREADS": str(threads)}
+    return {"plain": (plain, 0), "tuned": (tuned, threads)}
+
+
+def run_bare(args: argparse.Namespace, model: str, listing: Path, env: dict[str, str],
+             threads: int) -> dict[str, Any]:
     proc = subprocess.run(
         [sys.executable, str(BARE_LOOP), "--model", model, "--batch", str(args.batch),
-         "--threads", str(args.threads), "--warmup", str(args.batch), "--list", str(listing)],
-        capture_output=True, text=True, env=thread_env(args.threads, _extra_env(args)),
-        timeout=1800, check=False)
+         "--threads", str(threads), "--warmup", str(args.batch), "--list", str(listing)],
+        capture_output=True, text=True, env=env, timeout=1800, check=False)
     if proc.returncode != 0:
         raise BenchError(f"bare loop failed:\n{proc.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -86,32 +110,33 @@ def measured(meter: CpuMeter, action: Any) -> tuple[dict[str, Any], dict[str, fl
 
 def bench_model(args: argparse.Namespace, broker: Broker, model: str, images: Path,
                 listing: Path, paths: list[str]) -> dict[str, Any]:
-    threads = str(args.worker_threads or args.threads)
-    env = (("OMP_NUM_THREADS", threads), ("MKL_NUM_THREADS", threads), *_extra_env(args))
     settings = WorkerSettings(model, args.batch, args.max_wait_ms, args.decode_threads,
-                              args.chunk_size, args.partitions, env, args.workers)
+                              args.chunk_size, args.partitions, _extra_env(args), args.workers,
+                              tuple(args.worker_arg))
     logdir = args.workdir / "logs"
     logdir.mkdir(parents=True, exist_ok=True)
     pipeline = Pipeline(broker.bootstrap, settings, logdir)
-    runs: dict[str, list[dict[str, Any]]] = {"bare": [], "pipeline": []}
+    loops = loop_settings(args)
+    runs: dict[str, Any] = {side: [] for side in (*LOOPS, "pipeline")}
     try:
         pipeline.start(paths[: 2 * args.chunk_size * args.workers])
+        runs["worker"] = {key: pipeline.worker_said(key)
+                          for key in ("threads:", "allocator:", "forward of")}
         meter = CpuMeter({"broker": broker.pid() or 0, **pipeline.pids()})
         for repeat in range(args.repeats):
-            wait_for_quiet(args.quiet_wait)
-            bare = run_bare(args, model, listing)
-            runs["bare"].append(bare)
+            for side in LOOPS:
+                wait_for_quiet(args.quiet_wait)
+                runs[side].append(run_bare(args, model, listing, *loops[side]))
             wait_for_quiet(args.quiet_wait)
             before = pipeline.scrape()
             piped, cpu = measured(meter, lambda: pipeline.run_job(images, len(paths)))
             after = pipeline.scrape()
             counters = {k: after[k] - before.get(k, 0.0) for k in after}
-            piped = {**piped, "cpu": cpu, "metrics": counters}
-            runs["pipeline"].append(piped)
-            print(f"{model} #{repeat + 1}: bare {bare['rate']:.1f} img/s, pipeline "
-                  f"{piped['rate']:.1f} img/s (worker steady {piped['steady_rate']:.1f}), "
-                  f"other load {_other_cores(bare)} / {_other_cores(piped)} cores",
-                  file=sys.stderr, flush=True)
+            runs["pipeline"].append({**piped, "cpu": cpu, "metrics": counters})
+            last = {side: runs[side][-1] for side in (*LOOPS, "pipeline")}
+            print(f"{model} #{repeat + 1}: " + ", ".join(
+                f"{side} {run['rate']:.1f} img/s (other load {_other_cores(run)} cores)"
+                for side, run in last.items()), file=sys.stderr, flush=True)
     finally:
         pipeline.stop()
     return runs
@@ -124,18 +149,27 @@ def _fastest(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def summary_table(results: dict[str, dict[str, Any]]) -> str:
     lines = [
-        "| model | bare loop img/s | pipeline img/s (submit to done) | ratio | "
-        "worker steady img/s | steady ratio | ratio, median of pairs |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| model | (a) plain loop img/s | (b) tuned loop img/s | worker img/s (submit to done) "
+        "| vs (a) | vs (b) | worker steady img/s | steady vs (b) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for model, runs in results.items():
-        bare, piped = _fastest(runs["bare"]), _fastest(runs["pipeline"])
+        plain, tuned = _fastest(runs["plain"])["rate"], _fastest(runs["tuned"])["rate"]
+        piped = _fastest(runs["pipeline"])["rate"]
         steady = max(r["steady_rate"] for r in runs["pipeline"])
-        pairs = statistics.median(p["rate"] / b["rate"]
-                                  for b, p in zip(runs["bare"], runs["pipeline"], strict=True))
-        lines.append(f"| {model} | {bare['rate']:.1f} | {piped['rate']:.1f} | "
-                     f"{piped['rate'] / bare['rate']:.2f} | {steady:.1f} | "
-                     f"{steady / bare['rate']:.2f} | {pairs:.2f} |")
+        lines.append(f"| {model} | {plain:.1f} | {tuned:.1f} | {piped:.1f} | "
+                     f"{piped / plain:.2f} | {piped / tuned:.2f} | {steady:.1f} | "
+                     f"{steady / tuned:.2f} |")
+    return "\n".join(lines)
+
+
+def worker_table(results: dict[str, dict[str, Any]]) -> str:
+    """How the worker ran each model, in its own words at start."""
+    lines = ["| model | threads | allocator | forward pass |", "|---|---|---|---|"]
+    for model, runs in results.items():
+        said = runs["worker"]
+        lines.append(f"| {model} | {said['threads:']} | {said['allocator:']} | "
+                     f"{said['forward of']} |")
     return "\n".join(lines)
 
 
@@ -174,17 +208,20 @@ def breakdown_table(results: dict[str, dict[str, Any]], images: int, batch: int)
         "| model | side | wall s | decode ms/img | forward ms/img | mean batch | "
         "CPU s: inference process | CPU s: broker / controller / client | other load, cores | "
         "cores idle |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for model, runs in results.items():
-        bare, piped = _fastest(runs["bare"]), _fastest(runs["pipeline"])
-        lines.append(
-            f"| {model} | bare | {bare['wall_s']:.1f} | {_per_image_ms(bare['decode_s'], images)}"
-            f" | {_per_image_ms(bare['forward_s'], images)} | {batch} | "
-            f"{bare['cpu']['self']:.1f} | - | {_other_cores(bare)} | {_idle(bare)} |")
+        for side in LOOPS:
+            run = _fastest(runs[side])
+            lines.append(
+                f"| {model} | {side} loop | {run['wall_s']:.1f} | "
+                f"{_per_image_ms(run['decode_s'], images)} | "
+                f"{_per_image_ms(run['forward_s'], images)} | {batch} | "
+                f"{run['cpu']['self']:.1f} | - | {_other_cores(run)} | {_idle(run)} |")
+        piped = _fastest(runs["pipeline"])
         cpu = piped["cpu"]
         lines.append(
-            f"| {model} | pipeline | {piped['wall_s']:.1f} | "
+            f"| {model} | worker | {piped['wall_s']:.1f} | "
             f"{_per_image_ms(piped['decode_item_s'], images)} | "
             f"{_per_image_ms(piped['inference_item_s'], images)} | "
             f"{_mean_batch(piped['metrics']):.1f} | {_workers_cpu(cpu):.1f} | "
@@ -215,14 +252,17 @@ def main(argv: list[str] | None = None) -> int:
     (args.workdir / "p1-results.json").write_text(json.dumps(results, indent=2, default=str))
     print(summary_table(results))
     print()
+    print(worker_table(results))
+    print()
     print(breakdown_table(results, args.images, args.batch))
     print()
     command = shlex.join(["python", "ops/bench/p1_pipeline.py", *sys.argv[1:]])
-    print(f"Command: `{command}` ({args.images} images, batch {args.batch}, torch threads "
-          f"{args.threads} (workers: {args.worker_threads or args.threads}), "
-          f"{args.workers} worker(s) with {args.decode_threads} decode threads, "
-          f"chunk {args.chunk_size}, {args.partitions} partitions, extra env {args.env or '-'}, "
-          f"fastest of {args.repeats} runs, {os.cpu_count()} cores)")
+    tuned_env, tuned_threads = loop_settings(args)["tuned"]
+    print(f"Command: `{command}` ({args.images} images, batch {args.batch}, "
+          f"{args.workers} worker(s), chunk {args.chunk_size}, {args.partitions} partitions, "
+          f"worker args {args.worker_arg or '-'}, extra env {args.env or '-'}, fastest of "
+          f"{args.repeats} runs, {os.cpu_count()} cores; tuned loop: torch threads "
+          f"{tuned_threads}, LD_PRELOAD {tuned_env.get('LD_PRELOAD', '-')})")
     return 0
 
 

@@ -70,12 +70,15 @@ class WorkerSettings:
     model: str
     max_batch: int
     max_wait_ms: float
+    #: 0: the worker's own choice
     decode_threads: int
     chunk_size: int
     partitions: int
-    #: the workers' environment (OMP_NUM_THREADS and any experiment's settings)
+    #: the workers' environment (any experiment's settings)
     env: tuple[tuple[str, str], ...] = ()
     workers: int = 1
+    #: more `inferstream worker` arguments (`--compile off`, ...)
+    args: tuple[str, ...] = ()
 
 
 def free_port() -> int:
@@ -123,12 +126,13 @@ class Pipeline:
             raise BenchError(f"topics mismatch: {report.mismatched}")
         s = self.settings
         self._spawn("controller", "controller")
+        decode = ["--decode-threads", str(s.decode_threads)] if s.decode_threads else []
         for i, port in enumerate(self.metrics_ports):
             self._spawn(f"worker-{i}", "worker", "--model", s.model, "--device", "cpu",
                         "--random-weights", "--worker-id", f"bench-{i}",
                         "--max-batch", str(s.max_batch), "--max-wait-ms", str(s.max_wait_ms),
-                        "--decode-threads", str(s.decode_threads), "--metrics-port", str(port))
-        self._wait_assigned(timeout_s=180)
+                        *decode, "--metrics-port", str(port), *s.args)
+        self._wait_assigned(timeout_s=900)  # a first compile of googlenet takes minutes
         self.client.submit(s.model, warmup_paths, chunk_size=s.chunk_size).wait(timeout_s=300)
 
     def _wait_assigned(self, timeout_s: float) -> None:
@@ -145,6 +149,13 @@ class Pipeline:
 
     def _log(self, name: str) -> str:
         return (self.logdir / f"{self.tag}-{name}.log").read_text(errors="replace")[-3000:]
+
+    def worker_said(self, start: str) -> str:
+        """The first worker's log line that starts with `start` (after the log prefix), or
+        "-": how it runs (`threads:`, `allocator:`, `forward of`)."""
+        text = (self.logdir / f"{self.tag}-worker-0.log").read_text(errors="replace")
+        return next((line[line.index(start):] for line in text.splitlines() if start in line),
+                    "-")
 
     def pids(self) -> dict[str, int]:
         return {name: proc.pid for name, proc in self.procs.items()}

@@ -94,6 +94,16 @@ class WorkerMetrics(WorkerHooks):
             "System-information samples, by outcome (published, failed: lost)", ["outcome"],
             registry=registry,
         )
+        self.compiled = Gauge(
+            "inferstream_model_compiled",
+            "1 where the model's forward pass runs compiled (torch.compile), 0 where eager",
+            ["model"], registry=registry,
+        )
+        self.compile = Gauge(
+            "inferstream_model_compile_seconds",
+            "Time spent compiling the model's forward pass at load (0: not compiled)",
+            ["model"], registry=registry,
+        )
         self.collector_errors = Counter(
             "inferstream_collector_errors_total",
             "Collector calls that raised (the sample went out without them)", ["collector"],
@@ -170,6 +180,10 @@ class WorkerMetrics(WorkerHooks):
 
     def after_collect(self, cpu_seconds: float) -> None:
         self.collect_cpu.inc(cpu_seconds)
+
+    def after_model_prepared(self, model: str, compiled: bool, compile_seconds: float) -> None:
+        self.compiled.labels(model).set(1 if compiled else 0)
+        self.compile.labels(model).set(compile_seconds)
 
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)

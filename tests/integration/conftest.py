@@ -85,6 +85,9 @@ def config_env(cfg: Config) -> dict[str, str]:
         "INFERSTREAM_PARTITIONS": str(cfg.partitions),
         "INFERSTREAM_TASK_PARTITIONS": str(cfg.task_partitions),
         "PYTHONUNBUFFERED": "1",
+        # Compiling a model's forward pass takes 15-80 s of a 2-core machine per start: the
+        # tests run eager unless they test the compiled forward pass (`--compile on`).
+        "INFERSTREAM_WORKER_COMPILE": os.environ.get("INFERSTREAM_WORKER_COMPILE", "off"),
     })
     return env
 

@@ -11,20 +11,22 @@ from inferstream.config import Config
 
 
 def run(_args: argparse.Namespace, config: Config) -> int:
+    from inferstream.commands.serving import prepare_process
+
+    settings = config.worker  # one model, complete settings: checked by stream_needs
+    serving = prepare_process(settings)  # first: it may re-execute the process
     from prometheus_client import CollectorRegistry
 
     from inferstream.metrics import StreamMetrics, serve_metrics
-    from inferstream.models import load_model
-    from inferstream.models.registry import resolve_device
     from inferstream.streams.stream.member import StreamMember, stream_config
+    from inferstream.streams.worker.loader import model_loader
     from inferstream.streams.worker.worker import default_worker_id
 
-    settings = config.worker  # one model, complete settings: checked by stream_needs
     dump_stacks_on_usr1()
-    model = load_model(settings.models[0], device=resolve_device(settings.device),
-                       weights=settings.weights, random_weights=settings.random_weights)
     metrics = StreamMetrics(CollectorRegistry(), settings.worker_id or default_worker_id(),
                            stream_config(config).pool)
+    load = model_loader(settings, serving.device, serving.threads.torch_threads, metrics)
+    model = load(settings.models[0])
     member = StreamMember(config, model, hooks=metrics)
     if settings.metrics_port:
         # the port was checked free by preflight

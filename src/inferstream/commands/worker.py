@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import faulthandler
-import logging
-import os
 import signal
 from typing import TYPE_CHECKING
 
@@ -16,8 +14,6 @@ from inferstream.config import Config
 if TYPE_CHECKING:
     from inferstream.streams.worker.worker import Worker
 
-log = logging.getLogger(__name__)
-
 
 def dump_stacks_on_usr1() -> None:
     """`kill -USR1 PID` prints every thread's stack to stderr: where a hung process waits."""
@@ -25,34 +21,20 @@ def dump_stacks_on_usr1() -> None:
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
-    from inferstream.commands.allocator import choose, reexec_with
+    from inferstream.commands.serving import prepare_process
 
-    allocator = choose(config.worker.allocator, os.environ)
-    reexec_with(allocator)  # before the model is loaded; returns when nothing is to change
-    import torch
+    settings = config.worker  # a model and known collectors: checked with the worker's needs
+    serving = prepare_process(settings)  # first: it may re-execute the process
     from prometheus_client import CollectorRegistry
 
     from inferstream.metrics import WorkerMetrics, serve_metrics
-    from inferstream.models import LoadedModel, load_model
-    from inferstream.models.registry import resolve_device
-    from inferstream.models.threads import plan_threads
+    from inferstream.streams.worker.loader import model_loader
     from inferstream.streams.worker.worker import Worker, default_worker_id
 
-    settings = config.worker  # a model and known collectors: checked with the worker's needs
     dump_stacks_on_usr1()
-    device = resolve_device(settings.device)
-    threads = plan_threads(str(device), settings.torch_threads, settings.decode_threads)
-    torch.set_num_threads(threads.torch_threads)  # model loading; each pipeline sets its own
-    log.info("%s", threads.describe())
-    log.info("allocator: %s (%s)", allocator.library or "glibc", allocator.why)
-
-    def loader(name: str) -> LoadedModel:
-        weights = settings.weights if name == settings.models[0] else None
-        return load_model(name, device=device, weights=weights,
-                          random_weights=settings.random_weights)
-
     worker_id = settings.worker_id or default_worker_id()
     metrics = WorkerMetrics(CollectorRegistry(), worker_id, config.pool)
+    loader = model_loader(settings, serving.device, serving.threads.torch_threads, metrics)
     if settings.members == 1:
         models = [loader(name) for name in dict.fromkeys(settings.models)]
         worker = Worker(config, models, hooks=metrics, loader=loader)

@@ -12,6 +12,10 @@ from inferstream.errors import ConfigError
 GUARANTEES = ("exactly-once", "at-least-once")
 #: How a pool's partitions are shared: `streams.policy.PolicyAssignor`, or aiokafka's own.
 ASSIGNORS = ("policy", "roundrobin")
+#: The forward pass's options (`models.forward`, which needs torch: kept apart here).
+COMPILE_MODES = ("auto", "on", "off")
+PRECISIONS = ("auto", "fp32", "fp16", "bf16")
+SWITCH = ("on", "off")
 #: The built-in collectors of `streams.worker.collectors`, all on by default.
 DEFAULT_COLLECTORS = ("cpu", "memory", "accelerator", "models", "queue", "software")
 
@@ -45,6 +49,19 @@ class WorkerConfig:
         "auto", "malloc of the worker: auto (the system's jemalloc or tcmalloc where found, "
         "else glibc), system (glibc) or a library's path; preloaded by re-executing the "
         "worker once at start")
+    compile: str = setting(
+        "auto", "graph mode of the forward pass: auto (torch.compile, kept where it runs at "
+        "least as fast as eager, timed at start), on (compiled wherever it compiles), off "
+        "(eager); a model that does not compile runs eager", choices=COMPILE_MODES)
+    compile_cache_dir: str = setting(
+        "", "where compiled graphs are kept between runs (empty: TORCHINDUCTOR_CACHE_DIR, "
+        "else ~/.cache/inferstream/torch-compile)")
+    precision: str = setting(
+        "auto", "numbers of the forward pass: auto (fp16 on CUDA, fp32 on a CPU), fp32, fp16 "
+        "or bf16 (fast on CPUs with AVX512-BF16 or AMX)", choices=PRECISIONS)
+    channels_last: str = setting(
+        "on", "channels-last weights and batches, which fast convolutions want",
+        choices=SWITCH)
     decode_ahead: int = setting(
         2, "batches decoded ahead of the model: decoding fills the forward pass's gaps "
         "instead of taking the cores in bursts")
@@ -152,10 +169,11 @@ class ControllerConfig:
 
 
 def validate_worker(worker: WorkerConfig) -> None:
-    if worker.guarantee not in GUARANTEES:
-        raise ConfigError(f"worker.guarantee {worker.guarantee!r} is not one of {GUARANTEES}")
-    if worker.assignor not in ASSIGNORS:
-        raise ConfigError(f"worker.assignor {worker.assignor!r} is not one of {ASSIGNORS}")
+    for name, allowed in (("guarantee", GUARANTEES), ("assignor", ASSIGNORS),
+                          ("compile", COMPILE_MODES), ("precision", PRECISIONS),
+                          ("channels_last", SWITCH)):
+        if getattr(worker, name) not in allowed:
+            raise ConfigError(f"worker.{name} {getattr(worker, name)!r} is not one of {allowed}")
     for name in ("max_batch", "decode_ahead", "max_item_bytes", "session_timeout_ms",
                  "max_loaded_models", "members",
                  "heartbeat_interval_ms", "max_poll_interval_ms"):

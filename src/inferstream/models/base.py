@@ -63,7 +63,12 @@ def check_top_k(top_k: int, num_classes: int) -> int:
 
 
 class TorchModel(LoadedModel):
-    """An image classifier (an nn.Module in eval mode) with its preprocessing."""
+    """An image classifier (an nn.Module in eval mode) with its preprocessing.
+
+    `forward` is what `predict` calls on a batch made ready by `to_inputs`: the module itself
+    until `models.forward.prepare_forward` sets a compiled one, a precision and a memory
+    format (float32 and contiguous until then).
+    """
 
     def __init__(
         self,
@@ -83,6 +88,9 @@ class TorchModel(LoadedModel):
         self.labels = labels
         self.input_shape = input_shape
         self.version = version
+        self.forward: Callable[[torch.Tensor], torch.Tensor] = self.module
+        self.dtype = torch.float32
+        self.memory_format = torch.contiguous_format
 
     def preprocess(self, data: bytes) -> torch.Tensor:
         return self.preprocessor(data)
@@ -91,13 +99,17 @@ class TorchModel(LoadedModel):
         """A mid-grey image of the preprocessed shape (CHW)."""
         return torch.full(self.input_shape, 0.5)
 
+    def to_inputs(self, batch: torch.Tensor) -> torch.Tensor:
+        """A collated batch on the device, in the model's precision and memory format."""
+        # Only a pinned source makes a non-blocking copy safe and asynchronous.
+        inputs = batch.to(self.device, non_blocking=batch.is_pinned())
+        return inputs.to(dtype=self.dtype, memory_format=self.memory_format)
+
     def predict(self, batch: torch.Tensor, top_k: int) -> list[Prediction]:
         """Run the batch on the device under inference_mode; softmax; top-k."""
         k = check_top_k(top_k, len(self.labels))
         with torch.inference_mode():
-            # Only a pinned source makes a non-blocking copy safe and asynchronous.
-            inputs = batch.to(self.device, non_blocking=batch.is_pinned())
-            logits = self.module(inputs)
+            logits = self.forward(self.to_inputs(batch))
             scores, ids = torch.softmax(logits.float(), dim=1).topk(k, dim=1)
             score_rows, id_rows = scores.cpu().tolist(), ids.cpu().tolist()
         return [

@@ -32,15 +32,14 @@ def open_stream(config: Config, model: str | LoadedModel | None = None, *,
     config = dataclasses.replace(config, stream=dataclasses.replace(config.stream, **settings))
     config.stream.check_complete()
     if not isinstance(model, LoadedModel):
-        from inferstream.models import load_model
         from inferstream.models.registry import resolve_device
+        from inferstream.streams.worker.loader import model_loader
 
         name = model or (config.worker.models[0] if config.worker.models else None)
         if name is None:
             from inferstream.errors import ConfigError
 
             raise ConfigError("open_stream needs a model: model=NAME or worker.models")
-        model = load_model(name, device=resolve_device(config.worker.device),
-                           weights=config.worker.weights,
-                           random_weights=config.worker.random_weights)
+        model = model_loader(config.worker, resolve_device(config.worker.device),
+                             hooks=hooks)(name)
     return StreamMember(config, model, hooks=hooks, clients=clients)

@@ -56,6 +56,10 @@ class WorkerHooks:
     def after_collect(self, cpu_seconds: float) -> None:
         """The collectors took one sample, spending `cpu_seconds` of their thread's CPU."""
 
+    def after_model_prepared(self, model: str, compiled: bool, compile_seconds: float) -> None:
+        """`model` was loaded with its forward pass `compiled` (else eager), after
+        `compile_seconds` of compiling (0 where nothing was compiled)."""
+
     def after_stream_record(self, status: str, latency_s: float | None) -> None:
         """A stream member committed the outcome (`ok`, `error` or `dead_letter`) of one input
         record, `latency_s` after the record's timestamp (None: it has none)."""
@@ -128,3 +132,6 @@ class HookChain(WorkerHooks):
         for hooks in self.chain:
             hooks.after_stream_record(status, latency_s)
 
+    def after_model_prepared(self, model: str, compiled: bool, compile_seconds: float) -> None:
+        for hooks in self.chain:
+            hooks.after_model_prepared(model, compiled, compile_seconds)

@@ -12,19 +12,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
 
 from inferstream.config import WorkerConfig
 from inferstream.models import LoadedModel, ModelError, get_model_spec
 from inferstream.schemas.records import serves
 from inferstream.streams.worker.hooks import WorkerHooks
+from inferstream.streams.worker.loader import ModelLoader
 from inferstream.streams.worker.pipeline import BatchingPipeline
 
 log = logging.getLogger(__name__)
-
-#: Builds a registry model by name (on the worker's device, with its weights settings).
-ModelLoader = Callable[[str], LoadedModel]
-
 
 class ServedModels:
     """The loaded models and their pipelines; `close()` stops every pipeline."""

@@ -57,9 +57,10 @@ from inferstream.streams.worker.committers.exactly_once import (
 )
 from inferstream.streams.worker.controls import TaskControls
 from inferstream.streams.worker.hooks import HookChain, WorkerHooks
+from inferstream.streams.worker.loader import ModelLoader
 from inferstream.streams.worker.ownership import Ownership
 from inferstream.streams.worker.pipeline import TaskRun
-from inferstream.streams.worker.served import ModelLoader, ServedModels
+from inferstream.streams.worker.served import ServedModels
 from inferstream.streams.worker.sysinfo import SysInfoPublisher
 
 log = logging.getLogger(__name__)

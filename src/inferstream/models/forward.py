@@ -1,0 +1,217 @@
+"""How a loaded model runs its forward pass: its precision, its memory format, compiled or eager.
+
+Chosen per device when a worker loads a model (`[worker] precision`, `channels_last`, `compile`)
+and logged in one line:
+
+- **Precision.** `auto` is float16 on CUDA (tensor cores) and float32 on a CPU, where results
+  stay those of the model as trained; `bf16` is the CPU's fast choice where it computes bfloat16
+  natively (AVX512-BF16 or AMX: 2.5-3.4x faster here, BENCHMARKS.md P1). Labels of the bundled
+  photos hold in every precision (tests/unit/test_forward.py).
+- **Channels-last** weights and batches: oneDNN's and cuDNN's fast convolutions want them
+  (googlenet's eager CPU forward pass 32 -> 17 ms per image).
+- **Compiled**: `torch.compile` (Inductor, frozen weights), with the C++ wrapper on a CPU: the
+  whole graph runs in one C++ call without the GIL, where eager PyTorch takes the GIL back
+  between operators and waits for it behind the event loop and the decode threads (P1: an
+  eager forward pass ran 3.6x slower next to one busy Python thread, the compiled one 1.1x).
+  Inductor's default Python wrapper keeps the GIL between kernels (pytorch/pytorch#163061); on
+  CUDA that costs only the launches, so CUDA keeps the default wrapper. The batch dimension is
+  dynamic, and every size class (Inductor picks kernels by batch size) is compiled at load, so
+  serving never stops to compile. Compiled graphs are cached on disk (`compile_cache_dir`), so
+  a restart compiles in a fraction of the first time. `auto` then times one batch compiled
+  against eager and keeps the faster; a model that does not compile (no C++ compiler, an
+  operator Inductor lacks) runs eager, and the line says why.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from inferstream.models.base import LoadedModel, TorchModel
+from inferstream.models.collate import collate
+
+log = logging.getLogger(__name__)
+
+_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+#: compiled is kept under `auto` unless it measured this much slower than eager: a tie goes to
+#: compiled, which leaves the GIL to the decode threads and the event loop
+COMPILED_TOLERANCE = 1.05
+CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+
+#: Compiles a module for a device type; the seam tests use to make compiling fail.
+Compiler = Callable[[torch.nn.Module, str], Callable[[torch.Tensor], torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class ForwardReport:
+    """What `prepare_forward` chose for a model, and the figures it chose by."""
+
+    model: str
+    precision: str
+    channels_last: bool
+    compiled: bool
+    why: str
+    compile_s: float = 0.0
+    eager_ms_per_item: float | None = None
+    compiled_ms_per_item: float | None = None
+
+    def describe(self) -> str:
+        layout = "channels-last" if self.channels_last else "contiguous"
+        head = "compiled" if self.compiled else "eager"
+        return f"forward of {self.model}: {head} ({self.why}), {self.precision}, {layout}"
+
+
+def default_cache_dir() -> str:
+    """Where compiled graphs are kept: `$XDG_CACHE_HOME/inferstream/torch-compile`."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return str(Path(base) / "inferstream" / "torch-compile")
+
+
+def resolve_precision(setting: str, device: torch.device | str) -> str:
+    """`auto` to fp16 on CUDA and fp32 elsewhere; any other setting as it is."""
+    if setting != "auto":
+        return setting
+    return "fp16" if torch.device(device).type == "cuda" else "fp32"
+
+
+def native_bf16_cpu() -> bool:
+    """Whether this CPU computes bfloat16 in hardware (else torch emulates it, slowly)."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(bool(getattr(torch.cpu, probe, lambda: False)()) for probe in probes)
+
+
+def prepare_forward(model: LoadedModel, *, precision: str = "auto", channels_last: bool = True,
+                    compile_mode: str = "auto", max_batch: int = 32, torch_threads: int = 0,
+                    cache_dir: str = "", compiler: Compiler | None = None) -> ForwardReport:
+    """Set `model`'s precision, memory format and forward (compiled or eager); blocks for the
+    compile (seconds to minutes the first time). `torch_threads` > 0 is set on the calling
+    thread first: Inductor's CPU kernels keep the thread count they were compiled with."""
+    if not isinstance(model, TorchModel):
+        return ForwardReport(model.name, "-", False, False, "simulated: no forward pass")
+    if torch_threads > 0:
+        torch.set_num_threads(torch_threads)
+    chosen = resolve_precision(precision, model.device)
+    if chosen == "bf16" and model.device.type == "cpu" and not native_bf16_cpu():
+        log.warning("precision bf16: this CPU has no native bfloat16 (AVX512-BF16 or AMX); "
+                    "torch emulates it, slower than fp32")
+    model.dtype = _DTYPES[chosen]
+    model.module = model.module.to(dtype=model.dtype)
+    if channels_last:
+        model.memory_format = torch.channels_last
+        model.module = model.module.to(memory_format=torch.channels_last)
+    model.forward = model.module
+    if compile_mode == "off":
+        return ForwardReport(model.name, chosen, channels_last, False, "compile = off")
+    _use_cache_dir(cache_dir)
+    return _compile(model, compile_mode, max_batch, compiler or compile_module, chosen,
+                    channels_last)
+
+
+def compile_module(module: torch.nn.Module,
+                   device_type: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """`torch.compile` with frozen weights; on a CPU, with the C++ wrapper that runs the graph
+    without the GIL. Compiling happens at the first call."""
+    options: dict[str, str | int | bool | Callable[..., object]] = {"freezing": True}
+    if device_type == "cpu":
+        options["cpp_wrapper"] = True
+    compiled: Callable[[torch.Tensor], torch.Tensor] = torch.compile(module, options=options)
+    return compiled
+
+
+def warm_up_sizes(max_batch: int) -> list[int]:
+    """Batch sizes that compile every size class a batch of 1..max_batch falls in: the
+    largest first (it marks the batch dimension dynamic), then halving down to 1."""
+    sizes, size = [], max_batch
+    while size > 1:
+        sizes.append(size)
+        size //= 2
+    return [*sizes, 1]
+
+
+def _compile(model: TorchModel, mode: str, max_batch: int, compiler: Compiler, precision: str,
+             channels_last: bool) -> ForwardReport:
+    from torch._dynamo import maybe_mark_dynamic  # public in torch.compile's dynamic shapes
+
+    report = _ReportOf(model.name, precision, channels_last)
+    log.info("compiling the forward pass of %s for %s, batch sizes %s (the first time can take "
+             "minutes; cached in %s)", model.name, model.device,
+             ", ".join(map(str, warm_up_sizes(max_batch))), os.environ.get(CACHE_ENV, "-"))
+    started = time.perf_counter()
+    try:
+        compiled = compiler(model.module, model.device.type)
+        with torch.inference_mode():
+            for position, size in enumerate(warm_up_sizes(max_batch)):
+                inputs = _synthetic_inputs(model, size)
+                if position == 0:
+                    maybe_mark_dynamic(inputs, 0)
+                compiled(inputs)
+    except Exception as exc:  # any failure to compile leaves the model eager
+        first_line = (str(exc).strip().splitlines() or [""])[0][:160]
+        return report(False, f"does not compile: {type(exc).__name__}: {first_line}")
+    compile_s = time.perf_counter() - started
+    how = f"{compile_s:.1f} s to compile"
+    if mode == "on":
+        model.forward = compiled
+        return report(True, f"compile = on; {how}", compile_s)
+    inputs = _synthetic_inputs(model, max_batch)
+    eager_ms = _ms_per_item(model.module, inputs)
+    compiled_ms = _ms_per_item(compiled, inputs)
+    figures = f"{compiled_ms:.1f} ms/item against {eager_ms:.1f} eager"
+    if compiled_ms > eager_ms * COMPILED_TOLERANCE:
+        return report(False, f"compiled ran slower: {figures}; {how}", compile_s, eager_ms,
+                      compiled_ms)
+    model.forward = compiled
+    return report(True, f"{figures}; {how}", compile_s, eager_ms, compiled_ms)
+
+
+class _ReportOf:
+    """Builds the ForwardReports of one model."""
+
+    def __init__(self, model: str, precision: str, channels_last: bool) -> None:
+        self.model, self.precision, self.channels_last = model, precision, channels_last
+
+    def __call__(self, compiled: bool, why: str, compile_s: float = 0.0,
+                 eager_ms: float | None = None,
+                 compiled_ms: float | None = None) -> ForwardReport:
+        return ForwardReport(self.model, self.precision, self.channels_last, compiled, why,
+                             compile_s, eager_ms, compiled_ms)
+
+
+def _synthetic_inputs(model: TorchModel, size: int) -> torch.Tensor:
+    return model.to_inputs(collate([model.synthetic_item()] * size, model.device))
+
+
+def _ms_per_item(forward: Callable[[torch.Tensor], torch.Tensor], inputs: torch.Tensor,
+                 repeats: int = 2) -> float:
+    """The best of `repeats` timed calls (after one untimed), in ms per item."""
+    best = float("inf")
+    with torch.inference_mode():
+        for attempt in range(repeats + 1):
+            started = time.perf_counter()
+            forward(inputs)
+            if inputs.device.type == "cuda":
+                torch.cuda.synchronize(inputs.device)
+            if attempt:
+                best = min(best, time.perf_counter() - started)
+    return 1000 * best / len(inputs)
+
+
+def _use_cache_dir(directory: str) -> None:
+    """Inductor's cache in `directory` if set, else in TORCHINDUCTOR_CACHE_DIR if set, else in
+    `default_cache_dir()`; torch's own default (under /tmp) where the directory cannot be made."""
+    if not directory:
+        if CACHE_ENV in os.environ:
+            return
+        directory = default_cache_dir()
+    try:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        log.warning("compile cache %s unusable (%s); torch's default is used", directory, exc)
+        return
+    os.environ[CACHE_ENV] = directory

@@ -1,0 +1,45 @@
+"""The worker's model loader: a registry model by name, with its forward pass prepared.
+
+Used for the models a worker or stream member starts with and for those it loads on demand.
+Each load logs how the model runs (`models.forward`):
+
+    forward of efficientnet_lite0: compiled (7.0 ms/item against 8.5 eager; 17.9 s to
+    compile batch sizes 32, 16, 8, 4, 2, 1), fp32, channels-last
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from inferstream.config import WorkerConfig
+from inferstream.models import LoadedModel, load_model
+from inferstream.models.forward import prepare_forward
+from inferstream.streams.worker.hooks import WorkerHooks
+
+log = logging.getLogger(__name__)
+
+#: Builds a registry model by name (on the worker's device, with its weights settings).
+ModelLoader = Callable[[str], LoadedModel]
+
+
+def model_loader(settings: WorkerConfig, device: str, torch_threads: int = 0,
+                 hooks: WorkerHooks | None = None) -> ModelLoader:
+    """Loads models on `device` with the weights settings (`--weights` is the first
+    `--model`'s) and prepares their forward pass with `torch_threads` (0: the calling
+    thread's). Blocks for the compile: call it before joining a group, or on a thread."""
+    hooks = hooks or WorkerHooks()
+
+    def load(name: str) -> LoadedModel:
+        weights = settings.weights if settings.models and name == settings.models[0] else None
+        model = load_model(name, device=device, weights=weights,
+                           random_weights=settings.random_weights)
+        report = prepare_forward(
+            model, precision=settings.precision, channels_last=settings.channels_last == "on",
+            compile_mode=settings.compile, max_batch=settings.max_batch,
+            torch_threads=torch_threads, cache_dir=settings.compile_cache_dir)
+        log.info("%s", report.describe())
+        hooks.after_model_prepared(model.name, report.compiled, report.compile_s)
+        return model
+
+    return load

@@ -1,0 +1,148 @@
+"""How a model's forward pass runs (issue 16.3, 16.5): precision, channels-last, compiled or
+eager with a measured fall-back; real labels hold in every precision."""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from skimage import data as photos
+
+from inferstream.models import Prediction, TorchModel, imagenet_labels, load_model
+from inferstream.models.collate import collate
+from inferstream.models.forward import (
+    CACHE_ENV,
+    prepare_forward,
+    resolve_precision,
+    warm_up_sizes,
+)
+
+CAT_CLASSES = {281, 282, 285}  # tabby, tiger cat, Egyptian cat
+
+
+def jpeg(array: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(array).save(buf, "JPEG", quality=92)
+    return buf.getvalue()
+
+
+def tiny_model() -> TorchModel:
+    """A small image classifier that compiles in seconds (random weights: any labels)."""
+    module = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, stride=4), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 1000))
+    torch.manual_seed(0)
+    for parameter in module.parameters():
+        torch.nn.init.normal_(parameter)
+    return TorchModel("tiny", module, lambda data: torch.zeros(3, 64, 64), torch.device("cpu"),
+                      imagenet_labels(), input_shape=(3, 64, 64))
+
+
+def batch_of(model: TorchModel, size: int) -> torch.Tensor:
+    torch.manual_seed(size)
+    return torch.rand(size, *model.input_shape)
+
+
+def assert_same_predictions(got: list[Prediction], want: list[Prediction]) -> None:
+    """The same classes in the same order, scores equal up to float rounding (channels-last
+    and compiled kernels sum in another order)."""
+    assert [[c for c, _, _ in row] for row in got] == [[c for c, _, _ in row] for row in want]
+    for row_got, row_want in zip(got, want, strict=True):
+        assert [s for _, _, s in row_got] == pytest.approx([s for _, _, s in row_want],
+                                                           rel=1e-3, abs=1e-5)
+
+
+def failing_compiler(module: torch.nn.Module, device_type: str) -> Callable[..., torch.Tensor]:
+    raise RuntimeError("Compiler: g++ not found\nmore lines")
+
+
+def test_auto_precision_is_half_on_cuda_and_full_on_a_cpu() -> None:
+    assert resolve_precision("auto", "cuda:1") == "fp16"
+    assert resolve_precision("auto", "cpu") == "fp32"
+    assert resolve_precision("bf16", "cpu") == "bf16"
+
+
+def test_warm_up_covers_each_halving_down_to_one() -> None:
+    assert warm_up_sizes(32) == [32, 16, 8, 4, 2, 1]
+    assert warm_up_sizes(12) == [12, 6, 3, 1]
+    assert warm_up_sizes(1) == [1]
+
+
+def test_off_is_eager_channels_last_in_the_chosen_precision() -> None:
+    model = tiny_model()
+    report = prepare_forward(model, precision="bf16", compile_mode="off")
+    assert (report.compiled, report.precision, report.channels_last) == (False, "bf16", True)
+    assert "eager (compile = off), bf16, channels-last" in report.describe()
+    inputs = model.to_inputs(batch_of(model, 2))
+    assert inputs.dtype == torch.bfloat16
+    assert inputs.is_contiguous(memory_format=torch.channels_last)
+    assert model.forward is model.module
+    assert len(model.predict(batch_of(model, 3), top_k=5)) == 3
+
+
+def test_a_model_that_does_not_compile_runs_eager_and_says_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "torch's"))  # the setting comes first
+    model = tiny_model()
+    expected = model.predict(batch_of(model, 4), top_k=3)
+    report = prepare_forward(model, compile_mode="on", cache_dir=str(tmp_path / "cache"),
+                             compiler=failing_compiler)
+    assert not report.compiled
+    assert report.why == "does not compile: RuntimeError: Compiler: g++ not found"
+    assert model.forward is model.module
+    assert_same_predictions(model.predict(batch_of(model, 4), top_k=3), expected)
+    assert (tmp_path / "cache").is_dir()
+    assert Path(os.environ[CACHE_ENV]) == tmp_path / "cache"
+
+
+def test_auto_keeps_eager_where_compiled_measures_slower() -> None:
+    def slower(module: torch.nn.Module, device_type: str) -> Callable[..., torch.Tensor]:
+        def forward(inputs: torch.Tensor) -> torch.Tensor:
+            for _ in range(20):
+                module(inputs)
+            return module(inputs)
+        return forward
+
+    model = tiny_model()
+    report = prepare_forward(model, compile_mode="auto", max_batch=4, compiler=slower)
+    assert not report.compiled
+    assert report.why.startswith("compiled ran slower: ")
+    assert report.eager_ms_per_item is not None and report.compiled_ms_per_item is not None
+    assert report.compiled_ms_per_item > report.eager_ms_per_item
+    assert model.forward is model.module
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_compiled_forward_predicts_what_eager_does_for_every_batch_size(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "compiled"))
+    model, eager = tiny_model(), tiny_model()
+    prepare_forward(eager, compile_mode="off")
+    report = prepare_forward(model, compile_mode="on", max_batch=8, torch_threads=1)
+    assert report.compiled, report.why
+    assert report.compile_s > 0
+    assert model.forward is not model.module
+    for size in (8, 5, 3, 2, 1):  # each size class compiled at load: none compiles now
+        batch = batch_of(model, size)
+        assert_same_predictions(model.predict(batch, top_k=3), eager.predict(batch, top_k=3))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_the_bundled_photos_keep_their_labels_in_every_precision(precision: str) -> None:
+    model = load_model("efficientnet_lite0")
+    assert isinstance(model, TorchModel)
+    prepare_forward(model, precision=precision, compile_mode="off")
+    images = [photos.chelsea(), photos.coffee(), photos.rocket(), photos.camera()]
+    batch = collate([model.preprocess(jpeg(image)) for image in images])
+    cat, coffee, rocket, camera = (p[0] for p in model.predict(batch, top_k=5))
+    assert cat[0] in CAT_CLASSES
+    assert coffee[0] == 967  # espresso
+    assert rocket[0] in {657, 744}  # missile, projectile
+    assert camera[0] == 872  # tripod
