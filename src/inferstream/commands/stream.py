@@ -25,7 +25,7 @@ def run(_args: argparse.Namespace, config: Config) -> int:
     dump_stacks_on_usr1()
     metrics = StreamMetrics(CollectorRegistry(), settings.worker_id or default_worker_id(),
                            stream_config(config).pool)
-    load = model_loader(settings, serving.device, serving.threads.torch_threads, metrics)
+    load = model_loader(settings, serving.device, metrics)
     model = load(settings.models[0])
     member = StreamMember(config, model, hooks=metrics)
     if settings.metrics_port:

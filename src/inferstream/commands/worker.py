@@ -34,7 +34,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     dump_stacks_on_usr1()
     worker_id = settings.worker_id or default_worker_id()
     metrics = WorkerMetrics(CollectorRegistry(), worker_id, config.pool)
-    loader = model_loader(settings, serving.device, serving.threads.torch_threads, metrics)
+    loader = model_loader(settings, serving.device, metrics)
     if settings.members == 1:
         models = [loader(name) for name in dict.fromkeys(settings.models)]
         worker = Worker(config, models, hooks=metrics, loader=loader)

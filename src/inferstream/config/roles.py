@@ -13,7 +13,7 @@ GUARANTEES = ("exactly-once", "at-least-once")
 #: How a pool's partitions are shared: `streams.policy.PolicyAssignor`, or aiokafka's own.
 ASSIGNORS = ("policy", "roundrobin")
 #: The forward pass's options (`models.forward`, which needs torch: kept apart here).
-COMPILE_MODES = ("auto", "on", "off")
+COMPILE_MODES = ("auto", "on", "off")  # also decode_on_device's
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 SWITCH = ("on", "off")
 #: The built-in collectors of `streams.worker.collectors`, all on by default.
@@ -62,6 +62,10 @@ class WorkerConfig:
     channels_last: str = setting(
         "on", "channels-last weights and batches, which fast convolutions want",
         choices=SWITCH)
+    decode_on_device: str = setting(
+        "auto", "JPEGs decoded where the model runs (nvJPEG on CUDA), the decode threads only "
+        "reading headers: auto (on CUDA where it measures faster at start), on, off",
+        choices=COMPILE_MODES)
     decode_ahead: int = setting(
         2, "batches decoded ahead of the model: decoding fills the forward pass's gaps "
         "instead of taking the cores in bursts")
@@ -170,7 +174,8 @@ class ControllerConfig:
 
 def validate_worker(worker: WorkerConfig) -> None:
     for name, allowed in (("guarantee", GUARANTEES), ("assignor", ASSIGNORS),
-                          ("compile", COMPILE_MODES), ("precision", PRECISIONS),
+                          ("compile", COMPILE_MODES), ("decode_on_device", COMPILE_MODES),
+                          ("precision", PRECISIONS),
                           ("channels_last", SWITCH)):
         if getattr(worker, name) not in allowed:
             raise ConfigError(f"worker.{name} {getattr(worker, name)!r} is not one of {allowed}")

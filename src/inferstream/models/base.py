@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from importlib import resources
 
 import torch
 
+from inferstream.models.collate import collate
+from inferstream.models.device_decode import DeviceDecoder, is_encoded
 from inferstream.models.errors import ModelError
 from inferstream.models.items import DEFAULT_MAX_BYTES, fetch_item
 
@@ -48,6 +50,11 @@ class LoadedModel(ABC):
     @abstractmethod
     def predict(self, batch: torch.Tensor, top_k: int) -> list[Prediction]:
         """Top-k predictions for each row of a collated batch."""
+
+    def predict_items(self, items: Sequence[torch.Tensor], top_k: int) -> list[Prediction | str]:
+        """Top-k predictions for each of `preprocess`'s outputs, or why the item is bad (a str:
+        where the last of its decoding happens in the batch, `models.device_decode`)."""
+        return list(self.predict(collate(items, self.device), top_k))
 
     def synthetic_item(self) -> torch.Tensor:
         """One preprocessed item of the model's input shape, for calibration (ModelError
@@ -91,9 +98,21 @@ class TorchModel(LoadedModel):
         self.forward: Callable[[torch.Tensor], torch.Tensor] = self.module
         self.dtype = torch.float32
         self.memory_format = torch.contiguous_format
+        #: set where JPEGs are decoded on the model's device (`models.device_decode`)
+        self.decoder: DeviceDecoder | None = None
 
     def preprocess(self, data: bytes) -> torch.Tensor:
+        if self.decoder is not None:
+            return self.decoder.encode_item(data)
         return self.preprocessor(data)
+
+    def predict_items(self, items: Sequence[torch.Tensor], top_k: int) -> list[Prediction | str]:
+        if self.decoder is None or not any(is_encoded(item) for item in items):
+            return super().predict_items(items, top_k)
+        ready = self.decoder.ready(items)
+        good = [item for item in ready if not isinstance(item, str)]
+        predictions = iter(self.predict(torch.stack(good), top_k) if good else [])
+        return [item if isinstance(item, str) else next(predictions) for item in ready]
 
     def synthetic_item(self) -> torch.Tensor:
         """A mid-grey image of the preprocessed shape (CHW)."""

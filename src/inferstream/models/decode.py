@@ -46,7 +46,7 @@ def decode_image(
     ImageFile.LOAD_TRUNCATED_IMAGES = False
     try:
         img = Image.open(io.BytesIO(data))
-        _check_dimensions(img.size, max_pixels)
+        check_dimensions(img.size, max_pixels)
         if min_side is not None and img.format == "JPEG":
             _draft(img, min_side)
         img.load()
@@ -64,7 +64,8 @@ def decode_image(
     return to_rgb(_upright(img))
 
 
-def _check_dimensions(size: tuple[int, int], max_pixels: int) -> None:
+def check_dimensions(size: tuple[int, int], max_pixels: int) -> None:
+    """ItemError for an image of `size` (width, height) that no photo has or that is too big."""
     width, height = size
     if width <= 0 or height <= 0:
         raise ItemError(f"corrupt image: size {width}x{height}")

@@ -1,4 +1,5 @@
-"""How a loaded model runs its forward pass: its precision, its memory format, compiled or eager.
+"""How a loaded model runs its forward pass: its precision, its memory format, compiled or eager
+(and, `prepare_device_decode`, whether its JPEGs are decoded on its device).
 
 Chosen per device when a worker loads a model (`[worker] precision`, `channels_last`, `compile`)
 and logged in one line:
@@ -35,6 +36,8 @@ import torch
 
 from inferstream.models.base import LoadedModel, TorchModel
 from inferstream.models.collate import collate
+from inferstream.models.device_decode import DeviceDecoder, choose_decoding
+from inferstream.models.preprocess import ImagePreprocessor
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +114,28 @@ def prepare_forward(model: LoadedModel, *, precision: str = "auto", channels_las
     _use_cache_dir(cache_dir)
     return _compile(model, compile_mode, max_batch, compiler or compile_module, chosen,
                     channels_last)
+
+
+def prepare_device_decode(model: LoadedModel, setting: str, decode_threads: int,
+                          max_batch: int) -> str | None:
+    """Decode `model`'s JPEGs on its device where `setting` (auto, on, off) says so
+    (`models.device_decode`); the line that says what was chosen, None where nothing was."""
+    if setting == "off" or not isinstance(model, TorchModel):
+        return None
+    preprocessor = model.preprocessor
+    if not isinstance(preprocessor, ImagePreprocessor):
+        return None
+    if setting == "auto" and model.device.type != "cuda":
+        return None  # on a CPU device the decode threads are the CPU path, overlapped
+    decoder = DeviceDecoder(preprocessor.spec, model.device, preprocessor,
+                            preprocessor.max_pixels)
+    if setting == "on":
+        model.decoder = decoder
+        return f"JPEGs of {model.name} decoded on {model.device} (decode_on_device = on)"
+    choice = choose_decoding(decoder, model.forward, decode_threads, max_batch)
+    model.decoder = decoder if choice.on_device else None
+    where = model.device if choice.on_device else "the decode threads"
+    return f"JPEGs of {model.name} decoded on {where}: {choice.why}"
 
 
 def compile_module(module: torch.nn.Module,
@@ -204,9 +229,13 @@ def _ms_per_item(forward: Callable[[torch.Tensor], torch.Tensor], inputs: torch.
 
 def _use_cache_dir(directory: str) -> None:
     """Inductor's cache in `directory` if set, else in TORCHINDUCTOR_CACHE_DIR if set, else in
-    `default_cache_dir()`; torch's own default (under /tmp) where the directory cannot be made."""
+    `default_cache_dir()`; torch's own default (under /tmp) where the directory cannot be made.
+    torch writes its default into TORCHINDUCTOR_CACHE_DIR when torchvision is imported, so
+    that value counts as unset."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir as torch_default
+
     if not directory:
-        if CACHE_ENV in os.environ:
+        if os.environ.get(CACHE_ENV, torch_default()) != torch_default():
             return
         directory = default_cache_dir()
     try:

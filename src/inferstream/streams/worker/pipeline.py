@@ -24,7 +24,6 @@ import torch
 
 from inferstream.config import WorkerConfig
 from inferstream.models import ItemError, LoadedModel
-from inferstream.models.collate import collate
 from inferstream.models.threads import plan_threads, thread_initializer
 from inferstream.schemas.records import (
     ItemResult,
@@ -214,12 +213,16 @@ class BatchingPipeline:
         self.hooks.after_batch(self.model.name, len(good), seconds)
         for (slot, _), preds in zip(good, predictions, strict=True):
             slot.run.inference_seconds += seconds / len(good)
-            self._finish(slot, ok_item(_item(slot), preds[: slot.run.task["top_k"]]))
+            if isinstance(preds, str):  # its decoding, finished in the batch, failed
+                self._finish(slot, error_item(_item(slot), preds))
+            else:
+                self._finish(slot, ok_item(_item(slot), preds[: slot.run.task["top_k"]]))
 
-    def _forward(self, tensors: list[torch.Tensor], top_k: int) -> list[list[Prediction]]:
-        predictions = self.model.predict(collate(tensors, self.model.device), top_k)
-        return [[Prediction(class_id=c, label=label, score=float(s)) for c, label, s in item]
-                for item in predictions]
+    def _forward(self, tensors: list[torch.Tensor],
+                 top_k: int) -> list[list[Prediction] | str]:
+        return [item if isinstance(item, str) else
+                [Prediction(class_id=c, label=label, score=float(s)) for c, label, s in item]
+                for item in self.model.predict_items(tensors, top_k)]
 
     def _finish(self, slot: _Slot, outcome: ItemResult) -> None:
         self.items_in_flight -= 1
