@@ -9,6 +9,7 @@ per image and how much of the machine stayed idle meanwhile.
     .venv/bin/python ops/bench/p1_contention.py --model efficientnet_lite0 --background python
     ... --switch-interval 0.0005     # a shorter GIL switch interval
     ... --graph                      # a TorchScript-frozen forward, which runs without the GIL
+    ... --forward compiled           # the worker's compiled forward pass (models/forward.py)
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from p1_cpu import machine_cpu_s
 from p1_photos import make_images
 
-from inferstream.models import load_model
+from inferstream.models import TorchModel, load_model
+from inferstream.models.forward import prepare_forward
 
 
 def _background(kind: str, count: int, preprocess: Callable[[bytes], torch.Tensor],
@@ -62,6 +64,10 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=4, help="timed forward passes")
     parser.add_argument("--switch-interval", type=float, help="sys.setswitchinterval (s)")
     parser.add_argument("--graph", action="store_true", help="TorchScript trace + freeze")
+    parser.add_argument("--forward", choices=["plain", "eager", "compiled"], default="plain",
+                        help="plain: the module as loaded (float32, contiguous); eager and "
+                        "compiled: the worker's forward pass with --compile off or on (float32, "
+                        "channels-last)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.switch_interval:
@@ -70,7 +76,12 @@ def main() -> None:
     workdir = Path(tempfile.gettempdir()) / "inferstream-bench-p1"
     images = [p.read_bytes() for p in make_images(workdir / "images-64-seed0", 64)]
     batch = torch.stack([model.preprocess(b) for b in images[: args.batch]])
-    module: torch.nn.Module = model.module  # type: ignore[attr-defined]
+    module: Callable[[torch.Tensor], torch.Tensor] = model.module  # type: ignore[attr-defined]
+    if args.forward != "plain":
+        assert isinstance(model, TorchModel)  # noqa: S101 - registry models are
+        prepare_forward(model, compile_mode="on" if args.forward == "compiled" else "off",
+                        max_batch=args.batch, torch_threads=args.threads)
+        module, batch = model.forward, model.to_inputs(batch)
     if args.graph:
         with warnings.catch_warnings(), torch.inference_mode():
             warnings.simplefilter("ignore")
@@ -98,6 +109,7 @@ def main() -> None:
         thread.join()
     idle = 1 - (busy1 - busy0) / (total1 - total0)
     print(f"{args.model} background={args.background}x{len(threads)} graph={args.graph} "
+          f"forward={args.forward} "
           f"switch={sys.getswitchinterval()}: forward "
           f"{1000 * seconds / (args.batches * args.batch):.1f} ms/img, machine idle {idle:.0%}")
 

@@ -92,7 +92,8 @@ def test_auto_keeps_the_cpu_path_on_a_cpu_device_and_measures_elsewhere(
     assert prepare_device_decode(other, "auto", 1, 8) is None
     assert isinstance(other, TorchModel) and other.decoder is None
     assert lite0.decoder is not None
-    choice = choose_decoding(lite0.decoder, lite0.forward, decode_threads=1, max_batch=4)
+    choice = choose_decoding(lite0.decoder, lambda batch: lite0.predict(batch, 1),
+                             decode_threads=1, max_batch=4)
     assert "items/s decoding on cpu against" in choice.why
     assert "on 1 decode threads" in choice.why
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 import torch
 from PIL import Image
 from skimage import data as photos
+from torch._dynamo.utils import counters
 
 from inferstream.models import Prediction, TorchModel, imagenet_labels, load_model
 from inferstream.models.collate import collate
@@ -120,18 +122,26 @@ def test_auto_keeps_eager_where_compiled_measures_slower() -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("channels_last", [True, False])
 def test_compiled_forward_predicts_what_eager_does_for_every_batch_size(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, channels_last: bool) -> None:
+    # contiguous float32 batches reach the graph as collated, channels-last ones as copies
+    # made under inference_mode: dynamo tells the two apart, and both must be compiled
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "compiled"))
     model, eager = tiny_model(), tiny_model()
-    prepare_forward(eager, compile_mode="off")
-    report = prepare_forward(model, compile_mode="on", max_batch=8, torch_threads=1)
+    prepare_forward(eager, compile_mode="off", channels_last=channels_last)
+    report = prepare_forward(model, compile_mode="on", max_batch=8, torch_threads=1,
+                             channels_last=channels_last)
     assert report.compiled, report.why
     assert report.compile_s > 0
     assert model.forward is not model.module
-    for size in (8, 5, 3, 2, 1):  # each size class compiled at load: none compiles now
-        batch = batch_of(model, size)
-        assert_same_predictions(model.predict(batch, top_k=3), eager.predict(batch, top_k=3))
+    graphs = counters["stats"]["unique_graphs"]
+    with ThreadPoolExecutor(1) as inference:  # as the worker's inference thread calls it
+        for size in (8, 5, 3, 2, 1):
+            batch = batch_of(model, size)
+            got = inference.submit(model.predict, batch, 3).result()
+            assert_same_predictions(got, eager.predict(batch, top_k=3))
+    assert counters["stats"]["unique_graphs"] == graphs  # every size class compiled at load
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])

@@ -143,8 +143,8 @@ class DecodeChoice:
     why: str
 
 
-def choose_decoding(decoder: DeviceDecoder, forward: Callable[[torch.Tensor], torch.Tensor],
-           decode_threads: int, max_batch: int) -> DecodeChoice:
+def choose_decoding(decoder: DeviceDecoder, predict: Callable[[torch.Tensor], object],
+                    decode_threads: int, max_batch: int) -> DecodeChoice:
     """Whether decoding on the device makes a faster pipeline than `decode_threads` CPU
     threads, from timings of a synthetic photo-sized JPEG: the CPU path runs at the slower of
     its decode threads and the forward pass (they overlap), the device path at one decode plus
@@ -156,7 +156,7 @@ def choose_decoding(decoder: DeviceDecoder, forward: Callable[[torch.Tensor], to
     cpu_rate = decode_threads * 4 / (time.perf_counter() - started)
     encoded = [decoder.encode_item(data)] * max_batch
     batch = torch.stack([t for t in decoder.ready(encoded) if not isinstance(t, str)])
-    decode_s, forward_s = _best_s(lambda: decoder.ready(encoded)), _best_s(lambda: forward(batch))
+    decode_s, forward_s = _best_s(lambda: decoder.ready(encoded)), _best_s(lambda: predict(batch))
     cpu_path = min(cpu_rate, max_batch / forward_s)
     device_path = max_batch / (decode_s + forward_s)
     figures = (f"estimated {device_path:.0f} items/s decoding on {decoder.device} against "
@@ -166,14 +166,14 @@ def choose_decoding(decoder: DeviceDecoder, forward: Callable[[torch.Tensor], to
 
 def _best_s(action: Callable[[], object], repeats: int = 2) -> float:
     best = float("inf")
-    with torch.inference_mode():
-        for attempt in range(repeats + 1):
-            started = time.perf_counter()
+    for attempt in range(repeats + 1):
+        started = time.perf_counter()
+        with torch.inference_mode():
             action()
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            if attempt:
-                best = min(best, time.perf_counter() - started)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        if attempt:
+            best = min(best, time.perf_counter() - started)
     return best
 
 

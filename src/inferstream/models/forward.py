@@ -6,21 +6,23 @@ and logged in one line:
 
 - **Precision.** `auto` is float16 on CUDA (tensor cores) and float32 on a CPU, where results
   stay those of the model as trained; `bf16` is the CPU's fast choice where it computes bfloat16
-  natively (AVX512-BF16 or AMX: 2.5-3.4x faster here, BENCHMARKS.md P1). Labels of the bundled
+  natively (AVX512-BF16 or AMX: about 2x faster here, BENCHMARKS.md P1). Labels of the bundled
   photos hold in every precision (tests/unit/test_forward.py).
 - **Channels-last** weights and batches: oneDNN's and cuDNN's fast convolutions want them
   (googlenet's eager CPU forward pass 32 -> 17 ms per image).
 - **Compiled**: `torch.compile` (Inductor, frozen weights), with the C++ wrapper on a CPU: the
   whole graph runs in one C++ call without the GIL, where eager PyTorch takes the GIL back
-  between operators and waits for it behind the event loop and the decode threads (P1: an
-  eager forward pass ran 3.6x slower next to one busy Python thread, the compiled one 1.1x).
-  Inductor's default Python wrapper keeps the GIL between kernels (pytorch/pytorch#163061); on
-  CUDA that costs only the launches, so CUDA keeps the default wrapper. The batch dimension is
-  dynamic, and every size class (Inductor picks kernels by batch size) is compiled at load, so
-  serving never stops to compile. Compiled graphs are cached on disk (`compile_cache_dir`), so
-  a restart compiles in a fraction of the first time. `auto` then times one batch compiled
-  against eager and keeps the faster; a model that does not compile (no C++ compiler, an
-  operator Inductor lacks) runs eager, and the line says why.
+  between operators and waits for it behind the event loop and the decode threads (P1: next
+  to one busy Python thread, googlenet's eager forward pass ran 4.2x slower, the compiled one
+  1.9x, the share of the two cores that thread took). Inductor's default Python wrapper keeps
+  the GIL between kernels (pytorch/pytorch#163061); on CUDA that costs only the launches, so
+  CUDA keeps the default wrapper. The batch dimension is dynamic, and every size class
+  (Inductor picks kernels by batch size) is compiled at load, so serving never stops to
+  compile. The kernels are cached on disk (`compile_cache_dir`); on a CPU the graphs are not
+  (Inductor cannot pickle the oneDNN-packed weights), so a CPU worker traces and freezes again
+  at every start. `auto` then times one batch compiled against eager and keeps the faster; a
+  model that does not compile (no C++ compiler, an operator Inductor lacks) runs eager, and
+  the line says why.
 """
 
 from __future__ import annotations
@@ -132,7 +134,8 @@ def prepare_device_decode(model: LoadedModel, setting: str, decode_threads: int,
     if setting == "on":
         model.decoder = decoder
         return f"JPEGs of {model.name} decoded on {model.device} (decode_on_device = on)"
-    choice = choose_decoding(decoder, model.forward, decode_threads, max_batch)
+    choice = choose_decoding(decoder, lambda batch: model.predict(batch, 1), decode_threads,
+                             max_batch)
     model.decoder = decoder if choice.on_device else None
     where = model.device if choice.on_device else "the decode threads"
     return f"JPEGs of {model.name} decoded on {where}: {choice.why}"
@@ -141,12 +144,24 @@ def prepare_device_decode(model: LoadedModel, setting: str, decode_threads: int,
 def compile_module(module: torch.nn.Module,
                    device_type: str) -> Callable[[torch.Tensor], torch.Tensor]:
     """`torch.compile` with frozen weights; on a CPU, with the C++ wrapper that runs the graph
-    without the GIL. Compiling happens at the first call."""
-    options: dict[str, str | int | bool | Callable[..., object]] = {"freezing": True}
+    without the GIL. Compiling happens at the first call of each size class."""
+    from torch._inductor import config as inductor_config
+
+    options: dict[str, str | int | bool | Callable[..., object]] = {}
     if device_type == "cpu":
         options["cpp_wrapper"] = True
-    compiled: Callable[[torch.Tensor], torch.Tensor] = torch.compile(module, options=options)
-    return compiled
+    compiled = torch.compile(module, options=options)
+
+    def frozen(inputs: torch.Tensor) -> torch.Tensor:
+        # Freezing must be on while dynamo traces, not only in Inductor (where the options
+        # of torch.compile apply): else the parameters stay graph inputs and nothing is
+        # frozen (pytorch/pytorch#126093), and the C++ wrapper takes the GIL back to free
+        # each of them. Patched per call, so that a recompile freezes too.
+        with inductor_config.patch(freezing=True):
+            outputs: torch.Tensor = compiled(inputs)
+        return outputs
+
+    return frozen
 
 
 def warm_up_sizes(max_batch: int) -> list[int]:
@@ -161,22 +176,17 @@ def warm_up_sizes(max_batch: int) -> list[int]:
 
 def _compile(model: TorchModel, mode: str, max_batch: int, compiler: Compiler, precision: str,
              channels_last: bool) -> ForwardReport:
-    from torch._dynamo import maybe_mark_dynamic  # public in torch.compile's dynamic shapes
-
     report = _ReportOf(model.name, precision, channels_last)
     log.info("compiling the forward pass of %s for %s, batch sizes %s (the first time can take "
              "minutes; cached in %s)", model.name, model.device,
              ", ".join(map(str, warm_up_sizes(max_batch))), os.environ.get(CACHE_ENV, "-"))
+    eager = model.forward
     started = time.perf_counter()
     try:
         compiled = compiler(model.module, model.device.type)
-        with torch.inference_mode():
-            for position, size in enumerate(warm_up_sizes(max_batch)):
-                inputs = _synthetic_inputs(model, size)
-                if position == 0:
-                    maybe_mark_dynamic(inputs, 0)
-                compiled(inputs)
+        _warm_up(model, compiled, max_batch)
     except Exception as exc:  # any failure to compile leaves the model eager
+        model.forward = eager
         first_line = (str(exc).strip().splitlines() or [""])[0][:160]
         return report(False, f"does not compile: {type(exc).__name__}: {first_line}")
     compile_s = time.perf_counter() - started
@@ -184,15 +194,34 @@ def _compile(model: TorchModel, mode: str, max_batch: int, compiler: Compiler, p
     if mode == "on":
         model.forward = compiled
         return report(True, f"compile = on; {how}", compile_s)
-    inputs = _synthetic_inputs(model, max_batch)
-    eager_ms = _ms_per_item(model.module, inputs)
-    compiled_ms = _ms_per_item(compiled, inputs)
+    batch = collate([model.synthetic_item()] * max_batch, model.device)
+    eager_ms = _ms_per_item(model, eager, batch)
+    compiled_ms = _ms_per_item(model, compiled, batch)
     figures = f"{compiled_ms:.1f} ms/item against {eager_ms:.1f} eager"
     if compiled_ms > eager_ms * COMPILED_TOLERANCE:
+        model.forward = eager
         return report(False, f"compiled ran slower: {figures}; {how}", compile_s, eager_ms,
                       compiled_ms)
     model.forward = compiled
     return report(True, f"{figures}; {how}", compile_s, eager_ms, compiled_ms)
+
+
+def _warm_up(model: TorchModel, compiled: Callable[[torch.Tensor], torch.Tensor],
+             max_batch: int) -> None:
+    """Compile every size class through `predict`, the way batches will come: dynamo guards
+    on how an input was made (an inference tensor or not), so a warm-up that made its inputs
+    otherwise would leave a recompile for the first real batch. The first call marks the
+    batch dimension dynamic; `model.forward` is `compiled` afterwards."""
+    from torch._dynamo import maybe_mark_dynamic  # public in torch.compile's dynamic shapes
+
+    def first_call(inputs: torch.Tensor) -> torch.Tensor:
+        maybe_mark_dynamic(inputs, 0)
+        return compiled(inputs)
+
+    item = model.synthetic_item()
+    for position, size in enumerate(warm_up_sizes(max_batch)):
+        model.forward = first_call if position == 0 else compiled
+        model.predict(collate([item] * size, model.device), 1)
 
 
 class _ReportOf:
@@ -208,23 +237,18 @@ class _ReportOf:
                              compile_s, eager_ms, compiled_ms)
 
 
-def _synthetic_inputs(model: TorchModel, size: int) -> torch.Tensor:
-    return model.to_inputs(collate([model.synthetic_item()] * size, model.device))
-
-
-def _ms_per_item(forward: Callable[[torch.Tensor], torch.Tensor], inputs: torch.Tensor,
-                 repeats: int = 2) -> float:
-    """The best of `repeats` timed calls (after one untimed), in ms per item."""
+def _ms_per_item(model: TorchModel, forward: Callable[[torch.Tensor], torch.Tensor],
+                 batch: torch.Tensor, repeats: int = 2) -> float:
+    """`model.predict` on `batch` with `forward`: the best of `repeats` timed calls (after one
+    untimed), in ms per item (`predict` waits for the device: it reads the top-k)."""
+    model.forward = forward
     best = float("inf")
-    with torch.inference_mode():
-        for attempt in range(repeats + 1):
-            started = time.perf_counter()
-            forward(inputs)
-            if inputs.device.type == "cuda":
-                torch.cuda.synchronize(inputs.device)
-            if attempt:
-                best = min(best, time.perf_counter() - started)
-    return 1000 * best / len(inputs)
+    for attempt in range(repeats + 1):
+        started = time.perf_counter()
+        model.predict(batch, 1)
+        if attempt:
+            best = min(best, time.perf_counter() - started)
+    return 1000 * best / len(batch)
 
 
 def _use_cache_dir(directory: str) -> None:
