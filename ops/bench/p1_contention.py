@@ -64,6 +64,8 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=4, help="timed forward passes")
     parser.add_argument("--switch-interval", type=float, help="sys.setswitchinterval (s)")
     parser.add_argument("--graph", action="store_true", help="TorchScript trace + freeze")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
+                        help="of the worker's forward pass (--forward eager or compiled)")
     parser.add_argument("--forward", choices=["plain", "eager", "compiled"], default="plain",
                         help="plain: the module as loaded (float32, contiguous); eager and "
                         "compiled: the worker's forward pass with --compile off or on (float32, "
@@ -80,7 +82,8 @@ def main() -> None:
     if args.forward != "plain":
         assert isinstance(model, TorchModel)  # noqa: S101 - registry models are
         prepare_forward(model, compile_mode="on" if args.forward == "compiled" else "off",
-                        max_batch=args.batch, torch_threads=args.threads)
+                        max_batch=args.batch, torch_threads=args.threads,
+                        precision=args.precision)
         module, batch = model.forward, model.to_inputs(batch)
     if args.graph:
         with warnings.catch_warnings(), torch.inference_mode():
@@ -109,7 +112,7 @@ def main() -> None:
         thread.join()
     idle = 1 - (busy1 - busy0) / (total1 - total0)
     print(f"{args.model} background={args.background}x{len(threads)} graph={args.graph} "
-          f"forward={args.forward} "
+          f"forward={args.forward} precision={args.precision} "
           f"switch={sys.getswitchinterval()}: forward "
           f"{1000 * seconds / (args.batches * args.batch):.1f} ms/img, machine idle {idle:.0%}")
 

@@ -156,3 +156,9 @@ def test_the_bundled_photos_keep_their_labels_in_every_precision(precision: str)
     assert coffee[0] == 967  # espresso
     assert rocket[0] in {657, 744}  # missile, projectile
     assert camera[0] == 872  # tripod
+
+
+def test_a_simulated_model_has_nothing_to_prepare() -> None:
+    report = prepare_forward(load_model("sim:ms=1"), compile_mode="on", precision="bf16")
+    assert not report.compiled
+    assert report.describe() == "forward of sim:ms=1: simulated, nothing to prepare"

@@ -67,6 +67,8 @@ class ForwardReport:
     compiled_ms_per_item: float | None = None
 
     def describe(self) -> str:
+        if not self.precision:  # nothing was prepared
+            return f"forward of {self.model}: {self.why}"
         layout = "channels-last" if self.channels_last else "contiguous"
         head = "compiled" if self.compiled else "eager"
         return f"forward of {self.model}: {head} ({self.why}), {self.precision}, {layout}"
@@ -98,7 +100,7 @@ def prepare_forward(model: LoadedModel, *, precision: str = "auto", channels_las
     compile (seconds to minutes the first time). `torch_threads` > 0 is set on the calling
     thread first: Inductor's CPU kernels keep the thread count they were compiled with."""
     if not isinstance(model, TorchModel):
-        return ForwardReport(model.name, "-", False, False, "simulated: no forward pass")
+        return ForwardReport(model.name, "", False, False, "simulated, nothing to prepare")
     if torch_threads > 0:
         torch.set_num_threads(torch_threads)
     chosen = resolve_precision(precision, model.device)
