@@ -11,8 +11,10 @@ no Kafka (no Java):
 
     python ops/bench/p1_data_path.py --device cuda [--models M ...] [--images N] [--batch N]
 
-Prints one Markdown table and the command; needs only torch, torchvision, PIL and
-scikit-image. Each side runs `--repeats` times alternately; the fastest run counts.
+Prints one Markdown table and the command. Needs torch, torchvision, Pillow and scikit-image, and
+inferstream's import path (fastavro, aiokafka, confluent-kafka: `ops/bench/gpu_wheels.sh`
+fetches them for a machine without them; `ops/bench/gpu_check.sh` runs this there).
+Each side runs `--repeats` times alternately; the fastest run counts.
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="a WorkerConfig field for the worker side, e.g. compile=off")
     parser.add_argument("--workdir", type=Path,
                         default=Path(tempfile.gettempdir()) / "inferstream-bench-p1-data-path")
+    parser.add_argument("--worker-log-dir", type=Path,
+                        help="keep each model's worker-side log (threads, precision, compile, "
+                             "decoding) as worker-<model>.log here")
     parser.add_argument("--model", help=argparse.SUPPRESS)  # the worker side's own process
     return parser.parse_args(argv)
 
@@ -133,9 +138,12 @@ def side_env(tuned: bool, device: str) -> tuple[dict[str, str], int]:
     return env, threads
 
 
-def child(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+def child(argv: list[str], env: dict[str, str], log: Path | None = None) -> dict[str, Any]:
     proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env,
                           timeout=3600, check=False)
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(proc.stderr)
     if proc.returncode != 0:
         raise SystemExit(f"{argv[0]} failed:\n{proc.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -152,7 +160,8 @@ def bench(args: argparse.Namespace, model: str, listing: Path) -> dict[str, floa
                  str(args.batch), "--threads", str(threads), "--warmup", str(args.batch),
                  "--list", str(listing)], env)["rate"])
     env = side_env(True, args.device)[0]  # the allocator the worker would re-exec with
-    worker = child([__file__, *sys.argv[1:], "--model", model], env)["rates"]
+    log = args.worker_log_dir / f"worker-{model}.log" if args.worker_log_dir else None
+    worker = child([__file__, *sys.argv[1:], "--model", model], env, log)["rates"]
     return {"plain": max(loops["plain"]), "tuned": max(loops["tuned"]), "worker": max(worker)}
 
 
