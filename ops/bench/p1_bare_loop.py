@@ -14,17 +14,36 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from inferstream.commands.allocator import choose
 from inferstream.models import load_model
+from inferstream.models.threads import plan_threads
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from p1_cpu import CpuMeter
 
 TOP_K = 5
+#: what the plain loop's environment must not inherit from the shell that runs a benchmark
+TUNING_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "LD_PRELOAD", "MALLOC_CONF")
+
+
+def loop_env(tuned: bool, device: str, environ: Mapping[str, str],
+             extra: Mapping[str, str] | None = None) -> tuple[dict[str, str], int]:
+    """The environment to run this loop in, and its `--threads` (0: torch's default): plain,
+    as a user's shell runs it (`environ` without tuning variables, plus `extra`), or tuned,
+    with the allocator the worker's `--allocator auto` preloads and the worker's torch
+    threads on `device`."""
+    plain = {k: v for k, v in environ.items() if k not in TUNING_ENV} | dict(extra or {})
+    if not tuned:
+        return plain, 0
+    threads = plan_threads(device).torch_threads
+    return {**(choose("auto", plain).env or plain), "OMP_NUM_THREADS": str(threads),
+            "MKL_NUM_THREADS": str(threads)}, threads
 
 
 def _forward(module: torch.nn.Module, batch: torch.Tensor) -> list[list[int]]:

@@ -34,11 +34,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from p1_bare_loop import loop_env
 from p1_photos import make_images
 
-from inferstream.commands.allocator import choose
 from inferstream.config import Config, WorkerConfig
-from inferstream.models.threads import plan_threads
 from inferstream.schemas.records import ItemStatus, Task, TaskItem
 from inferstream.streams.worker.hooks import WorkerHooks
 from inferstream.streams.worker.loader import model_loader
@@ -46,7 +45,6 @@ from inferstream.streams.worker.pipeline import BatchingPipeline, TaskRun
 
 BARE_LOOP = Path(__file__).resolve().parent / "p1_bare_loop.py"
 MODELS = ("alexnet", "googlenet", "efficientnet_lite0")
-TUNING_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "LD_PRELOAD", "MALLOC_CONF")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -128,16 +126,6 @@ def image_paths(args: argparse.Namespace) -> list[Path]:
     return make_images(args.workdir / f"images-{args.images}", args.images)
 
 
-def side_env(tuned: bool, device: str) -> tuple[dict[str, str], int]:
-    """A loop's environment and torch threads: as it is (plain), or the worker's (tuned)."""
-    plain = {k: v for k, v in os.environ.items() if k not in TUNING_ENV}
-    if not tuned:
-        return plain, 0
-    threads = plan_threads(device).torch_threads
-    env = {**(choose("auto", plain).env or plain), "OMP_NUM_THREADS": str(threads)}
-    return env, threads
-
-
 def child(argv: list[str], env: dict[str, str], log: Path | None = None) -> dict[str, Any]:
     proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env,
                           timeout=3600, check=False)
@@ -154,12 +142,12 @@ def bench(args: argparse.Namespace, model: str, listing: Path) -> dict[str, floa
     loops: dict[str, list[float]] = {"plain": [], "tuned": []}
     for _ in range(args.repeats):
         for side in loops:
-            env, threads = side_env(side == "tuned", args.device)
+            env, threads = loop_env(side == "tuned", args.device, os.environ)
             loops[side].append(child(
                 [str(BARE_LOOP), "--model", model, "--device", args.device, "--batch",
                  str(args.batch), "--threads", str(threads), "--warmup", str(args.batch),
                  "--list", str(listing)], env)["rate"])
-    env = side_env(True, args.device)[0]  # the allocator the worker would re-exec with
+    env = loop_env(True, args.device, os.environ)[0]  # the worker would re-exec so
     log = args.worker_log_dir / f"worker-{model}.log" if args.worker_log_dir else None
     worker = child([__file__, *sys.argv[1:], "--model", model], env, log)["rates"]
     return {"plain": max(loops["plain"]), "tuned": max(loops["tuned"]), "worker": max(worker)}

@@ -37,18 +37,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from p1_bare_loop import loop_env
 from p1_cpu import CpuMeter, wait_for_quiet
 from p1_photos import make_images
 from p1_stack import BenchError, Broker, Pipeline, WorkerSettings
 
-from inferstream.commands.allocator import choose
-from inferstream.models.threads import plan_threads
-
 BARE_LOOP = Path(__file__).resolve().parent / "p1_bare_loop.py"
 MODELS = ("alexnet", "googlenet", "efficientnet_lite0")
 LOOPS = ("plain", "tuned")
-#: what the plain loop's environment must not inherit from the shell that runs the benchmark
-TUNING_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "LD_PRELOAD", "MALLOC_CONF")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -78,12 +74,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def loop_settings(args: argparse.Namespace) -> dict[str, tuple[dict[str, str], int]]:
     """Each loop's environment and torch threads (0: torch's default)."""
-    plain = {k: v for k, v in os.environ.items() if k not in TUNING_ENV}
-    plain.update({"PYTHONUNBUFFERED": "1", **dict(_extra_env(args))})
-    threads = plan_threads("cpu").torch_threads
-    tuned = {**(choose("auto", plain).env or plain), "OMP_NUM_THREADS": str(threads),
-             "MKL_NUM_THREADS": str(threads)}
-    return {"plain": (plain, 0), "tuned": (tuned, threads)}
+    extra = {"PYTHONUNBUFFERED": "1", **dict(_extra_env(args))}
+    return {side: loop_env(side == "tuned", "cpu", os.environ, extra) for side in LOOPS}
 
 
 def run_bare(args: argparse.Namespace, model: str, listing: Path, env: dict[str, str],

@@ -11,28 +11,15 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from inferstream.config import WorkerConfig
-
-if TYPE_CHECKING:
-    from inferstream.models.threads import ThreadPlan
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Serving:
-    """The device and threads an inference process runs with."""
-
-    device: str
-    threads: ThreadPlan
-
-
-def prepare_process(settings: WorkerConfig) -> Serving:
+def prepare_process(settings: WorkerConfig) -> str:
     """Preload the allocator (one re-exec, before torch loads), size torch's threads; log
-    both. Call first, before any model is built."""
+    both; the device the models run on. Call first, before any model is built."""
     from inferstream.commands.allocator import choose, reexec_with
 
     allocator = choose(settings.allocator, os.environ)
@@ -47,4 +34,4 @@ def prepare_process(settings: WorkerConfig) -> Serving:
     torch.set_num_threads(threads.torch_threads)  # model loading; each pipeline sets its own
     log.info("%s", threads.describe())
     log.info("allocator: %s (%s)", allocator.library or "glibc", allocator.why)
-    return Serving(device, threads)
+    return device

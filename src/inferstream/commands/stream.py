@@ -14,7 +14,7 @@ def run(_args: argparse.Namespace, config: Config) -> int:
     from inferstream.commands.serving import prepare_process
 
     settings = config.worker  # one model, complete settings: checked by stream_needs
-    serving = prepare_process(settings)  # first: it may re-execute the process
+    device = prepare_process(settings)  # first: it may re-execute the process
     from prometheus_client import CollectorRegistry
 
     from inferstream.metrics import StreamMetrics, serve_metrics
@@ -25,7 +25,7 @@ def run(_args: argparse.Namespace, config: Config) -> int:
     dump_stacks_on_usr1()
     metrics = StreamMetrics(CollectorRegistry(), settings.worker_id or default_worker_id(),
                            stream_config(config).pool)
-    load = model_loader(settings, serving.device, metrics)
+    load = model_loader(settings, device, metrics)
     model = load(settings.models[0])
     member = StreamMember(config, model, hooks=metrics)
     if settings.metrics_port:

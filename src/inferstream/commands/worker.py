@@ -24,7 +24,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     from inferstream.commands.serving import prepare_process
 
     settings = config.worker  # a model and known collectors: checked with the worker's needs
-    serving = prepare_process(settings)  # first: it may re-execute the process
+    device = prepare_process(settings)  # first: it may re-execute the process
     from prometheus_client import CollectorRegistry
 
     from inferstream.metrics import WorkerMetrics, serve_metrics
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     dump_stacks_on_usr1()
     worker_id = settings.worker_id or default_worker_id()
     metrics = WorkerMetrics(CollectorRegistry(), worker_id, config.pool)
-    loader = model_loader(settings, serving.device, metrics)
+    loader = model_loader(settings, device, metrics)
     if settings.members == 1:
         models = [loader(name) for name in dict.fromkeys(settings.models)]
         worker = Worker(config, models, hooks=metrics, loader=loader)

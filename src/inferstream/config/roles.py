@@ -13,7 +13,7 @@ GUARANTEES = ("exactly-once", "at-least-once")
 #: How a pool's partitions are shared: `streams.policy.PolicyAssignor`, or aiokafka's own.
 ASSIGNORS = ("policy", "roundrobin")
 #: The forward pass's options (`models.forward`, which needs torch: kept apart here).
-COMPILE_MODES = ("auto", "on", "off")  # also decode_on_device's
+AUTO_ON_OFF = ("auto", "on", "off")
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 SWITCH = ("on", "off")
 #: The built-in collectors of `streams.worker.collectors`, all on by default.
@@ -52,7 +52,7 @@ class WorkerConfig:
     compile: str = setting(
         "auto", "graph mode of the forward pass: auto (torch.compile, kept where it runs at "
         "least as fast as eager, timed at start), on (compiled wherever it compiles), off "
-        "(eager); a model that does not compile runs eager", choices=COMPILE_MODES)
+        "(eager); a model that does not compile runs eager", choices=AUTO_ON_OFF)
     compile_cache_dir: str = setting(
         "", "where compiled graphs are kept between runs (empty: TORCHINDUCTOR_CACHE_DIR, "
         "else ~/.cache/inferstream/torch-compile)")
@@ -65,7 +65,7 @@ class WorkerConfig:
     decode_on_device: str = setting(
         "auto", "JPEGs decoded where the model runs (nvJPEG on CUDA), the decode threads only "
         "reading headers: auto (on CUDA where it measures faster at start), on, off",
-        choices=COMPILE_MODES)
+        choices=AUTO_ON_OFF)
     decode_ahead: int = setting(
         2, "batches decoded ahead of the model: decoding fills the forward pass's gaps "
         "instead of taking the cores in bursts")
@@ -174,7 +174,7 @@ class ControllerConfig:
 
 def validate_worker(worker: WorkerConfig) -> None:
     for name, allowed in (("guarantee", GUARANTEES), ("assignor", ASSIGNORS),
-                          ("compile", COMPILE_MODES), ("decode_on_device", COMPILE_MODES),
+                          ("compile", AUTO_ON_OFF), ("decode_on_device", AUTO_ON_OFF),
                           ("precision", PRECISIONS),
                           ("channels_last", SWITCH)):
         if getattr(worker, name) not in allowed:

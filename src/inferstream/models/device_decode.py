@@ -4,10 +4,10 @@ fast as their GPU infers.
 With it, a decode thread only fetches an item and reads its JPEG header (size limits, colour
 model, EXIF orientation); an upright RGB or grey JPEG goes on as its bytes, anything else (PNG,
 CMYK, a rotated phone photo, a header that fails, no end marker) is preprocessed on the CPU as
-without it. The
-batch step then decodes the batch's JPEGs in one `torchvision.io.decode_jpeg` call on the
-device, and crops, resizes (antialiased, the model's interpolation) and normalises them there:
-the same steps as `preprocess.ImagePreprocessor`, up to the crop box's rounding to whole pixels.
+without it. The batch step then decodes the batch's JPEGs in one `torchvision.io.decode_jpeg`
+call on the device, and crops, resizes (antialiased, the model's interpolation) and normalises
+them there: the same steps as `preprocess.ImagePreprocessor`, up to the crop box's rounding to
+whole pixels.
 A JPEG the device cannot decode is decoded again on the CPU, which names what is wrong with it.
 
 `[worker] decode_on_device`: `off`; `on` (on a CPU device too, where it decodes on the
@@ -32,6 +32,7 @@ from PIL import Image
 from inferstream.models.decode import check_dimensions
 from inferstream.models.errors import ItemError
 from inferstream.models.preprocess import Preprocessing
+from inferstream.models.timing import best_seconds
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +85,11 @@ class DeviceDecoder:
         """On the inference thread: every item as a preprocessed CHW image on the device, or
         the reason it is bad (a str)."""
         encoded = [i for i, item in enumerate(items) if is_encoded(item)]
+        # a JPEG's bytes are decoded from the host (decode_jpeg takes them there), the rest
+        # are ready images: only those are copied to the device
         out: list[torch.Tensor | str] = [
-            item.to(self.device, non_blocking=item.is_pinned()) for item in items]
+            item if is_encoded(item) else item.to(self.device, non_blocking=item.is_pinned())
+            for item in items]
         for position, image in zip(encoded, self._decode([items[i] for i in encoded]),
                                    strict=True):
             out[position] = image if isinstance(image, str) else self._preprocess(image)
@@ -156,25 +160,13 @@ def choose_decoding(decoder: DeviceDecoder, predict: Callable[[torch.Tensor], ob
     cpu_rate = decode_threads * 4 / (time.perf_counter() - started)
     encoded = [decoder.encode_item(data)] * max_batch
     batch = torch.stack([t for t in decoder.ready(encoded) if not isinstance(t, str)])
-    decode_s, forward_s = _best_s(lambda: decoder.ready(encoded)), _best_s(lambda: predict(batch))
+    decode_s = best_seconds(lambda: decoder.ready(encoded))
+    forward_s = best_seconds(lambda: predict(batch))
     cpu_path = min(cpu_rate, max_batch / forward_s)
     device_path = max_batch / (decode_s + forward_s)
     figures = (f"estimated {device_path:.0f} items/s decoding on {decoder.device} against "
                f"{cpu_path:.0f} on {decode_threads} decode threads")
     return DecodeChoice(device_path > cpu_path * DEVICE_MARGIN, figures)
-
-
-def _best_s(action: Callable[[], object], repeats: int = 2) -> float:
-    best = float("inf")
-    for attempt in range(repeats + 1):
-        started = time.perf_counter()
-        with torch.inference_mode():
-            action()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        if attempt:
-            best = min(best, time.perf_counter() - started)
-    return best
 
 
 def synthetic_jpeg(size: tuple[int, int] = (500, 375), seed: int = 0) -> bytes:

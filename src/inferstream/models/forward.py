@@ -32,6 +32,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -40,6 +41,7 @@ from inferstream.models.base import LoadedModel, TorchModel
 from inferstream.models.collate import collate
 from inferstream.models.device_decode import DeviceDecoder, choose_decoding
 from inferstream.models.preprocess import ImagePreprocessor
+from inferstream.models.timing import best_seconds
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +118,8 @@ def prepare_forward(model: LoadedModel, *, precision: str = "auto", channels_las
     if compile_mode == "off":
         return ForwardReport(model.name, chosen, channels_last, False, "compile = off")
     _use_cache_dir(cache_dir)
-    return _compile(model, compile_mode, max_batch, compiler or compile_module, chosen,
-                    channels_last)
+    report = partial(ForwardReport, model.name, chosen, channels_last)
+    return _compile(model, compile_mode, max_batch, compiler or compile_module, report)
 
 
 def prepare_device_decode(model: LoadedModel, setting: str, decode_threads: int,
@@ -176,9 +178,10 @@ def warm_up_sizes(max_batch: int) -> list[int]:
     return [*sizes, 1]
 
 
-def _compile(model: TorchModel, mode: str, max_batch: int, compiler: Compiler, precision: str,
-             channels_last: bool) -> ForwardReport:
-    report = _ReportOf(model.name, precision, channels_last)
+def _compile(model: TorchModel, mode: str, max_batch: int, compiler: Compiler,
+             report: Callable[..., ForwardReport]) -> ForwardReport:
+    """Compile, warm up and (`auto`) time against eager; `report` completes the model's
+    ForwardReport from `compiled` and `why` on."""
     log.info("compiling the forward pass of %s for %s, batch sizes %s (the first time can take "
              "minutes; cached in %s)", model.name, model.device,
              ", ".join(map(str, warm_up_sizes(max_batch))), os.environ.get(CACHE_ENV, "-"))
@@ -226,31 +229,11 @@ def _warm_up(model: TorchModel, compiled: Callable[[torch.Tensor], torch.Tensor]
         model.predict(collate([item] * size, model.device), 1)
 
 
-class _ReportOf:
-    """Builds the ForwardReports of one model."""
-
-    def __init__(self, model: str, precision: str, channels_last: bool) -> None:
-        self.model, self.precision, self.channels_last = model, precision, channels_last
-
-    def __call__(self, compiled: bool, why: str, compile_s: float = 0.0,
-                 eager_ms: float | None = None,
-                 compiled_ms: float | None = None) -> ForwardReport:
-        return ForwardReport(self.model, self.precision, self.channels_last, compiled, why,
-                             compile_s, eager_ms, compiled_ms)
-
-
 def _ms_per_item(model: TorchModel, forward: Callable[[torch.Tensor], torch.Tensor],
-                 batch: torch.Tensor, repeats: int = 2) -> float:
-    """`model.predict` on `batch` with `forward`: the best of `repeats` timed calls (after one
-    untimed), in ms per item (`predict` waits for the device: it reads the top-k)."""
+                 batch: torch.Tensor) -> float:
+    """`model.predict` on `batch` with `forward`, in ms per item (`best_seconds`)."""
     model.forward = forward
-    best = float("inf")
-    for attempt in range(repeats + 1):
-        started = time.perf_counter()
-        model.predict(batch, 1)
-        if attempt:
-            best = min(best, time.perf_counter() - started)
-    return 1000 * best / len(batch)
+    return 1000 * best_seconds(lambda: model.predict(batch, 1)) / len(batch)
 
 
 def _use_cache_dir(directory: str) -> None:

@@ -22,6 +22,7 @@ from inferstream.streams.worker.pipeline import BatchingPipeline
 
 log = logging.getLogger(__name__)
 
+
 class ServedModels:
     """The loaded models and their pipelines; `close()` stops every pipeline."""
 
