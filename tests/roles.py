@@ -1,6 +1,6 @@
 """Each role's arguments as the integration tests start it, which docker-compose.yml runs too.
 
-The test helpers build their argv from `ROLE_ARGS`; tests/unit/test_compose.py checks that
+The test helpers build their argv from `ROLE_ARGS`; tests/unit/ops/test_compose.py checks that
 every compose service's command is `ROLE_ARGS[role]` plus only the role's `DEPLOYMENT_FLAGS`.
 """
 

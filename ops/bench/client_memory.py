@@ -29,6 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from failover_common import source_version, start_broker
 
 from inferstream.config import Config
+from inferstream.jobs.ids import new_job_id
+from inferstream.kafka.settings import partition_for
+from inferstream.kafka.topics import ensure_topics
 from inferstream.schemas import Codec
 from inferstream.schemas.records import (
     JobEvent,
@@ -39,9 +42,6 @@ from inferstream.schemas.records import (
     now_ms,
     ok_item,
 )
-from inferstream.streams.client.jobids import new_job_id
-from inferstream.streams.kafka.settings import partition_for
-from inferstream.streams.kafka.topics import ensure_topics
 
 CHUNK = 32
 TOP = [Prediction(class_id=c, label=f"label of class {c}", score=0.1) for c in range(5)]

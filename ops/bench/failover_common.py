@@ -28,11 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from p1_stack import INFERSTREAM, BenchError, Broker
 
+from inferstream.client.client import Client
 from inferstream.config import Config
+from inferstream.kafka.settings import PARTITION_EOF, consumer_config
+from inferstream.kafka.topics import ensure_topics
 from inferstream.schemas import Codec, SchemaError
-from inferstream.streams.client.client import Client
-from inferstream.streams.kafka.settings import PARTITION_EOF, consumer_config
-from inferstream.streams.kafka.topics import ensure_topics
 
 _OWNERSHIP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?"
                         r"(assigned|revoked) partitions=\[([\d, ]*)\]")

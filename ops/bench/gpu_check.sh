@@ -40,7 +40,7 @@ import sys, torch, torchvision
 print("python", sys.version.split()[0], "torch", torch.__version__, "torchvision",
       torchvision.__version__, "cuda", torch.version.cuda,
       torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no cuda device")
-import inferstream.streams.worker.pipeline  # the import path: fails here if a wheel is missing
+import inferstream.serving.pipeline  # the import path: fails here if a wheel is missing
 PY
 } 2>&1 | tee "$OUT/env.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "the environment check failed: $OUT/env.txt" >&2; exit 1; }

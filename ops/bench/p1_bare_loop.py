@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from inferstream.commands.allocator import choose
 from inferstream.models import load_model
 from inferstream.models.threads import plan_threads
+from inferstream.serving.allocator import choose
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from p1_cpu import CpuMeter

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Benchmark P1 without Kafka: the worker's data path against the plain PyTorch loop, any device.
 
-The worker's own classes, as `inferstream worker` builds them (`streams/worker/loader.py`
+The worker's own classes, as `inferstream worker` builds them (`serving/loader.py`
 prepares the model: precision, channels-last, compiled, JPEGs decoded on the device where
-chosen; `streams/worker/pipeline.py` decodes on its threads, batches and infers), run tasks of
+chosen; `serving/pipeline.py` decodes on its threads, batches and infers), run tasks of
 `--chunk` images straight from memory, timed from the first task submitted to the last item's
 outcome. Against it, in fresh processes, `p1_bare_loop.py`: the plain loop (a), and the same
 loop with the worker's allocator and torch threads (b). For the machines that have a GPU and
@@ -39,9 +39,9 @@ from p1_photos import make_images
 
 from inferstream.config import Config, WorkerConfig
 from inferstream.schemas.records import ItemStatus, Task, TaskItem
-from inferstream.streams.worker.hooks import WorkerHooks
-from inferstream.streams.worker.loader import model_loader
-from inferstream.streams.worker.pipeline import BatchingPipeline, TaskRun
+from inferstream.serving.hooks import WorkerHooks
+from inferstream.serving.loader import model_loader
+from inferstream.serving.pipeline import BatchingPipeline, TaskRun
 
 BARE_LOOP = Path(__file__).resolve().parent / "p1_bare_loop.py"
 MODELS = ("alexnet", "googlenet", "efficientnet_lite0")

@@ -21,11 +21,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from inferstream.client.client import Client
 from inferstream.config import Config
+from inferstream.jobs.output import job_results
+from inferstream.kafka.topics import ensure_topics
 from inferstream.schemas.records import TaskResult
-from inferstream.streams.client.client import Client
-from inferstream.streams.client.results import job_results
-from inferstream.streams.kafka.topics import ensure_topics
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = [sys.executable, str(REPO / "ops" / "kafka" / "cluster")]

@@ -48,7 +48,7 @@ from failover_common import (
 from p1_cpu import process_cpu_s
 from p1_stack import BenchError, Broker
 
-from inferstream.streams.errors import JobTimeoutError
+from inferstream.jobs.errors import JobTimeoutError
 
 GUARANTEES = ("exactly-once", "at-least-once")
 RESULTS_MD = Path(__file__).resolve().parent / "results" / "p5.md"

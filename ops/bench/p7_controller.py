@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from failover_common import Fleet, source_version, start_broker, wait_for_group, write_listing
 from p1_stack import BenchError
 
-from inferstream.streams.kafka.settings import partition_for
+from inferstream.kafka.settings import partition_for
 
 SESSION_S = 6.0
 PARTITIONS = 4

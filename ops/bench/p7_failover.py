@@ -57,9 +57,9 @@ from failover_common import (
 )
 from p1_stack import BenchError
 
-from inferstream.streams.client.client import Job
-from inferstream.streams.controller.placement import task_partition
-from inferstream.streams.errors import JobTimeoutError
+from inferstream.client.client import Job
+from inferstream.controller.placement import task_partition
+from inferstream.jobs.errors import JobTimeoutError
 
 KINDS = ("sigterm", "kill9", "sigstop", "static-restart")
 STATIC_ID = "p7-static"

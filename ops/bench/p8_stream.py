@@ -32,7 +32,7 @@ from p1_photos import make_images
 from p1_stack import BenchError
 
 from inferstream.config import Config
-from inferstream.streams.kafka.settings import LIBRDKAFKA_LOG
+from inferstream.kafka.settings import LIBRDKAFKA_LOG
 
 FRACTIONS = (0.25, 0.5, 0.75)
 

@@ -21,19 +21,19 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from inferstream.config import DEFAULT_COLLECTORS, Config, WorkerConfig
+from inferstream.kafka.topics import topic_specs
 from inferstream.models import load_model
 from inferstream.schemas import Codec
 from inferstream.schemas.records import Job, TaskItem, new_task
-from inferstream.streams.kafka.topics import topic_specs
-from inferstream.streams.worker.collectors import (
+from inferstream.serving.collectors import (
     PerformanceWindows,
     QueueProbe,
     SampleContext,
     ServedModel,
     load_collectors,
 )
-from inferstream.streams.worker.sysinfo import build_sample, run_collectors
-from inferstream.streams.worker.worker import Worker
+from inferstream.serving.samples import build_sample, run_collectors
+from inferstream.serving.worker import Worker
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 
 CODEC = Codec(None)

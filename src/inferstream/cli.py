@@ -127,8 +127,8 @@ def _setup_logging(level: int) -> None:
 
 def _run(command: Command, args: argparse.Namespace, config: Config) -> int:
     """Start-up checks, then the command; a long-running one under `StopSignals`."""
-    from inferstream.commands.signals import StopSignals
-    from inferstream.streams.kafka.preflight import preflight
+    from inferstream.kafka.preflight import preflight
+    from inferstream.signals import StopSignals
 
     signals: AbstractContextManager[object] = (
         StopSignals(config.stop_grace_s) if command.long_running else nullcontext())

@@ -4,7 +4,7 @@
 
 The seeded scenario kills one broker per run; a controller hang that needs the group
 coordinator's broker to die at the wrong moment of a transaction showed up there about once in
-five runs, and here within 20 kills (librdkafka#5456, see `streams.kafka.call_with_deadline`).
+five runs, and here within 20 kills (librdkafka#5456, see `kafka.call_with_deadline`).
 Three `sim:ms=5` workers run 60,000-item jobs one after another while a random broker is killed
 every 15-30 s and restarted 2-8 s later. Fails when the controller's progress stops for longer
 than --stall-s, when a job ends other than COMPLETED, or when a job's output is not exactly one
@@ -22,9 +22,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inferstream.client.client import Client
 from inferstream.config import Config
-from inferstream.streams.client.client import Client
-from inferstream.streams.kafka.topics import ensure_topics
+from inferstream.kafka.topics import ensure_topics
 from tests.chaos.faults import ChaosCluster, ClusterUnavailableError, WorkerFleet
 from tests.chaos.scenario import ProgressFollower
 from tests.integration.conftest import Processes

@@ -27,15 +27,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inferstream.client.client import Client, JobStatus
 from inferstream.config import Config
+from inferstream.jobs.output import open_job_partition
+from inferstream.kafka.errors import PartitionReadError
+from inferstream.kafka.reader import PartitionReader
+from inferstream.kafka.settings import partition_for
+from inferstream.kafka.topics import ensure_topics
 from inferstream.schemas import Codec, SchemaError
-from inferstream.streams.client.client import Client, JobStatus
-from inferstream.streams.client.results import open_job_partition
-from inferstream.streams.errors import PartitionReadError
-from inferstream.streams.kafka.reader import PartitionReader
-from inferstream.streams.kafka.settings import partition_for
-from inferstream.streams.kafka.topics import ensure_topics
-from inferstream.streams.worker.worker import worker_group
+from inferstream.serving.worker import worker_group
 from tests.chaos.diagnose import render_evidence, source_fingerprint
 from tests.chaos.faults import (
     ChaosCluster,

@@ -19,8 +19,8 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from inferstream.config import Config
+from inferstream.kafka.settings import PARTITION_EOF
 from inferstream.schemas import Codec, SchemaError
-from inferstream.streams.kafka.settings import PARTITION_EOF
 
 #: librdkafka's own log lines (a broker going away) go here rather than to stderr.
 LIBRDKAFKA_LOG = logging.getLogger("tests.chaos.librdkafka")

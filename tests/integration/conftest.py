@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from inferstream.config import Config
-from inferstream.streams.kafka.topics import ensure_topics
+from inferstream.kafka.topics import ensure_topics
 from tests.roles import ROLE_ARGS
 
 REPO = Path(__file__).resolve().parents[2]

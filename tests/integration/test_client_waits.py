@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferstream.streams.client.jobids import new_job_id
+from inferstream.jobs.ids import new_job_id
 from tests.integration.conftest import Processes
 
 pytestmark = pytest.mark.integration

@@ -16,12 +16,12 @@ from subprocess import Popen
 import pytest
 from confluent_kafka import Producer
 
+from inferstream.client.client import Client, Job
 from inferstream.config import Config
+from inferstream.jobs.ids import new_job_id
+from inferstream.kafka.settings import partition_for
 from inferstream.schemas import Codec
 from inferstream.schemas.records import Job as JobRecord
-from inferstream.streams.client.client import Client, Job
-from inferstream.streams.client.jobids import new_job_id
-from inferstream.streams.kafka.settings import partition_for
 from tests.integration.conftest import Processes
 
 pytestmark = pytest.mark.integration

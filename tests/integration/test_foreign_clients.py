@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from inferstream.client.client import Client
 from inferstream.config import Config
-from inferstream.streams.client.client import Client
 from tests.integration.conftest import REPO, Processes
 
 pytestmark = pytest.mark.integration

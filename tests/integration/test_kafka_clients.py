@@ -23,14 +23,14 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from inferstream.config import Config
-from inferstream.schemas import SCHEMA_NAMES, Codec
-from inferstream.streams.kafka.settings import (
+from inferstream.kafka.settings import (
     LIBRDKAFKA_LOG,
     aiokafka_kwargs,
     consumer_config,
     partition_for,
     producer_config,
 )
+from inferstream.schemas import SCHEMA_NAMES, Codec
 from tests.integration.conftest import CLUSTER
 from tests.unit.examples import EXAMPLES
 

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from inferstream.client.client import Client
 from inferstream.config import Config
+from inferstream.jobs.output import job_results
+from inferstream.policy.table import PolicyTable
 from inferstream.schemas import Codec
 from inferstream.schemas.records import TaskResult
-from inferstream.streams.client.client import Client
-from inferstream.streams.client.results import job_results
-from inferstream.streams.policy.table import PolicyTable
 from tests.integration.conftest import Processes, topics_config
 from tests.integration.test_sysinfo import free_port, start_replica, wait_for
-from tests.unit.test_mixed_pool import write_photos
+from tests.unit.controller.test_mixed_pool import write_photos
 
 pytestmark = pytest.mark.integration
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from inferstream.commands.allocator import find_allocator
+from inferstream.client.client import Client
 from inferstream.config import Config
 from inferstream.models.forward import native_bf16_cpu
-from inferstream.streams.client.client import Client
+from inferstream.serving.allocator import find_allocator
 from tests.integration.conftest import Processes
 
 pytestmark = pytest.mark.integration

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from inferstream.client.client import Client
 from inferstream.config import Config
-from inferstream.streams.client.client import Client
 from tests.integration.conftest import Processes, topics_config
 from tests.integration.test_sysinfo import free_port, start_replica, wait_for
 

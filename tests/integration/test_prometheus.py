@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from inferstream.client.client import Client
 from inferstream.config import Config
-from inferstream.streams.client.client import Client
-from inferstream.streams.kafka.settings import producer_config
-from inferstream.testing.prometheus import PrometheusServer
+from inferstream.kafka.settings import producer_config
 from tests.integration.conftest import Processes
 from tests.integration.test_stream import make_topics, member
 from tests.integration.test_sysinfo import free_port, start_replica
+from tests.prometheus import PrometheusServer
 from tests.unit.prometheus_binaries import REPO, RULES, require
 from tests.unit.promtool import check_metrics
 

@@ -25,8 +25,8 @@ from PIL import Image
 from skimage import data as photos
 
 from inferstream.config import Config
+from inferstream.kafka.settings import LIBRDKAFKA_LOG
 from inferstream.schemas import Codec
-from inferstream.streams.kafka.settings import LIBRDKAFKA_LOG
 from tests.integration.conftest import CLUSTER, Processes
 
 pytestmark = pytest.mark.integration

@@ -18,8 +18,8 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from inferstream.config import Config
+from inferstream.kafka.settings import consumer_config, producer_config
 from inferstream.schemas import Codec
-from inferstream.streams.kafka.settings import consumer_config, producer_config
 from tests.integration.conftest import Processes
 from tests.roles import ROLE_ARGS
 from tests.sysinfo_samples import sample

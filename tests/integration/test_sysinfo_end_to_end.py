@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
+from inferstream.client.client import Client
 from inferstream.config import DEFAULT_COLLECTORS, Config
-from inferstream.streams.client.client import Client
-from inferstream.streams.kafka.topics import ensure_topics
+from inferstream.kafka.topics import ensure_topics
 from tests.integration.conftest import Processes
 from tests.integration.test_sysinfo import free_port, get, start_replica, wait_for
 from tests.roles import ROLE_ARGS
-from tests.unit.test_top_terminal import Pane, top_command
+from tests.unit.client.test_top_terminal import Pane, top_command
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +44,7 @@ class LastGetsAll:
     name = "last-gets-all"
 
     def plan(self, workers, settings):
-        from inferstream.streams.sysinfo.strategies import WorkerPlan
+        from inferstream.policy.strategies import WorkerPlan
 
         last = max(w.worker for w in workers)
         return {w.worker: WorkerPlan(1.0 if w.worker == last else 0.0) for w in workers}

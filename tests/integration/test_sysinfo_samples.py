@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
+from inferstream.client.client import Client
 from inferstream.config import Config
+from inferstream.kafka.reader import PartitionReader, reader_consumer
 from inferstream.schemas import Codec
-from inferstream.streams.client.client import Client
-from inferstream.streams.kafka.reader import PartitionReader, reader_consumer
 from tests.integration.conftest import Processes
 
 pytestmark = pytest.mark.integration

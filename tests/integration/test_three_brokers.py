@@ -22,8 +22,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from inferstream.config import Config
-from inferstream.streams.kafka.settings import LIBRDKAFKA_LOG, PARTITION_EOF, producer_config
-from inferstream.streams.kafka.topics import wait_until_visible
+from inferstream.kafka.settings import LIBRDKAFKA_LOG, PARTITION_EOF, producer_config
+from inferstream.kafka.topics import wait_until_visible
 from tests.integration.conftest import CLUSTER, start_cluster
 
 pytestmark = pytest.mark.integration

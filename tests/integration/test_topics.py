@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from inferstream.config import Config
-from inferstream.streams.kafka.topics import LARGE_MESSAGE_BYTES, topic_specs
+from inferstream.kafka.topics import LARGE_MESSAGE_BYTES, topic_specs
 from tests.integration.conftest import INFERSTREAM
 
 pytestmark = pytest.mark.integration

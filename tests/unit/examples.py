@@ -1,4 +1,4 @@
-"""One example record per Avro schema: the golden bytes (tests/unit/golden/) are their
+"""One example record per Avro schema: the golden bytes (tests/unit/schemas/golden/) are their
 encodings, and the round-trip tests on both Kafka clients send them."""
 
 from __future__ import annotations

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from inferstream.metrics import ControllerMetrics, StreamMetrics, reason_label
+from inferstream.controller.hooks import JobProgress, RoundState
+from inferstream.controller.metrics import ControllerMetrics
+from inferstream.metrics import reason_label
 from inferstream.schemas.records import LedgerStatus
-from inferstream.streams.controller.hooks import JobProgress, RoundState
-from inferstream.streams.sysinfo.metrics import SysinfoMetrics
+from inferstream.stream.metrics import StreamMetrics
+from inferstream.sysinfo.metrics import SysinfoMetrics
 from tests.unit.promtool import check_metrics, sample
 
 

@@ -9,16 +9,12 @@ import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
+from inferstream.config.controller import ControllerConfig, validate_controller
 from inferstream.config.fields import at_least as _at_least
 from inferstream.config.fields import setting
-from inferstream.config.roles import (
-    ControllerConfig,
-    WorkerConfig,
-    validate_controller,
-    validate_worker,
-)
 from inferstream.config.stream import StreamConfig
 from inferstream.config.sysinfo import SysinfoConfig
+from inferstream.config.worker import WorkerConfig, validate_worker
 from inferstream.errors import ConfigError
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -77,6 +73,10 @@ class Config:
         """The full name of topic `name` (`jobs`, `results`, ...) under the prefix."""
         return f"{self.topic_prefix}{name}"
 
+    def topics(self, *names: str) -> tuple[str, ...]:
+        """The full names of topics `names`."""
+        return tuple(self.topic(name) for name in names)
+
     def task_topic(self, pool: str | None = None) -> str:
         return self.topic(f"tasks.{pool or self.pool}")
 
@@ -115,7 +115,7 @@ class Config:
 
         Pass-through keys are translated from dotted to aiokafka's underscore names
         (`max.poll.interval.ms` -> `max_poll_interval_ms`); callers drop the ones a given
-        aiokafka class does not accept (see `streams.kafka.aiokafka_kwargs`).
+        aiokafka class does not accept (see `kafka.aiokafka_kwargs`).
         """
         kwargs: dict[str, Any] = {
             "bootstrap_servers": self.bootstrap_servers,

@@ -23,3 +23,29 @@ def at_least(name: str, value: float | None, low: float) -> None:
     """ConfigError unless `value` is None or at least `low`."""
     if value is not None and value < low:
         raise ConfigError(f"{name} must be >= {low:g}, got {value:g}")
+
+
+METRICS_PORT_HELP = "serve /metrics on this port"
+METRICS_ADDR_HELP = ("address /metrics listens on (0.0.0.0: every interface, for a Prometheus "
+                     "on another host)")
+
+
+def check_port(name: str, port: int | None) -> None:
+    if port is not None and not 0 < port < 65536:
+        raise ConfigError(f"{name} {port} is not a TCP port")
+
+
+def metrics_port() -> Any:
+    """The `metrics_port` setting of a role that serves /metrics (none by default)."""
+    return setting(None, METRICS_PORT_HELP)
+
+
+def metrics_addr() -> Any:
+    """The `metrics_addr` setting of a role that serves /metrics (loopback by default)."""
+    return setting("127.0.0.1", METRICS_ADDR_HELP)
+
+
+def idle_exit(until: str) -> Any:
+    """The `idle_exit_s` setting of a long-running role: its bounded mode, off by default."""
+    return setting(None, f"exit after this long {until} (bounded mode)", flag="--idle-exit",
+                   metavar="SECONDS")

@@ -12,10 +12,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from inferstream.config.controller import ControllerConfig
 from inferstream.config.core import Config, parse_kafka_config
-from inferstream.config.roles import ControllerConfig, WorkerConfig
 from inferstream.config.stream import StreamConfig
 from inferstream.config.sysinfo import SysinfoConfig
+from inferstream.config.worker import WorkerConfig
 from inferstream.errors import ConfigError
 
 #: The role sections of Config: TOML table, `INFERSTREAM_<SECTION>_<NAME>`, CLI flags.

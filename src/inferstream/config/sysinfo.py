@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inferstream.config.fields import at_least, setting
+from inferstream.config.fields import at_least, idle_exit, setting
 from inferstream.errors import ConfigError
 
 
@@ -40,9 +40,7 @@ class SysinfoConfig:
     standby_replicas: int = setting(1, "standby copies of each table on other replicas")
     session_timeout_s: float = setting(
         6.0, "a replica silent this long leaves the group and its tables move")
-    idle_exit_s: float | None = setting(
-        None, "exit after this long without a sample (bounded mode)", flag="--idle-exit",
-        metavar="SECONDS")
+    idle_exit_s: float | None = idle_exit("without a sample")
 
     def __post_init__(self) -> None:
         _validate(self)

@@ -7,7 +7,7 @@ and logged in one line:
 - **Precision.** `auto` is float16 on CUDA (tensor cores) and float32 on a CPU, where results
   stay those of the model as trained; `bf16` is the CPU's fast choice where it computes bfloat16
   natively (AVX512-BF16 or AMX: about 2x faster here, BENCHMARKS.md P1). Labels of the bundled
-  photos hold in every precision (tests/unit/test_forward.py).
+  photos hold in every precision (tests/unit/models/test_forward.py).
 - **Channels-last** weights and batches: oneDNN's and cuDNN's fast convolutions want them
   (googlenet's eager CPU forward pass 32 -> 17 ms per image).
 - **Compiled**: `torch.compile` (Inductor, frozen weights), with the C++ wrapper on a CPU: the

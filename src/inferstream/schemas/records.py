@@ -2,7 +2,7 @@
 
 `dict[str, Any]` stops at the codec: what crosses Kafka is built here (one `new_*` builder
 per record kind) and read back through the `read_*` functions, which also turn enum symbols
-into the enums below. `tests/unit/test_records.py` fails when a type here and its `.avsc`
+into the enums below. `tests/unit/schemas/test_records.py` fails when a type here and its `.avsc`
 disagree on a field's name or on whether it may be null.
 """
 

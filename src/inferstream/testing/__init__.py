@@ -4,7 +4,7 @@
     broker.create_topic("t.tasks.default", partitions=4)
     worker = Worker(config, model, clients=MemoryKafkaClients(broker))
 
-`MemoryKafkaClients` implements `inferstream.streams.kafka.clients.KafkaClients`, so the
+`MemoryKafkaClients` implements `inferstream.kafka.clients.KafkaClients`, so the
 worker, controller and client run on it unchanged (the shape of dramatiq's `StubBroker`),
 the worker's `PolicyAssignor` included (groups run client-side assignor objects as aiokafka does).
 Faults are injected on the broker: `inject` (a transactional call fails, optionally after

@@ -14,17 +14,13 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from inferstream.testing.errors import (
-    Fault,
-    UnknownPartitionError,
-    UnknownTopicError,
-)
+from inferstream.testing.errors import Fault, UnknownPartitionError, UnknownTopicError
 from inferstream.testing.groups import GroupCoordinator, GroupEvent
 from inferstream.testing.log import Key, PartitionLog, StoredRecord
 from inferstream.testing.transactions import TransactionCoordinator
 
 if TYPE_CHECKING:
-    from inferstream.streams.kafka.topics import TopicSpec
+    from inferstream.kafka.topics import TopicSpec
 
 #: Special offsets, as confluent-kafka numbers them (aiokafka uses its own calls instead).
 OFFSET_BEGINNING, OFFSET_END = -2, -1

@@ -1,5 +1,4 @@
 """What the in-memory broker refuses; each client module turns these into its library's errors.
-And what the test Prometheus server (`testing.prometheus`) reports.
 
 The broker core knows neither aiokafka nor confluent-kafka: `aio` and `sync` translate.
 """
@@ -60,7 +59,3 @@ class Fault:
 #: The calls a Fault can name: a producer's transactional calls, a consumer's own commit.
 FAULT_CALLS = ("init", "send_offsets", "commit", "abort", "offset_commit")
 FAIL_WHEN = ("before", "after", None)
-
-
-class PrometheusError(Exception):
-    """The test Prometheus server (`testing.prometheus`) did not start or refused a request."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferstream.streams.kafka.clients import (
+from inferstream.kafka.clients import (
     AsyncConsumer,
     AsyncProducer,
     SyncConsumer,

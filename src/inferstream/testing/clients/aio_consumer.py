@@ -244,7 +244,7 @@ def _consumer_record(record: StoredRecord) -> ConsumerRecord[bytes, bytes]:
 
 
 class _Coordinator:
-    """Models the part of aiokafka's GroupCoordinator that `streams/policy/rejoin.py` uses."""
+    """Models the part of aiokafka's GroupCoordinator that `policy/rejoin.py` uses."""
 
     def __init__(self, consumer: MemoryAIOConsumer) -> None:
         self._consumer = consumer

@@ -12,8 +12,8 @@ from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
 
-from inferstream.streams.kafka.clients import Message, RebalanceCallback
-from inferstream.streams.kafka.settings import PARTITION_EOF
+from inferstream.kafka.clients import Message, RebalanceCallback
+from inferstream.kafka.settings import PARTITION_EOF
 from inferstream.testing.broker import MemoryBroker
 from inferstream.testing.clients.metadata import (
     INVALID_ARG,

@@ -1,0 +1,105 @@
+"""`inferstream config` and `inferstream topics`: what a process would run with, and topics."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from typing import Any
+
+from inferstream.config import Config
+from inferstream.kafka.preflight import Needs
+
+
+def cluster_needs(_config: Config) -> Needs:
+    """The cluster answers (admin commands: they create or describe the topics)."""
+    return Needs()
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+def config_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=["show", "check"],
+                        help="show: the settings, secrets masked; check: the start-up checks "
+                        "of every role (settings, metrics port, cluster, topics)")
+
+
+def config_show(args: argparse.Namespace, config: Config) -> int:
+    if args.action == "check":
+        return config_check(config)
+    print_json(config.masked())
+    return 0
+
+
+def config_check(config: Config) -> int:
+    """Every start-up check of every role; a failure is an error (one line, exit 2)."""
+    from inferstream.kafka.preflight import preflight
+    from inferstream.kafka.topics import topic_specs
+
+    topics = tuple(spec.name for spec in topic_specs(config))
+    preflight(config, Needs(librdkafka=True, aiokafka=True, topics=topics,
+                            metrics_port=config.worker.metrics_port))
+    print(f"ok: settings, cluster at {config.bootstrap_servers}, {len(topics)} topics "
+          f"under {config.topic_prefix!r} for pool {config.pool}")
+    return 0
+
+
+def topics_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=["create", "describe"])
+    parser.add_argument("--pools", nargs="+", metavar="POOL",
+                        help="pools whose task topics to include (default: --pool)")
+
+
+def topics(args: argparse.Namespace, config: Config) -> int:
+    from inferstream.kafka.topics import describe_topics, ensure_topics
+
+    pools = tuple(args.pools) if args.pools else None
+    for pool in pools or ():
+        dataclasses.replace(config, pool=pool)  # validates the name: ConfigError if unsafe
+    if args.action == "create":
+        report = ensure_topics(config, pools)
+        for name in report.created:
+            print(f"created  {name}")
+        for name in report.existing:
+            print(f"exists   {name}")
+        for name, problems in report.mismatched.items():
+            print(f"MISMATCH {name}: {'; '.join(problems)}", file=sys.stderr)
+        return 0 if report.ok else 1
+    rows = describe_topics(config, pools)
+    for row in rows:
+        state = "; ".join(row.problems) or "ok"
+        extra = (f"partitions={row.partitions} replication={row.replication} "
+                 f"compacted={row.compacted}") if row.exists else ""
+        print(f"{row.topic:<45} {extra} {state}")
+    return 0 if all(not r.problems for r in rows) else 1
+
+
+def schemas_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=["export"],
+                        help="export: write every record's current .avsc file into DIR")
+    parser.add_argument("directory", metavar="DIR", help="folder to write (made if missing)")
+
+
+def schemas(args: argparse.Namespace, _config: Config) -> int:
+    """Write `<Name>.avsc` for every record inferstream writes, with its single-object
+    encoding header (C3 01 + the 8 fingerprint bytes) printed for foreign clients."""
+    from pathlib import Path
+
+    from inferstream.errors import ConfigError
+    from inferstream.schemas import SCHEMA_NAMES, load_schema
+    from inferstream.schemas.codec import schema_fingerprint
+
+    folder = Path(args.directory)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in SCHEMA_NAMES:
+            schema = load_schema(name)
+            path = folder / f"{name}.avsc"
+            path.write_text(json.dumps(schema, indent=2) + "\n", encoding="utf-8")
+            print(f"{path}  header c301{schema_fingerprint(schema).hex()}")
+    except OSError as exc:
+        raise ConfigError(f"cannot write schemas to {folder}: {exc.strerror}") from exc
+    return 0

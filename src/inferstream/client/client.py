@@ -1,0 +1,287 @@
+"""The Python SDK: submit jobs, follow them, read their results.
+
+    client = Client(load_config())
+    job = client.submit("efficientnet_lite0", ["photos/"])
+    job.wait(on_progress=print)
+    for line in job.results(): ...
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from inferstream.client.stalls import QUIET_S, StallWatch
+from inferstream.client.submitted import job_submitted
+from inferstream.config import Config
+from inferstream.controller.admission import check_job_options
+from inferstream.jobs.errors import (
+    InlineTooLargeError,
+    JobCancelledError,
+    JobFailedError,
+    JobNotAcceptedError,
+    JobRejectedError,
+    JobTimeoutError,
+    UnknownJobError,
+)
+from inferstream.jobs.ids import new_job_id
+from inferstream.jobs.output import job_results, open_job_partition, output_lines
+from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients, SyncProducer
+from inferstream.kafka.groups import describe_with
+from inferstream.kafka.reader import PartitionReader, topic_partitions
+from inferstream.kafka.settings import LIBRDKAFKA_LOG, partition_for, producer_config
+from inferstream.kafka.topics import LARGE_MESSAGE_BYTES
+from inferstream.schemas import Codec, SchemaError
+from inferstream.schemas.records import (
+    InlineItem,
+    JobEvent,
+    JobEventType,
+    TaskControl,
+    TaskControlReason,
+    now_ms,
+    read_job_event,
+)
+from inferstream.schemas.records import Job as JobRecord
+
+#: Before the controller's first event a job is SUBMITTED; then its latest event's type.
+SUBMITTED = "SUBMITTED"
+FINAL = (JobEventType.COMPLETED, JobEventType.REJECTED, JobEventType.FAILED,
+         JobEventType.CANCELLED)
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What the latest JobEvent of a job says."""
+
+    job_id: str
+    state: str  # SUBMITTED or a JobEventType
+    model: str | None = None
+    total_items: int | None = None
+    total_tasks: int | None = None
+    done_items: int = 0
+    ok_items: int = 0
+    error_items: int = 0
+    rate_items_per_s: float | None = None
+    reason: str | None = None
+    updated_at_ms: int = 0
+    #: where the job's results are (the partition it arrived on); None: murmur2 of its id
+    home_partition: int | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINAL
+
+    @classmethod
+    def from_event(cls, event: JobEvent) -> JobStatus:
+        return cls(
+            job_id=event["job_id"], state=str(event["type"]), model=event["model"],
+            total_items=event["total_items"], total_tasks=event["total_tasks"],
+            done_items=event["done_items"], ok_items=event["ok_items"],
+            error_items=event["error_items"], rate_items_per_s=event["rate_items_per_s"],
+            reason=event["reason"], updated_at_ms=event["timestamp"],
+            home_partition=event["home_partition"],
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+class Job:
+    """A submitted job: follow its events, wait for it, read its output. `pool` and
+    `model` are what it was submitted with, where known (for messages about a wait)."""
+
+    def __init__(self, client: Client, job_id: str, pool: str | None = None,
+                 model: str | None = None) -> None:
+        self.client = client
+        self.job_id = job_id
+        self.pool = pool or client.config.pool
+        self.model = model
+        self._status = JobStatus(job_id, SUBMITTED, model=model)
+
+    def events(self, follow: bool = True, timeout_s: float | None = None,
+               on_idle: Callable[[], None] | None = None) -> Iterator[JobStatus]:
+        """This job's events in order; with `follow`, waits for new ones until final,
+        calling `on_idle` while none arrives."""
+        config = self.client.config
+        consumer, partition = open_job_partition(config, config.topic("job-events"),
+                                                 self.job_id, self.client.clients,
+                                                 follow=follow)
+        try:
+            for record in PartitionReader(consumer, [partition], follow=follow,
+                                          timeout_s=timeout_s, on_idle=on_idle):
+                try:
+                    event = read_job_event(self.client.codec, record.value)
+                except SchemaError:
+                    continue
+                if event["job_id"] != self.job_id:
+                    continue
+                self._status = JobStatus.from_event(event)
+                yield self._status
+                if self._status.finished:
+                    return
+        finally:
+            consumer.close()
+
+    def wait_final(self, timeout_s: float | None = None) -> JobStatus:
+        """Follow the job's events until one is final or `timeout_s` passes; the last status
+        either way (no error for a job that did not complete)."""
+        for _ in self.events(follow=True, timeout_s=timeout_s):
+            pass
+        return self._status
+
+    def progress(self) -> JobStatus:
+        """The latest known status (reads the events written so far): SUBMITTED before a
+        controller accepted the job; UnknownJobError when the job was never submitted."""
+        for _ in self.events(follow=False):
+            pass
+        config, clients = self.client.config, self.client.clients
+        if self._status.state == SUBMITTED and not job_submitted(config, self.job_id, clients):
+            raise UnknownJobError(self.job_id, config.topic("jobs"))
+        return self._status
+
+    def wait(self, timeout_s: float | None = None,
+             on_progress: Callable[[JobStatus], None] | None = None,
+             on_notice: Callable[[str], None] | None = None,
+             quiet_s: float = QUIET_S) -> JobStatus:
+        """Block until the job completes; raise if it is rejected, fails or times out.
+
+        While the job shows no event for `quiet_s`, `on_notice` is told what it waits for
+        (no controller accepted it, no live worker in its pool), once per stall.
+        """
+        watch = StallWatch(self.job_id, self.pool, self.model, self.live_workers,
+                           on_notice or (lambda _line: None), quiet_s)
+        for status in self.events(follow=True, timeout_s=timeout_s, on_idle=watch.idle):
+            watch.seen(status)
+            if on_progress is not None:
+                on_progress(status)
+        status = self._status
+        if status.state == JobEventType.REJECTED:
+            raise JobRejectedError(self.job_id, status.reason or "no reason given")
+        if status.state == JobEventType.FAILED:
+            raise JobFailedError(self.job_id, status.reason or "no reason given")
+        if status.state == JobEventType.CANCELLED:
+            raise JobCancelledError(self.job_id, status.done_items, status.total_items)
+        if status.state != JobEventType.COMPLETED:
+            raise JobTimeoutError(f"job {self.job_id} not finished after {timeout_s:g} s "
+                                  f"({status.state.lower()}); it goes on: follow it with "
+                                  f"`inferstream status {self.job_id}`")
+        return status
+
+    def cancel(self) -> None:
+        """Ask the job's controller to cancel it: the job ends CANCELLED with the counts of
+        what was done, and workers skip its remaining tasks. Goes to the job's partition of
+        the jobs topic (murmur2 of its id, as `submit` sends it), behind the job itself."""
+        control = TaskControl(job_id=self.job_id, task_id=-1, attempt=0,
+                              reason=TaskControlReason.CANCELLED, at=now_ms())
+        self.client._produce(self.client.config.topic("jobs"), self.job_id,  # noqa: SLF001
+                             self.client.codec.encode("TaskControl", control))
+
+    def live_workers(self) -> int | None:
+        """How many workers the job's pool has now; None when that cannot be known."""
+        config = self.client.config
+        admin = self.client.clients.admin(config.confluent_config(logger=LIBRDKAFKA_LOG))
+        try:
+            return len(describe_with(admin)(config.worker_group(self.pool)))
+        except Exception:  # a hint only: unknown is not zero
+            return None
+
+    def results(self) -> Iterator[dict[str, Any]]:
+        """One output line per input item so far (all of them once COMPLETED), in item
+        order; an error for a job unknown, not accepted yet, or rejected."""
+        status = self._status if self._status.finished else self.progress()
+        if status.state == SUBMITTED:
+            raise JobNotAcceptedError(self.job_id)
+        if status.state == JobEventType.REJECTED:
+            raise JobRejectedError(self.job_id, status.reason or "no reason given")
+        total = status.total_tasks if status.state == JobEventType.COMPLETED else None
+        client = self.client
+        return output_lines(job_results(client.config, self.job_id, total, client.codec,
+                                        client.clients, status.home_partition))
+
+
+class Client:
+    """Produces jobs and reads their events and results."""
+
+    def __init__(self, config: Config, codec: Codec | None = None,
+                 clients: KafkaClients = REAL_CLIENTS) -> None:
+        self.config = config
+        self.codec = codec or Codec(config.schema_registry_url)
+        self.clients = clients
+        self._producer: SyncProducer | None = None
+
+    def submit(self, model: str, inputs: list[str], *, chunk_size: int | None = None,
+               top_k: int = 5, inline: bool = False, pool: str | None = None,
+               output_path: str | None = None, job_id: str | None = None) -> Job:
+        """Produce a job; `inline` sends the files' bytes instead of their paths.
+
+        `chunk_size` None: the controller cuts tasks of the policy's task size for the pool.
+        InvalidJobError for a chunk size or top-k below 1, before anything is sent."""
+        check_job_options(chunk_size, top_k)
+        job_id = job_id or new_job_id()
+        record = JobRecord(
+            job_id=job_id, model=model, pool=pool or self.config.pool, top_k=top_k,
+            chunk_size=chunk_size or 0, inputs=[] if inline else [_absolute(i) for i in inputs],
+            inline_items=_read_inline(inputs) if inline else [], submitted_at=now_ms(),
+            submitter=_whoami(),
+            output_path=os.path.abspath(output_path) if output_path else None,
+        )
+        value = self.codec.encode("Job", record)
+        if len(value) > LARGE_MESSAGE_BYTES - 64 * 1024:
+            raise InlineTooLargeError(
+                f"inline job is {len(value)} bytes; the limit is {LARGE_MESSAGE_BYTES}: "
+                "submit paths on a shared filesystem or split the job")
+        self._produce(self.config.topic("jobs"), job_id, value)
+        return Job(self, job_id, record["pool"], model)
+
+    def job(self, job_id: str) -> Job:
+        return Job(self, job_id)
+
+    def _produce(self, topic: str, key: str, value: bytes) -> None:
+        if self._producer is None:
+            self._producer = self.clients.producer(producer_config(self.config))
+        partitions = topic_partitions(self._producer, topic)
+        errors: list[Any] = []
+        self._producer.produce(topic, value, key.encode(),
+                               partition=partition_for(key, len(partitions)),
+                               on_delivery=lambda err, _msg: errors.append(err) if err else None)
+        remaining = self._producer.flush(60)
+        if remaining or errors:
+            reason = f"could not deliver the job to {topic}: {errors or 'timeout'}"
+            raise JobFailedError(key, reason)
+
+
+def _absolute(entry: str) -> str:
+    """Paths become absolute (the controller and workers run elsewhere); URIs stay as named."""
+    if "://" in entry:
+        return entry
+    if entry.startswith("@"):
+        return "@" + os.path.abspath(entry[1:])
+    return os.path.abspath(entry)
+
+
+def _read_inline(inputs: list[str]) -> list[InlineItem]:
+    """The files' bytes, each named by its absolute path (as a path input would be)."""
+    items = []
+    for path in inputs:
+        for name in _inline_files(os.path.abspath(path)):
+            with open(name, "rb") as handle:
+                items.append(InlineItem(name=name, data=handle.read()))
+    return items
+
+
+def _inline_files(path: str) -> Iterator[str]:
+    if os.path.isdir(path):
+        for root, dirs, files in os.walk(path):
+            dirs.sort()
+            yield from (os.path.join(root, f) for f in sorted(files) if not f.startswith("."))
+    else:
+        yield path
+
+
+def _whoami() -> str:
+    try:
+        return os.getlogin()
+    except OSError:
+        return str(os.getuid())

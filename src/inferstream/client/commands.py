@@ -1,0 +1,245 @@
+"""`inferstream submit`, `status` and `results`: the client's commands.
+
+Each command's work takes a `Client`, so tests run it on the in-memory transport. Exit
+codes: 0 done, 1 a job whose every item failed, 2 an error (see `cli.main`), 130 Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from inferstream.client.admin import print_json
+from inferstream.config import Config
+from inferstream.errors import ConfigError
+from inferstream.kafka.preflight import Needs
+from inferstream.models import known_models
+from inferstream.models.names import SIM_SYNTAX
+
+if TYPE_CHECKING:
+    from inferstream.client.client import Client, Job, JobStatus
+
+ALL_FAILED = 1
+
+
+def submit_needs(config: Config) -> Needs:
+    return Needs(topics=(*config.topics("jobs", "job-events", "results"), config.task_topic()))
+
+
+def status_needs(config: Config) -> Needs:
+    return Needs(topics=config.topics("job-events"))
+
+
+def results_needs(config: Config) -> Needs:
+    return Needs(topics=config.topics("results", "job-events"))
+
+
+def submit_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, metavar="NAME",
+                        help=f"one of {', '.join(known_models())} or {SIM_SYNTAX}")
+    parser.add_argument("--input", nargs="+", required=True, metavar="PATH",
+                        help="files, directories, file:// or http(s):// URIs, @LIST files; "
+                        "the controller expands directories and lists on its own host")
+    parser.add_argument("--chunk-size", type=int, default=None,
+                        help="items per task, >= 1 (default: the policy's task size for the "
+                        "pool, about 1 s of work, else the controller's default_chunk_size)")
+    parser.add_argument("--top-k", type=int, default=5,
+                        help="best predictions kept per item, >= 1 (default: %(default)s)")
+    parser.add_argument("--inline", action="store_true",
+                        help="send image bytes through Kafka (no shared filesystem needed; "
+                        "default: off, send paths)")
+    parser.add_argument("--wait", action="store_true",
+                        help="follow progress until done (default: off)")
+    parser.add_argument("--output", metavar="FILE",
+                        help="write the output here (implies --wait; default: none)")
+    parser.add_argument("--timeout", type=float, metavar="SECONDS",
+                        help="with --wait: give up waiting after SECONDS (default: wait on)")
+
+
+def submit(args: argparse.Namespace, config: Config) -> int:
+    from inferstream.client.client import Client
+
+    return run_submit(args, Client(config))
+
+
+def run_submit(args: argparse.Namespace, client: Client) -> int:
+    from inferstream.jobs.errors import InvalidJobError
+
+    if args.output:
+        _check_writable(args.output)  # before the job runs, not after
+    try:
+        job = client.submit(args.model, args.input, chunk_size=args.chunk_size,
+                            top_k=args.top_k, inline=args.inline)
+    except InvalidJobError as exc:
+        flag = "--" + exc.option.replace("_", "-")
+        raise ConfigError(f"{flag} must be {exc.rule}, got {exc.value}") from exc
+    except OSError as exc:
+        print(f"inferstream: error: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 2
+    print(job.job_id, flush=True)
+    if not (args.wait or args.output):
+        return 0
+    try:
+        status = _follow(job, args.timeout)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: job {job.job_id} goes on without this client; follow it with "
+              f"`inferstream status {job.job_id}`, get its output with "
+              f"`inferstream results {job.job_id} --output FILE`", file=sys.stderr)
+        return 130
+    print(f"completed: {status.ok_items} ok, {status.error_items} errors", file=sys.stderr)
+    if args.output:
+        _write_output(job.results(), args.output, "jsonl")
+    return _all_failed(job.job_id, status.ok_items, status.error_items)
+
+
+def _follow(job: Job, timeout_s: float | None) -> JobStatus:
+    from inferstream.client.progress import ProgressBar
+
+    bar = ProgressBar()
+    try:
+        return job.wait(timeout_s=timeout_s, on_progress=bar.update, on_notice=bar.notice)
+    finally:
+        bar.close()
+
+
+def _all_failed(job_id: str, ok: int, errors: int) -> int:
+    if ok == 0 and errors > 0:
+        print(f"inferstream: every item of job {job_id} failed ({errors} errors): see the "
+              f"error of each in `inferstream results {job_id}`", file=sys.stderr)
+        return ALL_FAILED
+    return 0
+
+
+def status_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job", nargs="?",
+                        help="job id (default: every job submitted in the last day)")
+    parser.add_argument("--json", action="store_true", help="print JSON (default: off)")
+
+
+def status(args: argparse.Namespace, config: Config) -> int:
+    from inferstream.client.client import Client
+
+    return run_status(args, Client(config))
+
+
+def run_status(args: argparse.Namespace, client: Client) -> int:
+    from inferstream.client.listing import recent_jobs
+
+    if args.job:
+        statuses = [client.job(args.job).progress()]  # UnknownJobError for an unknown id
+    else:
+        statuses = recent_jobs(client.config, client.codec, clients=client.clients)
+    if args.json:
+        print_json([s.as_dict() for s in statuses] if not args.job else statuses[0].as_dict())
+        return 0
+    for s in statuses:
+        print(_status_line(s))
+    return 0
+
+
+def _status_line(s: JobStatus) -> str:
+    from inferstream.client.client import SUBMITTED
+
+    if s.state == SUBMITTED:
+        return (f"{s.job_id}  {'submitted':<9} {s.model or '-':<20} "
+                "not yet accepted by a controller")
+    total = "?" if s.total_items is None else str(s.total_items)
+    reason = f" reason: {s.reason}" if s.reason else ""
+    return (f"{s.job_id}  {s.state.lower():<9} {s.model or '-':<20} "
+            f"{s.done_items}/{total} ok={s.ok_items} error={s.error_items}{reason}")
+
+
+def cancel_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job", help="job id")
+    parser.add_argument("--wait", action="store_true",
+                        help="wait until the controller has cancelled it (default: off)")
+    parser.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="with --wait: give up after this long (default: %(default)s)")
+
+
+def cancel(args: argparse.Namespace, config: Config) -> int:
+    from inferstream.client.client import Client
+
+    return run_cancel(args, Client(config))
+
+
+def run_cancel(args: argparse.Namespace, client: Client) -> int:
+    """Ask for the cancel; with --wait, print how the job ended (a job that finished first
+    stays as it finished)."""
+    job = client.job(args.job)
+    status = job.progress()  # UnknownJobError for an unknown id
+    if status.finished:
+        print(f"job {args.job} already {status.state.lower()}: nothing to cancel",
+              file=sys.stderr)
+        return 0
+    job.cancel()
+    print(f"cancel requested for job {args.job}", file=sys.stderr)
+    if not args.wait:
+        return 0
+    status = job.wait_final(timeout_s=args.timeout)
+    if not status.finished:
+        print(f"job {args.job} not cancelled after {args.timeout:g} s (is a controller "
+              "running?)", file=sys.stderr)
+        return 1
+    print(_status_line(status))
+    return 0
+
+
+def results_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job", help="job id")
+    parser.add_argument("--output", metavar="FILE", help="(default: standard output)")
+    parser.add_argument("--format", choices=["jsonl", "csv"], default="jsonl",
+                        help="(default: %(default)s)")
+
+
+def results(args: argparse.Namespace, config: Config) -> int:
+    from inferstream.client.client import Client
+
+    return run_results(args, Client(config))
+
+
+def run_results(args: argparse.Namespace, client: Client) -> int:
+    if args.output:
+        _check_writable(args.output)
+    tally = _Tally(client.job(args.job).results())
+    _write_output(tally, args.output, args.format)
+    return _all_failed(args.job, tally.ok, tally.errors)
+
+
+class _Tally:
+    """Counts the outcomes of the output lines passing through."""
+
+    def __init__(self, lines: Iterator[dict[str, Any]]) -> None:
+        self._lines = lines
+        self.ok = self.errors = 0
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for line in self._lines:
+            if line["status"] == "ok":
+                self.ok += 1
+            else:
+                self.errors += 1
+            yield line
+
+
+def _check_writable(path: str) -> None:
+    """ConfigError naming `path` unless a file can be written there."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise ConfigError(f"--output {path} is a directory")
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise ConfigError(f"--output {path}: cannot write in {folder}")
+
+
+def _write_output(lines: Any, path: str | None, fmt: str) -> None:
+    from inferstream.jobs.output import write_lines
+
+    if path is None:
+        write_lines(iter(lines), sys.stdout, fmt)
+        return
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        count = write_lines(iter(lines), handle, fmt)
+    print(f"wrote {count} lines to {path}", file=sys.stderr)

@@ -1,0 +1,45 @@
+"""What the jobs topic says: whether a job was submitted, and which jobs were lately.
+
+A job has no event until a controller accepts it, so only its record on the jobs topic
+tells a submitted job from an id that names nothing.
+"""
+
+from __future__ import annotations
+
+from inferstream.config import Config
+from inferstream.jobs.output import open_job_partition
+from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
+from inferstream.kafka.reader import PartitionReader, assign_since, reader_consumer
+from inferstream.schemas import Codec, SchemaError
+from inferstream.schemas.records import read_job
+
+
+def job_submitted(config: Config, job_id: str, clients: KafkaClients = REAL_CLIENTS) -> bool:
+    """Whether the jobs topic holds a record keyed by `job_id` (from about its time on)."""
+    consumer, partition = open_job_partition(config, config.topic("jobs"), job_id, clients)
+    key = job_id.encode()
+    try:
+        return any(record.key == key
+                   for record in PartitionReader(consumer, [partition], timeout_s=30))
+    finally:
+        consumer.close()
+
+
+def recent_submissions(config: Config, codec: Codec, since_ms: int,
+                       clients: KafkaClients = REAL_CLIENTS) -> dict[str, str | None]:
+    """Job id -> model of every job record on the jobs topic since `since_ms` (None where
+    the record cannot be read: the controller rejects it, keyed by its id)."""
+    consumer = reader_consumer(config, clients)
+    found: dict[str, str | None] = {}
+    try:
+        partitions = assign_since(consumer, config.topic("jobs"), since_ms)
+        for record in PartitionReader(consumer, partitions, timeout_s=30):
+            try:
+                job = read_job(codec, record.value)
+                found[job["job_id"]] = job["model"]
+            except SchemaError:
+                if record.key:
+                    found.setdefault(record.key.decode("utf-8", "replace"), None)
+    finally:
+        consumer.close()
+    return found

@@ -1,0 +1,44 @@
+"""Whether the controller accepts a job, and the reason it rejects one.
+
+Any producer may write to the jobs topic, not only inferstream's `Client`, so the controller
+checks every job record again: its options (`check_job_options`, which the Client also
+applies before sending), its model name, its pool's task topic, and the inputs that only
+the controller's host can read (directories and `@LIST` files).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from inferstream.controller.expansion import check_inputs
+from inferstream.jobs.errors import InputError, InvalidJobError
+from inferstream.kafka.errors import KafkaSetupError
+from inferstream.models import UnknownModelError, check_model_name
+from inferstream.schemas.records import Job
+
+
+def check_job_options(chunk_size: int | None, top_k: int) -> None:
+    """InvalidJobError unless a task holds at least one item and an item gets at least
+    one prediction; a chunk size of None is not given (the policy decides)."""
+    if chunk_size is not None and chunk_size < 1:
+        raise InvalidJobError("chunk_size", chunk_size, ">= 1")
+    if top_k < 1:
+        raise InvalidJobError("top_k", top_k, ">= 1")
+
+
+def rejection_reason(job: Job, task_partitions: Callable[[str], int], task_topic: str
+                     ) -> str | None:
+    """Why `job` cannot run, or None; `task_partitions(task_topic)` raises KafkaSetupError
+    when the job's pool has no task topic."""
+    try:
+        check_job_options(job["chunk_size"] or None, job["top_k"])
+        check_model_name(job["model"])
+        check_inputs(job)
+        task_partitions(task_topic)
+    except (InvalidJobError, UnknownModelError, InputError) as exc:
+        return str(exc)
+    except KafkaSetupError as exc:
+        return f"unknown pool {job['pool']!r}: {exc}"
+    if not job["inputs"] and not job["inline_items"]:
+        return "empty input: the job names no items"
+    return None

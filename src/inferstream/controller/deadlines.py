@@ -1,0 +1,337 @@
+"""Task deadlines and migration: a task that its worker is late with is issued again, elsewhere.
+
+When the controller issues a task it notes the work queued before it on the same worker (the
+items of this controller's unfinished tasks on that worker's partitions, its own included)
+and the worker's seconds per item: from the policy's capacity, else from the model time per
+item of the worker's own results, else the pool's median. The task is late once that work at
+that speed, times `migration_slack`, plus `migration_floor_s`, has passed; the speed is frozen
+when first known, so a worker that slows down does not stretch the deadlines of what it holds.
+A task is also late at once when the worker that owns its partition now shows, in its recent
+results, `migration_slack` times the seconds per item the task was given (a worker slowed
+down, or a slower one took the partition over). A late task, or one whose worker the policy
+marks unhealthy, is re-issued with attempt + 1
+on a partition of the healthy worker that serves its model (its results or the policy say so;
+within the model's range of partitions, where the pool has ranges) and would finish it first,
+counting the tasks re-issued to it in the same pass; a task that has
+used `max_attempts` fails its items with the reason instead. The first committed result of a
+task wins (`JobState.record_result`); later ones are dropped and counted.
+
+Tasks that an earlier owner of the job's partition issued are not tracked by a replica that
+takes the job over (it knows which are outstanding, not their items or partitions).
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from inferstream.controller.declines import PoolView
+from inferstream.policy.assignment import (
+    RangeSource,
+    WorkerPolicy,
+    model_range,
+    no_ranges,
+)
+from inferstream.schemas.records import Task, serves
+
+log = logging.getLogger(__name__)
+
+#: Seconds a description of a pool's workers is used for.
+MEMBERS_TTL_S = 2.0
+#: Weight of the newest result in a worker's observed seconds per item.
+OBSERVED_ALPHA = 0.2
+
+#: The policy's workers of a pool (share, health, capacity), None without a policy.
+PoolPolicy = Callable[[str], dict[str, WorkerPolicy] | None]
+
+
+def no_pool_policy(_pool: str) -> dict[str, WorkerPolicy] | None:
+    return None
+
+
+@dataclass
+class Outstanding:
+    """An issued task this controller waits for."""
+
+    task: Task
+    encoded: bytes
+    home: int
+    partition: int
+    owner: str | None
+    issued_ms: int
+    #: items queued on its worker when it was issued, its own included
+    backlog_items: int = 0
+    #: the worker's seconds per item as first known (then frozen: a worker that slows
+    #: down must not stretch the deadlines of what it already holds)
+    per_item_s: float | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.task["job_id"], self.task["task_id"]
+
+    @property
+    def items(self) -> int:
+        return len(self.task["items"])
+
+    def deadline_ms(self, slack: float, floor_s: float) -> int | None:
+        if self.per_item_s is None:
+            return None
+        return self.issued_ms + int((self.backlog_items * self.per_item_s * slack + floor_s)
+                                    * 1000)
+
+
+@dataclass(frozen=True)
+class Late:
+    """A task to issue again (on `partition`) or, with `partition` None, to fail."""
+
+    outstanding: Outstanding
+    reason: str
+    partition: int | None
+
+
+class Deadlines:
+    """The outstanding tasks of the jobs this controller owns, by (job id, task id)."""
+
+    def __init__(self, pools: PoolView, policy: PoolPolicy, group_of: Callable[[str], str],
+                 slack: float, floor_s: float, max_attempts: int,
+                 ranges: RangeSource = no_ranges) -> None:
+        self.pools = pools
+        self.policy = policy
+        self.ranges = ranges
+        self.group_of = group_of
+        self.slack = slack
+        self.floor_s = floor_s
+        self.max_attempts = max_attempts
+        self._tasks: dict[tuple[str, int], Outstanding] = {}
+        #: items outstanding by (pool, worker) and by (pool, partition)
+        self._by_owner: dict[tuple[str, str | None], int] = {}
+        self._by_partition: dict[tuple[str, int], int] = {}
+        self._member_cache: dict[str, tuple[float, dict[str, list[int]] | None]] = {}
+        #: seconds per item each worker's results showed, smoothed
+        self._observed: dict[str, float] = {}
+        #: results dropped because their task had been done already (a late attempt)
+        self.dropped_late = 0
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def issued(self, task: Task, encoded: bytes, home: int, partition: int,
+               now_ms: int) -> None:
+        owners = self._owners(task["pool"])
+        owner = owners.get(partition) if owners else None
+        entry = Outstanding(task, encoded, home, partition, owner, now_ms)
+        self._add(entry)
+        entry.backlog_items = self._backlog(task["pool"], owner, partition)
+        entry.per_item_s = self._per_item_s(task["pool"], owner)
+
+    def done(self, job_id: str, task_id: int) -> None:
+        entry = self._tasks.get((job_id, task_id))
+        if entry is not None:
+            self._remove(entry)
+
+    def forget_job(self, job_id: str) -> None:
+        for entry in [t for t in self._tasks.values() if t.task["job_id"] == job_id]:
+            self._remove(entry)
+
+    def forget_homes(self, homes: set[int]) -> None:
+        for entry in [t for t in self._tasks.values() if t.home in homes]:
+            self._remove(entry)
+
+    def _add(self, entry: Outstanding) -> None:
+        self._remove(entry)
+        self._tasks[entry.key] = entry
+        pool = entry.task["pool"]
+        owner, part = (pool, entry.owner), (pool, entry.partition)
+        self._by_owner[owner] = self._by_owner.get(owner, 0) + entry.items
+        self._by_partition[part] = self._by_partition.get(part, 0) + entry.items
+
+    def _move(self, entry: Outstanding, owner: str) -> None:
+        self._remove(entry)
+        entry.owner = owner
+        self._add(entry)
+
+    def _remove(self, entry: Outstanding) -> None:
+        known = self._tasks.pop(entry.key, None)
+        if known is None:
+            return
+        pool = known.task["pool"]
+        self._by_owner[(pool, known.owner)] -= known.items
+        self._by_partition[(pool, known.partition)] -= known.items
+
+    def late(self, now_ms: int) -> list[Late]:
+        """Tasks that are late, with where each goes next; they leave the table (the caller
+        issues them again through `issued`). Each task is first put with the worker that
+        owns its partition now (the group may have moved it)."""
+        found = []
+        #: items re-issued to each worker in this pass, not in its backlog yet: without
+        #: them every late task of a pass went to the one worker that looked idlest
+        planned: dict[str, int] = {}
+        unhealthy = self._unhealthy()
+        pools = {t.task["pool"] for t in self._tasks.values()}
+        owners = {pool: self._owners(pool) for pool in pools}
+        for entry in list(self._tasks.values()):
+            pool = entry.task["pool"]
+            now_owner = (owners[pool] or {}).get(entry.partition)
+            if now_owner is not None and now_owner != entry.owner:
+                self._move(entry, now_owner)
+            reason = self._lateness(entry, unhealthy.get(pool, set()), now_ms)
+            if reason is None:
+                continue
+            self._remove(entry)
+            if entry.task["attempt"] >= self.max_attempts:
+                found.append(Late(entry, f"{reason}, and it has used its {self.max_attempts} "
+                                  "attempts", None))
+                continue
+            target = self._target(entry, planned)
+            if target is None:  # nowhere better: keep waiting on the same worker, anew
+                self._add(entry)
+                entry.issued_ms = now_ms
+                entry.per_item_s = self._per_item_s(pool, entry.owner)
+                continue
+            worker, partition = target
+            planned[worker] = planned.get(worker, 0) + entry.items
+            found.append(Late(entry, reason, partition))
+        return found
+
+    def _lateness(self, entry: Outstanding, unhealthy: set[str], now_ms: int) -> str | None:
+        """Why `entry` is late: its worker is unhealthy, runs `slack` times slower than
+        the task was expected to (its recent results show it), or the deadline passed."""
+        if entry.owner is not None and entry.owner in unhealthy:
+            return f"worker {entry.owner} is not healthy"
+        if entry.per_item_s is None:  # no estimate when it was issued: the first one
+            entry.per_item_s = self._per_item_s(entry.task["pool"], entry.owner)
+        observed = self._observed.get(entry.owner) if entry.owner is not None else None
+        if (observed is not None and entry.per_item_s is not None
+                and observed > self.slack * entry.per_item_s):
+            return (f"worker {entry.owner} takes {observed * 1000:.0f} ms per item, "
+                    f"{observed / entry.per_item_s:.1f}x what the task was given")
+        deadline = entry.deadline_ms(self.slack, self.floor_s)
+        if deadline is None or now_ms <= deadline:
+            return None
+        return (f"past its deadline on {entry.owner or 'its worker'} "
+                f"({(now_ms - deadline) / 1000:.1f}s late)")
+
+    # -- estimates --------------------------------------------------------------------------
+    def _members(self, pool: str) -> dict[str, list[int]] | None:
+        """The pool's workers and their partitions, asked at most every `MEMBERS_TTL_S`
+        (a cache of its own: the decline path's must not answer from an early, empty one)."""
+        now = time.monotonic()
+        cached = self._member_cache.get(pool)
+        if cached is not None and now - cached[0] < MEMBERS_TTL_S:
+            return cached[1]
+        try:
+            found: dict[str, list[int]] | None = self.pools.describe(self.group_of(pool))
+        except Exception as exc:  # a broker restarting: no owners known for now
+            log.debug("cannot describe the workers of pool %s: %r", pool, exc)
+            found = None
+        self._member_cache[pool] = (now, found)
+        return found
+
+    def _owners(self, pool: str) -> dict[int, str] | None:
+        members = self._members(pool)
+        if members is None:
+            return None
+        return {p: worker for worker, parts in members.items() for p in parts}
+
+    def observe(self, worker: str, items: int, inference_seconds: float) -> None:
+        """A result of `worker`: its model time per item (what the sysinfo app's capacity
+        is made of too), smoothed, for pools without a policy."""
+        if items <= 0 or inference_seconds <= 0:
+            return
+        per_item = inference_seconds / items
+        known = self._observed.get(worker)
+        self._observed[worker] = per_item if known is None else (
+            OBSERVED_ALPHA * per_item + (1 - OBSERVED_ALPHA) * known)
+
+    def _per_item_s(self, pool: str, worker: str | None,
+                    workers: dict[str, WorkerPolicy] | None = None) -> float | None:
+        """The worker's seconds per item: from the policy's capacity, else from its results;
+        for a worker known to neither, the pool's median (policy) or every worker's.
+        `workers`: the pool's policy, where the caller has it already."""
+        workers = (self.policy(pool) if workers is None else workers) or {}
+        known = workers.get(worker) if worker is not None else None
+        if known is not None and known.capacity_items_per_s > 0:
+            return 1.0 / known.capacity_items_per_s
+        if worker is not None and worker in self._observed:
+            return self._observed[worker]
+        rates = [w.capacity_items_per_s for w in workers.values() if w.capacity_items_per_s > 0]
+        if rates:
+            return 1.0 / statistics.median(rates)
+        return statistics.median(self._observed.values()) if self._observed else None
+
+    def target_per_item_s(self, pool: str, worker: str,
+                          workers: dict[str, WorkerPolicy] | None = None) -> float | None:
+        """The seconds per item to plan new work on `worker` with: the slower of what the
+        policy says and what its results show. The policy's capacity lags a slowdown by its
+        sampling window, and new work must not go to a worker that just slowed down."""
+        known = self._per_item_s(pool, worker, workers)
+        observed = self._observed.get(worker)
+        if known is None or observed is None:
+            return known if observed is None else observed
+        return max(known, observed)
+
+    def members(self, pool: str) -> dict[str, list[int]] | None:
+        """The pool's live workers and the task partitions each owns (None: not known now)."""
+        return self._members(pool)
+
+    def queued(self, pool: str, partition: int) -> int:
+        """Items of this controller's outstanding tasks on `partition` of `pool`'s topic."""
+        return self._by_partition.get((pool, partition), 0)
+
+    def _backlog(self, pool: str, worker: str | None, partition: int) -> int:
+        """Items of the outstanding tasks queued on `worker` (or on `partition` when the
+        worker is unknown)."""
+        if worker is not None:
+            return self._by_owner.get((pool, worker), 0)
+        return self._by_partition.get((pool, partition), 0)
+
+    def _unhealthy(self) -> dict[str, set[str]]:
+        pools = {t.task["pool"] for t in self._tasks.values()}
+        found: dict[str, set[str]] = {}
+        for pool in pools:
+            workers = self.policy(pool) or {}
+            found[pool] = {w for w, p in workers.items() if not p.healthy}
+        return found
+
+    def _target(self, entry: Outstanding, planned: dict[str, int]) -> tuple[str, int] | None:
+        """The healthy worker other than the late one that serves the task's model and
+        would finish it first (its backlog and the items `planned` for it, at its per-item
+        time), and a partition of it; within the model's range of partitions when the
+        policy gives the pool ranges."""
+        pool, model = entry.task["pool"], entry.task["model"]
+        members = self._members(pool)
+        workers = self.policy(pool) or {}
+        if not members:
+            return None
+        try:
+            within = model_range(model, self.ranges(pool))
+        except Exception:  # a policy table that cannot answer: any partition
+            within = None
+        best: tuple[float, str, int] | None = None
+        for worker, owned in sorted(members.items()):
+            policy = workers.get(worker)
+            parts = [p for p in owned if within is None or within.first <= p < within.first
+                     + within.count]
+            if worker == entry.owner or not parts or (policy is not None and not policy.healthy):
+                continue
+            if not self._serves(worker, model, policy):
+                continue
+            per_item = self.target_per_item_s(pool, worker) or 1.0
+            queued = self._backlog(pool, worker, -1) + planned.get(worker, 0)
+            finish = (queued + entry.items) * per_item
+            partition = sorted(parts)[entry.task["task_id"] % len(parts)]
+            if best is None or finish < best[0]:
+                best = (finish, worker, partition)
+        return None if best is None else (best[1], best[2])
+
+    def _serves(self, worker: str, model: str, policy: WorkerPolicy | None) -> bool:
+        """Whether `worker` is known to run `model`: its results show it, or the policy
+        lists the model among those it serves (a worker that joined during the job), and
+        it has not declined it. A task is never moved to a worker that would decline it."""
+        if model in self.pools.declined.get(worker, set()):
+            return False
+        known = [*self.pools.served.get(worker, ()), *(policy.models if policy else ())]
+        return any(serves(m, model) for m in known)

@@ -1,0 +1,125 @@
+"""Where a declined task goes next: to a live worker of its pool that may serve its model.
+
+A worker answers a task whose model it does not serve with a TaskDeclined, naming the models
+it serves. The controller remembers which worker declined which model, asks the pool's
+consumer group which workers are alive and which task partitions each owns (cached for
+`ttl_s`), and re-issues the task on a partition of a worker that has not declined the model,
+preferring one that has served it. When every live worker has declined it, the task's items
+fail with the reason. Declines are remembered in memory only: a new replica learns them again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from inferstream.config import Config
+from inferstream.kafka.clients import Outgoing
+from inferstream.kafka.settings import results_partition
+from inferstream.schemas import Codec
+from inferstream.schemas.records import (
+    Task,
+    TaskDeclined,
+    TaskResult,
+    error_item,
+    now_ms,
+    read_task,
+    serves,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PoolView:
+    """What the controller knows of the workers of each pool."""
+
+    #: describes a consumer group: (group id) -> {worker id: [task partitions]}, or raises
+    describe: Callable[[str], dict[str, list[int]]]
+    ttl_s: float = 2.0
+    declined: dict[str, set[str]] = field(default_factory=dict)
+    served: dict[str, set[str]] = field(default_factory=dict)
+    _cache: dict[str, tuple[float, dict[str, list[int]] | None]] = field(default_factory=dict)
+
+    def record_decline(self, worker: str, model: str, served_models: list[str]) -> None:
+        self.declined.setdefault(worker, set()).add(model)
+        self.served[worker] = set(served_models)
+
+    def record_result(self, worker: str, model: str) -> None:
+        self.served.setdefault(worker, set()).add(model)
+        self.declined.get(worker, set()).discard(model)
+
+    def members(self, group: str) -> dict[str, list[int]] | None:
+        """Live workers of `group` and their partitions; None when the group cannot be
+        described right now."""
+        now = time.monotonic()
+        cached = self._cache.get(group)
+        if cached is not None and now - cached[0] < self.ttl_s:
+            return cached[1]
+        try:
+            found: dict[str, list[int]] | None = self.describe(group)
+        except Exception as exc:  # a broker restarting: decide without membership
+            log.warning("cannot describe group %s: %r", group, exc)
+            found = None
+        self._cache[group] = (now, found)
+        return found
+
+    def target(self, group: str, model: str, task_id: int, attempt: int,
+               partitions: int) -> int | None:
+        """The task partition to re-issue a declined task on, or None when no live worker
+        of the pool may serve `model`."""
+        members = self.members(group)
+        if members is None:  # unknown: walk the partitions, give up after each was tried twice
+            return None if attempt > 2 * partitions else (task_id + attempt) % partitions
+        willing = sorted(w for w, owned in members.items()
+                         if owned and model not in self.declined.get(w, set()))
+        proven = [w for w in willing if any(serves(m, model) for m in self.served.get(w, ()))]
+        chosen = proven or willing
+        if not chosen:
+            return None
+        owned = sorted(members[chosen[(task_id + attempt) % len(chosen)]])
+        return owned[(task_id + attempt) % len(owned)]
+
+    def describe_pool(self, group: str) -> str:
+        """The pool's workers and the models they serve, for an error message."""
+        members = self.members(group) or {}
+        if not members:
+            return "no live worker"
+        return "; ".join(f"{w} serves {', '.join(sorted(self.served.get(w, set()))) or '?'}"
+                         for w in sorted(members))
+
+
+def failed_result(task: Task, reason: str) -> TaskResult:
+    """The outcome of a task no live worker will run: every item an error with `reason`."""
+    now = now_ms()
+    return TaskResult(job_id=task["job_id"], task_id=task["task_id"], attempt=task["attempt"],
+                      worker="controller", model=task["model"],
+                      items=[error_item(item, reason) for item in task["items"]],
+                      started_at=now, finished_at=now, decode_seconds=0.0,
+                      inference_seconds=0.0)
+
+
+def redirect(view: PoolView, config: Config, codec: Codec, declined: TaskDeclined,
+             partitions: Callable[[str], int]) -> Outgoing:
+    """The record that answers a decline: the task again, on a partition of a worker that
+    may serve its model, or, when no live worker will, a TaskResult failing its items."""
+    view.record_decline(declined["worker"], declined["model"], declined["served_models"])
+    task = read_task(codec, declined["task"])
+    topic = config.task_topic(task["pool"])
+    group = config.worker_group(task["pool"])
+    target = view.target(group, task["model"], task["task_id"], task["attempt"] + 1,
+                         partitions(topic))
+    key = task["job_id"].encode()
+    if target is None:
+        reason = (f"no live worker of pool {task['pool']!r} serves model {task['model']!r} "
+                  f"({view.describe_pool(group)})")
+        log.warning("job %s task %d fails: %s", task["job_id"], task["task_id"], reason)
+        results = config.topic("results")
+        return Outgoing(results, results_partition(task, partitions(results)), key,
+                        codec.encode("TaskResult", failed_result(task, reason)))
+    log.info("job %s task %d declined by %s: re-issued as attempt %d on partition %d",
+             task["job_id"], task["task_id"], declined["worker"], task["attempt"] + 1, target)
+    again = Task(**{**task, "attempt": task["attempt"] + 1, "issued_at": now_ms()})
+    return Outgoing(topic, target, key, codec.encode("Task", again))

@@ -1,0 +1,184 @@
+"""The controller's ledger: what each job has issued and which tasks are done.
+
+The ledger lives in memory as `JobState`s and in Kafka as `LedgerEntry` records on the
+compacted `controller-ledger` topic, in the same partition as the job. Entries are written
+in the controller's transactions together with the tasks, events and consumer offsets they
+describe, so replaying the partition rebuilds exactly the state those offsets belong to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from inferstream.controller.expansion import JobExpansion
+from inferstream.schemas import Codec
+from inferstream.schemas.records import (
+    Job,
+    JobEvent,
+    JobEventType,
+    LedgerEntry,
+    LedgerKind,
+    LedgerStatus,
+    new_ledger_entry,
+    now_ms,
+    read_job,
+    read_ledger_entry,
+)
+
+
+@dataclass
+class JobState:
+    """One job owned by this controller."""
+
+    job: Job
+    partition: int
+    status: LedgerStatus = LedgerStatus.ACTIVE
+    accepted_at_ms: int = field(default_factory=now_ms)
+    issued_tasks: int = 0
+    issued_items: int = 0
+    expanded: bool = False
+    done: set[int] = field(default_factory=set)
+    ok_items: int = 0
+    error_items: int = 0
+    expansion: JobExpansion | None = None
+    last_event_ms: int = 0
+    changed: bool = True
+    #: the job record as encoded for the ledger, encoded once (inline jobs are large)
+    job_bytes: bytes | None = None
+    #: when the job's output file was written (ms); None until then, or without one
+    output_written_at: int | None = None
+    #: writing the output file failed here (logged); a later owner tries again
+    output_failed: bool = False
+
+    @property
+    def job_id(self) -> str:
+        return str(self.job["job_id"])
+
+    @property
+    def done_items(self) -> int:
+        return self.ok_items + self.error_items
+
+    @property
+    def total_items(self) -> int | None:
+        return self.issued_items if self.expanded else None
+
+    @property
+    def output_due(self) -> bool:
+        """Completed with an output path, and the file not written yet (as far as the
+        ledger knows: a replica may have died between COMPLETED and the file)."""
+        return (self.status == LedgerStatus.COMPLETED and bool(self.job.get("output_path"))
+                and self.output_written_at is None)
+
+    @property
+    def complete(self) -> bool:
+        return (self.status == LedgerStatus.ACTIVE and self.expanded
+                and len(self.done) == self.issued_tasks)
+
+    def rate_items_per_s(self) -> float | None:
+        """Items per second since acceptance; None until the first item is done."""
+        if not self.done_items:
+            return None
+        elapsed = max(1e-3, (now_ms() - self.accepted_at_ms) / 1000)
+        return self.done_items / elapsed
+
+    def event(self, kind: JobEventType, reason: str | None = None) -> JobEvent:
+        """A JobEvent of `kind` with the job's counts now; marks them as reported."""
+        event = JobEvent(
+            job_id=self.job_id, type=kind, timestamp=now_ms(), model=self.job["model"],
+            reason=reason, total_items=self.total_items,
+            total_tasks=self.issued_tasks if self.expanded else None,
+            done_items=self.done_items, ok_items=self.ok_items, error_items=self.error_items,
+            rate_items_per_s=self.rate_items_per_s(), home_partition=self.partition,
+        )
+        self.last_event_ms = event["timestamp"]
+        self.changed = False
+        return event
+
+    def cursor(self) -> JobExpansion:
+        """The expansion cursor, resumed after the tasks already issued."""
+        if self.expansion is None:
+            self.expansion = JobExpansion(self.job, skip_tasks=self.issued_tasks)
+        return self.expansion
+
+    def record_result(self, task_id: int, ok: int, errors: int) -> bool:
+        """Count a task's first result; False for a task already done (a duplicate)."""
+        if (task_id in self.done or task_id >= self.issued_tasks
+                or self.status != LedgerStatus.ACTIVE):
+            return False
+        self.done.add(task_id)
+        self.ok_items += ok
+        self.error_items += errors
+        self.changed = True
+        return True
+
+
+class LedgerCodec:
+    """LedgerEntry records to and from JobState changes."""
+
+    def __init__(self, codec: Codec) -> None:
+        self.codec = codec
+
+    def job_entry(self, state: JobState) -> tuple[bytes, bytes]:
+        entry = new_ledger_entry(state.job_id, -1, LedgerKind.JOB, state.status)
+        entry["job"] = self._job_bytes(state)
+        entry["issued_tasks"], entry["issued_items"] = state.issued_tasks, state.issued_items
+        entry["expanded"], entry["done_tasks"] = state.expanded, len(state.done)
+        entry["ok_items"], entry["error_items"] = state.ok_items, state.error_items
+        entry["accepted_at"] = state.accepted_at_ms
+        entry["output_written_at"] = state.output_written_at
+        return state.job_id.encode(), self.codec.encode("LedgerEntry", entry)
+
+    def _job_bytes(self, state: JobState) -> bytes:
+        if state.job_bytes is None:
+            state.job_bytes = self.codec.encode("Job", state.job)
+        return state.job_bytes
+
+    def task_entry(self, job_id: str, task_id: int, status: LedgerStatus, *, ok: int = 0,
+                   errors: int = 0, worker: str | None = None,
+                   attempt: int = 1) -> tuple[bytes, bytes]:
+        """A task's entry; a DONE entry carries the task's own ok and error counts, from
+        which a replay rebuilds the job's counts."""
+        entry = new_ledger_entry(job_id, task_id, LedgerKind.TASK, status)
+        entry["item_count"], entry["worker"], entry["attempts"] = ok + errors, worker, attempt
+        entry["ok_items"], entry["error_items"] = ok, errors
+        return f"{job_id}/{task_id}".encode(), self.codec.encode("LedgerEntry", entry)
+
+    def rebuild(self, records: list[tuple[bytes, int]]) -> dict[str, JobState]:
+        """JobStates from replayed (value, partition) ledger records, in offset order.
+
+        Compaction keeps only a job's latest JOB entry, which may come after the DONE
+        entries of its early tasks, so done tasks are collected first and merged last.
+        """
+        states: dict[str, JobState] = {}
+        done: dict[str, dict[int, tuple[int, int]]] = {}
+        for value, partition in records:
+            entry = read_ledger_entry(self.codec, value)
+            if entry["kind"] == LedgerKind.JOB:
+                self._apply_job(states, entry, partition)
+            elif entry["status"] == LedgerStatus.DONE:
+                counts = (entry["ok_items"], entry["error_items"])
+                done.setdefault(entry["job_id"], {})[entry["task_id"]] = counts
+        for job_id, state in states.items():
+            # The counts come from the same entries as the set of done tasks: a JOB entry
+            # is written less often than DONE entries, so its counts may be older.
+            tasks = done.get(job_id, {})
+            state.done = set(tasks)
+            state.ok_items = sum(ok for ok, _ in tasks.values())
+            state.error_items = sum(errors for _, errors in tasks.values())
+        return states
+
+    def _apply_job(self, states: dict[str, JobState], entry: LedgerEntry,
+                   partition: int) -> None:
+        state = states.get(entry["job_id"])
+        if state is None:
+            job_bytes = entry["job"] or b""  # a JOB entry always carries its job
+            job = read_job(self.codec, job_bytes)
+            state = states[entry["job_id"]] = JobState(job, partition, job_bytes=job_bytes)
+        state.status = entry["status"]
+        state.accepted_at_ms = entry["accepted_at"]
+        state.issued_tasks = entry["issued_tasks"]
+        state.issued_items = entry["issued_items"]
+        state.expanded = entry["expanded"]
+        state.output_written_at = entry["output_written_at"]
+        state.last_event_ms = entry["updated_at"]
+        state.changed = False

@@ -1,0 +1,110 @@
+"""What one controller round will write, collected before its transaction."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
+
+from inferstream.controller.hooks import Tally
+from inferstream.kafka.clients import Message, Outgoing, SyncConsumer
+from inferstream.kafka.deadletters import dead_letter
+from inferstream.kafka.errors import KafkaSetupError
+from inferstream.kafka.settings import partition_for
+from inferstream.schemas import Codec
+from inferstream.schemas.records import JobEvent
+
+
+@dataclass(frozen=True)
+class ControllerTopics:
+    """The full names of the topics a controller reads and writes."""
+
+    jobs: str
+    results: str
+    events: str
+    ledger: str
+    dlq: str
+    controls: str
+
+
+class PartitionCounts:
+    """Partition counts of the topics a controller writes, asked once each."""
+
+    def __init__(self, consumer: SyncConsumer, topics: ControllerTopics) -> None:
+        self.consumer = consumer
+        self.topics = topics
+        self._counts: dict[str, int] = {}
+
+    def load(self) -> None:
+        """Check the controller's own topics exist and are co-partitioned."""
+        metadata = self.consumer.list_topics(timeout=30).topics
+        t = self.topics
+        for name in {t.jobs, t.results, t.events, t.ledger, t.dlq, t.controls}:
+            if name not in metadata or metadata[name].error is not None:
+                raise KafkaSetupError(f"topic {name} is missing; run `inferstream topics create`")
+            self._counts[name] = len(metadata[name].partitions)
+        if len({self._counts[name] for name in (t.jobs, t.results, t.ledger)}) != 1:
+            raise KafkaSetupError("jobs, results and controller-ledger need equal partition counts")
+
+    def of(self, topic: str) -> int:
+        if topic not in self._counts:
+            meta = self.consumer.list_topics(topic, timeout=10).topics.get(topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                raise KafkaSetupError(f"topic {topic} does not exist")
+            self._counts[topic] = len(meta.partitions)
+        return self._counts[topic]
+
+
+@dataclass
+class Outbox:
+    """Records as (topic, partition, key, value) by the partition index of the job they are
+    about (their home), produced in order in that index's transaction.
+
+    `partitions(topic)` gives a topic's partition count (the controller caches them).
+    """
+
+    topics: ControllerTopics
+    codec: Codec
+    partitions: Callable[[str], int]
+    records: dict[int, list[Outgoing]] = field(default_factory=dict)
+    #: what the records decide, by home partition, for the metrics (see `hooks`)
+    tallies: dict[int, Tally] = field(default_factory=dict)
+
+    def count(self, home: int, what: tuple[str, ...], n: int = 1) -> None:
+        """Tally `n` of `what` in the transaction of `home`."""
+        if n:
+            self.tallies.setdefault(home, Counter())[what] += n
+
+    def __len__(self) -> int:
+        return sum(map(len, self.records.values()))
+
+    def add(self, home: int, topic: str, partition: int, key: bytes, value: bytes) -> None:
+        self.append(home, Outgoing(topic, partition, key, value))
+
+    def append(self, home: int, record: Outgoing) -> None:
+        self.records.setdefault(home, []).append(record)
+
+    def ledger(self, key: bytes, value: bytes, home: int) -> None:
+        """A ledger entry, on the ledger partition of its job's home partition."""
+        self.add(home, self.topics.ledger, home, key, value)
+        self.count(home, ("ledger_records",))
+
+    def event(self, event: JobEvent, home: int) -> None:
+        """A JobEvent, on the job-events partition of its job id."""
+        topic = self.topics.events
+        partition = partition_for(event["job_id"], self.partitions(topic))
+        self.add(home, topic, partition, event["job_id"].encode(),
+                 self.codec.encode("JobEvent", event))
+
+    def dead_letter(self, message: Message, reason: str) -> None:
+        """The unreadable record, with where it came from, to the dead-letter topic, in the
+        transaction of the partition it was read from."""
+        kind, timestamp_ms = message.timestamp()
+        self.append(message.partition() or 0, dead_letter(
+            self.codec, self.topics.dlq, self.partitions(self.topics.dlq),
+            topic=message.topic() or "", partition=message.partition() or 0,
+            offset=message.offset() or 0, reason=reason, value=message.value(),
+            consumer="controller", key=message.key(),
+            origin_timestamp_ms=timestamp_ms if kind != TIMESTAMP_NOT_AVAILABLE else None))

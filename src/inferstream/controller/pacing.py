@@ -1,0 +1,141 @@
+"""Issuing a job's tasks as its workers get through them, each where it would be done first.
+
+With `issue_ahead_s` > 0 the controller does not put a job's tasks on the task topic all at
+once. It keeps each live worker of the pool about `issue_ahead_s` of work ahead: the items of
+this controller's outstanding tasks on the partitions the worker owns, at the worker's seconds
+per item (`Deadlines.target_per_item_s`: the policy's capacity, or its results). Each new task
+goes to the worker that would finish it first, among those below their
+`issue_ahead_s`, on the least loaded of its partitions (within the model's range, where the
+policy gives the pool ranges); a worker with no known speed gets one task at a time until its
+first results say how fast it is.
+
+So a faster worker is sent more tasks, in proportion to its speed, whatever share of the
+partitions it owns, and the last tasks of a job end on every worker at about the same time.
+A worker that dies, or slows down, holds at most `issue_ahead_s` of the job: that is what the
+worker that takes its partitions over inherits, not a full share of the whole job.
+
+When no worker that may serve the model owns a partition (none has joined yet, or the group
+cannot be described right now), each partition of the range is given one task at a time.
+Several controller replicas each keep the workers `issue_ahead_s` ahead with their own jobs'
+tasks; a replica that takes a job over does not count the tasks its predecessor issued.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from inferstream.controller.deadlines import Deadlines, PoolPolicy
+from inferstream.controller.declines import PoolView
+from inferstream.controller.placement import task_partition
+from inferstream.policy.assignment import ModelRange
+
+
+@dataclass(frozen=True)
+class _Worker:
+    name: str
+    #: the task partitions it owns that the job may use
+    parts: list[int]
+    #: seconds per item (None: not known yet)
+    per_item_s: float | None
+
+
+@dataclass
+class Pacing:
+    """Where the next task of a job goes, or None when every worker is far enough ahead.
+
+    `begin()` starts a round: the workers, their partitions and speeds are read once per
+    round, and tasks placed since are counted as planned until the caller issues them (and
+    `Deadlines.issued` counts them as outstanding)."""
+
+    table: Deadlines
+    pools: PoolView
+    policy: PoolPolicy
+    ahead_s: float
+    _planned: dict[tuple[str, int], int] = field(default_factory=dict)
+    _workers: dict[tuple[str, str, ModelRange | None, int], list[_Worker]] = field(
+        default_factory=dict)
+
+    def begin(self) -> None:
+        self._planned.clear()
+        self._workers.clear()
+
+    def place(self, pool: str, model: str, within: ModelRange | None, partitions: int,
+              job_id: str, task_id: int, items: int, *, force: bool = False) -> int | None:
+        """The partition for task `task_id` (of `items` items) of a job of `model` on
+        `pool`'s topic of `partitions`, or None when no worker has room for it now; with
+        `force`, a partition even then (a job's first task)."""
+        if within is not None and not _fits(within, partitions):
+            within = None  # the range does not fit the topic: all partitions
+        workers = self._eligible(pool, model, within, partitions)
+        if workers:
+            partition = self._on_worker(pool, workers, items, force)
+        else:
+            partition = self._on_partition(pool, within, partitions, job_id, task_id, force)
+        if partition is not None:
+            key = (pool, partition)
+            self._planned[key] = self._planned.get(key, 0) + items
+        return partition
+
+    def _queued(self, pool: str, partition: int) -> int:
+        return self.table.queued(pool, partition) + self._planned.get((pool, partition), 0)
+
+    def _eligible(self, pool: str, model: str, within: ModelRange | None,
+                  partitions: int) -> list[_Worker]:
+        """The live workers that may serve `model` (healthy, never declined it), with their
+        partitions in its range and their speeds; read once per round."""
+        key = (pool, model, within, partitions)
+        known = self._workers.get(key)
+        if known is not None:
+            return known
+        members = self.table.members(pool) or {}
+        policy = self.policy(pool) or {}
+        found = []
+        for worker, owned in sorted(members.items()):
+            entry = policy.get(worker)
+            if entry is not None and not entry.healthy:
+                continue
+            if model in self.pools.declined.get(worker, set()):
+                continue
+            parts = [p for p in owned if p < partitions and _inside(p, within)]
+            if parts:
+                found.append(_Worker(worker, parts,
+                                     self.table.target_per_item_s(pool, worker, policy)))
+        self._workers[key] = found
+        return found
+
+    def _on_worker(self, pool: str, workers: list[_Worker], items: int,
+                   force: bool) -> int | None:
+        best: tuple[float, int, int] | None = None  # (finish s, queued items, partition)
+        for worker in workers:
+            queued = sum(self._queued(pool, p) for p in worker.parts)
+            per_item = worker.per_item_s
+            if per_item is None or per_item <= 0:  # speed unknown: one task at a time
+                room, finish = queued == 0, 0.0
+            else:
+                room, finish = queued * per_item < self.ahead_s, (queued + items) * per_item
+            if not room and not force:
+                continue
+            partition = min(worker.parts, key=lambda p: (self._queued(pool, p), p))
+            candidate = (finish, queued, partition)
+            if best is None or candidate < best:
+                best = candidate
+        return None if best is None else best[2]
+
+    def _on_partition(self, pool: str, within: ModelRange | None, partitions: int,
+                      job_id: str, task_id: int, force: bool) -> int | None:
+        """No worker to pace by: the job's next partitions in round-robin order that hold
+        none of this controller's tasks."""
+        span = within.count if within is not None else partitions
+        for step in range(span):
+            partition = task_partition(job_id, task_id + step, partitions, within)
+            if self._queued(pool, partition) == 0:
+                return partition
+        return task_partition(job_id, task_id, partitions, within) if force else None
+
+
+def _fits(within: ModelRange, partitions: int) -> bool:
+    return within.count >= 1 and within.first + within.count <= partitions
+
+
+def _inside(partition: int, within: ModelRange | None) -> bool:
+    return within is None or within.first <= partition < within.first + within.count

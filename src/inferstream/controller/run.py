@@ -1,0 +1,45 @@
+"""`inferstream controller`: one controller replica; its settings are `ControllerConfig`."""
+
+from __future__ import annotations
+
+import argparse
+
+from inferstream.config import Config
+from inferstream.kafka.preflight import Needs
+from inferstream.signals import dump_stacks_on_usr1, when_stopping
+
+
+def needs(config: Config) -> Needs:
+    return Needs(topics=config.topics("jobs", "results", "job-events", "controller-ledger",
+                                      "dlq", "policy"),
+                 metrics_port=config.controller.metrics_port)
+
+
+def run(args: argparse.Namespace, config: Config) -> int:
+    from prometheus_client import CollectorRegistry
+
+    from inferstream.controller.metrics import ControllerMetrics
+    from inferstream.controller.replica import Controller
+    from inferstream.metrics import serve_metrics
+    from inferstream.policy.table import PolicyTable
+
+    dump_stacks_on_usr1()
+    metrics = ControllerMetrics(CollectorRegistry())
+    settings = config.controller
+    if settings.metrics_port:
+        # the port was checked free by preflight
+        serve_metrics(metrics.registry, settings.metrics_port, settings.metrics_addr)
+    # Jobs without --chunk-size get the policy's task size (sysinfo's POOL entry), and their
+    # tasks go to their model's partitions; a policy older than the workers'
+    # policy_max_age_s is none, and the default size and all partitions apply.
+    policy = PolicyTable(config, max_age_s=config.worker.policy_max_age_s)
+    policy.start()
+    controller = Controller(config, task_sizer=policy.task_size,
+                            model_ranges=policy.model_ranges, pool_policy=policy.workers,
+                            hooks=metrics)
+    when_stopping(controller.request_stop)  # thread-safe: sets an Event
+    try:
+        controller.run()
+    finally:
+        policy.stop()
+    return 0

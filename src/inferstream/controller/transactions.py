@@ -1,0 +1,97 @@
+"""The controller's transactional producers: one per partition index it owns.
+
+A job's records (its tasks, events and ledger entries) and the offsets of the jobs and
+results partitions they answer all belong to one partition index, the job's home, so each
+index commits in its own transaction under the transactional id `<base>.<index>`. The id
+moves with the partition: the replica that is assigned an index initialises its id, which
+fences the previous owner (dead, paused or not yet told of the rebalance) and aborts any
+transaction it left open, at once. One id per replica (KIP-447 alone) would fence a zombie
+too, but a transaction that a dead replica left open would then block the new owner's
+read_committed replay of the ledger until `transaction.timeout.ms` and the broker's abort
+check had both passed (a minute or more by default). Offsets are still sent with the
+consumer group metadata, so the broker also refuses a commit from a stale generation.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from confluent_kafka import KafkaException
+
+from inferstream.kafka.clients import SyncProducer
+
+log = logging.getLogger(__name__)
+
+#: Producers initialised at the same time when a replica is assigned many partitions.
+INIT_AT_ONCE = 8
+
+
+class PartitionProducers:
+    """`producer(index)` exists exactly for the partition indexes this replica owns."""
+
+    def __init__(self, base_id: str, new_producer: Callable[[str], SyncProducer],
+                 stop: threading.Event, init_timeout_s: float = 30.0) -> None:
+        self.base_id = base_id
+        self.new_producer = new_producer
+        self.stop = stop
+        self.init_timeout_s = init_timeout_s
+        self._producers: dict[int, SyncProducer] = {}
+
+    def transactional_id(self, index: int) -> str:
+        return f"{self.base_id}.{index}"
+
+    @property
+    def owned(self) -> set[int]:
+        return set(self._producers)
+
+    def producer(self, index: int) -> SyncProducer | None:
+        return self._producers.get(index)
+
+    def open(self, indexes: set[int]) -> None:
+        """Initialise the producers of `indexes` (fencing their previous owners), several
+        at a time; each is retried until it works or the controller is asked to stop."""
+        new = sorted(indexes - self.owned)
+        if not new:
+            return
+        with ThreadPoolExecutor(min(INIT_AT_ONCE, len(new)), "controller-init") as pool:
+            ready = dict(zip(new, pool.map(self._initialised, new), strict=True))
+        self._producers.update({i: p for i, p in ready.items() if p is not None})
+
+    def replace(self, index: int) -> None:
+        """A new producer for `index`: its init fences the old one and ends whatever
+        transaction that one left open. A producer stuck in a call stays alive on that
+        call's thread; nothing uses it again."""
+        self._producers.pop(index, None)
+        producer = self._initialised(index)
+        if producer is not None:
+            self._producers[index] = producer
+
+    def close(self, indexes: set[int]) -> None:
+        """Let the producers of `indexes` deliver what they hold, then forget them; one that
+        was fenced raises its fatal error from flush (nothing it holds can commit now)."""
+        for index in sorted(indexes & self.owned):
+            try:
+                self._producers.pop(index).flush(5)
+            except KafkaException as exc:
+                log.info("partition %d: producer closed unflushed: %s", index, exc.args[0])
+
+    def close_all(self) -> None:
+        self.close(self.owned)
+
+    def _initialised(self, index: int) -> SyncProducer | None:
+        tid = self.transactional_id(index)
+        attempt = 0
+        while not self.stop.is_set():
+            attempt += 1
+            producer = self.new_producer(tid)
+            try:
+                producer.init_transactions(self.init_timeout_s)
+                return producer
+            except KafkaException as exc:
+                log.warning("cannot init transactions of %s (attempt %d): %s", tid, attempt,
+                            exc)
+                self.stop.wait(min(attempt, 5))
+        return None

@@ -1,0 +1,79 @@
+"""Errors about jobs: what a client or the controller finds wrong with one, and how one ended."""
+
+from inferstream.errors import InferstreamError
+
+
+class JobRejectedError(InferstreamError):
+    """The controller rejected a job; `reason` says why."""
+
+    def __init__(self, job_id: str, reason: str) -> None:
+        super().__init__(f"job {job_id} rejected: {reason}")
+        self.job_id = job_id
+        self.reason = reason
+
+
+
+class JobFailedError(InferstreamError):
+    """A job failed after it was accepted; `reason` says why."""
+
+    def __init__(self, job_id: str, reason: str) -> None:
+        super().__init__(f"job {job_id} failed: {reason}")
+        self.job_id = job_id
+        self.reason = reason
+
+
+
+class JobCancelledError(InferstreamError):
+    """A job was cancelled before it completed; `done_items` of it were done."""
+
+    def __init__(self, job_id: str, done_items: int, total_items: int | None) -> None:
+        total = "?" if total_items is None else str(total_items)
+        super().__init__(f"job {job_id} cancelled after {done_items}/{total} items")
+        self.job_id = job_id
+        self.done_items = done_items
+
+
+
+class JobTimeoutError(InferstreamError):
+    """Waiting for a job ran past its deadline."""
+
+
+
+class InlineTooLargeError(InferstreamError):
+    """An inline job does not fit in one Kafka message."""
+
+
+
+class InputError(InferstreamError):
+    """An input root of a job cannot be read at all: the job is rejected with this reason."""
+
+
+
+class UnknownJobError(InferstreamError):
+    """No record of the job id: neither its submission nor any event of it."""
+
+    def __init__(self, job_id: str, jobs_topic: str) -> None:
+        super().__init__(f"no job {job_id} on topic {jobs_topic}: check the id and the "
+                         "topic prefix (--topic-prefix or INFERSTREAM_TOPIC_PREFIX)")
+        self.job_id = job_id
+
+
+
+class JobNotAcceptedError(InferstreamError):
+    """The job was submitted but no controller has accepted it yet, so it has no output."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id} has not been accepted by a controller yet, so it has "
+                         "no results: is `inferstream controller` running?")
+        self.job_id = job_id
+
+
+
+class InvalidJobError(InferstreamError):
+    """A job cannot be submitted as asked; `option` names the offending argument."""
+
+    def __init__(self, option: str, value: object, rule: str) -> None:
+        super().__init__(f"{option} must be {rule}, got {value!r}")
+        self.option = option
+        self.value = value
+        self.rule = rule

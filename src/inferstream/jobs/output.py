@@ -1,0 +1,134 @@
+"""A job's output: one line per input item, read back from the results topic.
+
+The rule that makes the output exact: results are keyed by job id, so all of a job's results
+sit in one partition in a total order, and the first committed result of each task in that
+order is the task's outcome. The controller's ledger applies the same rule as it counts.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Iterable, Iterator
+from typing import IO, Any
+
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from inferstream.config import Config
+from inferstream.jobs.ids import job_time_ms
+from inferstream.jobs.spool import ResultSpool
+from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients, SyncConsumer
+from inferstream.kafka.reader import PartitionReader, reader_consumer, topic_partitions
+from inferstream.kafka.settings import partition_for
+from inferstream.schemas import Codec, SchemaError
+from inferstream.schemas.records import TaskResult, read_task_result
+
+#: How far before the time in a job id its records may lie (clock skew between hosts).
+SKEW_MS = 5 * 60 * 1000
+CSV_FIELDS = ("job_id", "item", "status", "class_id", "label", "score", "error", "worker",
+              "attempt")
+
+
+def open_job_partition(config: Config, topic: str, job_id: str,
+                       clients: KafkaClients = REAL_CLIENTS,
+                       partition: int | None = None, follow: bool = False
+                       ) -> tuple[SyncConsumer, int]:
+    """A consumer assigned to the partition of `job_id` in `topic` (murmur2 of its id, or
+    `partition`: the job's home partition, where it arrived), from about its submission,
+    and that partition; `follow` as for `reader_consumer`."""
+    consumer = reader_consumer(config, clients, follow=follow)
+    partitions = topic_partitions(consumer, topic)
+    index = partition if partition is not None and 0 <= partition < len(partitions) else (
+        partition_for(job_id, len(partitions)))
+    tp = TopicPartition(topic, index, OFFSET_BEGINNING)
+    since = job_time_ms(job_id)
+    if since is not None:
+        found = consumer.offsets_for_times(
+            [TopicPartition(tp.topic, tp.partition, since - SKEW_MS)], timeout=30)[0]
+        if found.offset >= 0:
+            tp = found
+        elif found.offset == -1:  # nothing that new: start at the end
+            _, high = consumer.get_watermark_offsets(tp, timeout=30)
+            tp = TopicPartition(tp.topic, tp.partition, high)
+    consumer.assign([tp])
+    return consumer, tp.partition
+
+
+def job_results(config: Config, job_id: str, total_tasks: int | None,
+                codec: Codec | None = None, clients: KafkaClients = REAL_CLIENTS,
+                partition: int | None = None) -> Iterator[TaskResult]:
+    """The first committed TaskResult of each task of `job_id`, in task order, one at a
+    time: the partition is read into a `ResultSpool` first, so memory stays bounded.
+
+    With `total_tasks` known it reads until it has them all; otherwise up to the end.
+    `partition`: the job's home partition (its events say it), else murmur2 of its id.
+    """
+    codec = codec or Codec(config.schema_registry_url)
+    with ResultSpool(codec) as spool:
+        _spool_results(config, job_id, total_tasks, spool, clients, partition)
+        yield from spool.in_task_order()
+
+
+def _spool_results(config: Config, job_id: str, total_tasks: int | None, spool: ResultSpool,
+                   clients: KafkaClients, home: int | None) -> None:
+    consumer, partition = open_job_partition(config, config.topic("results"), job_id, clients,
+                                             home)
+    try:
+        reader = PartitionReader(consumer, [partition], follow=total_tasks is not None,
+                                 timeout_s=600)
+        for record in reader:
+            try:
+                result = read_task_result(spool.codec, record.value)
+            except SchemaError:
+                continue  # a dead letter for the controller; not part of any output
+            if result["job_id"] == job_id:
+                spool.add(result["task_id"], record.value)
+            if total_tasks is not None and len(spool) >= total_tasks:
+                break
+    finally:
+        consumer.close()
+
+
+def output_lines(results: Iterable[TaskResult]) -> Iterator[dict[str, Any]]:
+    """One output line per item, in item order."""
+    for result in results:
+        for item in sorted(result["items"], key=lambda i: i["index"]):
+            yield {
+                "job_id": result["job_id"], "item": item["name"],
+                "status": item["status"].lower(), "top_k": item["top_k"],
+                "error": item["error"], "worker": result["worker"],
+                "attempt": result["attempt"],
+            }
+
+
+def write_lines(lines: Iterator[dict[str, Any]], stream: IO[str], fmt: str = "jsonl") -> int:
+    """Write lines as JSON lines or CSV (top-1 columns); returns how many were written."""
+    count = 0
+    if fmt == "csv":
+        writer = csv.DictWriter(stream, CSV_FIELDS)
+        writer.writeheader()
+        for line in lines:
+            top = line["top_k"][0] if line["top_k"] else {}
+            writer.writerow({**{k: line[k] for k in CSV_FIELDS if k in line},
+                             "class_id": top.get("class_id"), "label": top.get("label"),
+                             "score": top.get("score")})
+            count += 1
+        return count
+    for line in lines:
+        stream.write(json.dumps(line, ensure_ascii=False) + "\n")
+        count += 1
+    return count
+
+
+def write_job_output(config: Config, job_id: str, path: str, total_tasks: int | None = None,
+                     fmt: str = "jsonl", clients: KafkaClients = REAL_CLIENTS,
+                     partition: int | None = None) -> int:
+    """Write the job's output to `path` atomically (a temporary file renamed into place),
+    line by line; `partition` as for `job_results`."""
+    results = job_results(config, job_id, total_tasks, clients=clients, partition=partition)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8", newline="") as handle:
+        count = write_lines(output_lines(results), handle, fmt)
+    os.replace(tmp, path)
+    return count

@@ -1,0 +1,23 @@
+"""Errors of the Kafka layer: a cluster that cannot be used, a call that hangs, a partition lost."""
+
+from inferstream.errors import InferstreamError
+
+
+class KafkaSetupError(InferstreamError):
+    """The cluster cannot be reached or a topic cannot be created or described."""
+
+
+
+class StuckCallError(InferstreamError):
+    """A Kafka client call did not return within its own timeout and a grace period after it."""
+
+
+
+class PartitionReadError(InferstreamError):
+    """A topic partition could not be read back (not an end-of-partition event)."""
+
+
+
+class PartitionLostError(InferstreamError):
+    """A worker's task partition is no longer its own: fenced by a new owner, revoked, or
+    given up on after repeated commit failures. Its uncommitted tasks go to the next owner."""

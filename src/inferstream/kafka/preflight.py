@@ -1,0 +1,143 @@
+"""Start-up checks of a process: its Kafka settings, its ports, the cluster and its topics.
+
+A mistake a user makes at the command line (no broker at the address, topics never created,
+a bad pass-through setting, a metrics port in use) becomes one line naming what to change,
+within `connect_timeout_s`, instead of a library traceback after 30 s or a silent hang.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import re
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+
+from inferstream.config import Config
+from inferstream.errors import ConfigError
+from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
+from inferstream.kafka.errors import KafkaSetupError
+from inferstream.kafka.passthrough import check_pass_through
+from inferstream.kafka.settings import consumer_config
+
+log = logging.getLogger(__name__)
+
+SERVERS_SETTING = "--bootstrap-servers or INFERSTREAM_BOOTSTRAP_SERVERS"
+#: librdkafka's errors for "no broker answered"
+_UNREACHABLE = {KafkaError._TRANSPORT, KafkaError._TIMED_OUT,  # noqa: SLF001
+                KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}  # noqa: SLF001
+#: The reason in a librdkafka connection log line, without its thread and timing decoration.
+_REASON = re.compile(r"/bootstrap: (?P<reason>.+?)(?: \(after \d+ms in state \w+\))?$")
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a command needs: the client libraries it runs, the topics (full names) it reads
+    or writes, the local port it serves metrics (or HTTP) on and the flag that sets it."""
+
+    librdkafka: bool = True
+    aiokafka: bool = False
+    topics: tuple[str, ...] = ()
+    metrics_port: int | None = None
+    port_flag: str = "--metrics-port"
+    #: topics the user makes, not `inferstream topics create` (a stream's input and output)
+    user_topics: tuple[str, ...] = ()
+
+
+def preflight(config: Config, needs: Needs, clients: KafkaClients = REAL_CLIENTS) -> None:
+    """Every check, cheapest first: ConfigError or KafkaSetupError with one line."""
+    for warning in check_pass_through(config, librdkafka=needs.librdkafka,
+                                      aiokafka=needs.aiokafka):
+        log.warning("%s", warning)
+    if needs.metrics_port is not None:
+        check_port_free(needs.metrics_port, needs.port_flag)
+    check_cluster(config, needs.topics, clients, needs.user_topics)
+
+
+def check_port_free(port: int, flag: str = "--metrics-port") -> None:
+    """ConfigError when nothing could listen on `port` (already in use, or not allowed)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", port))
+        except OSError as exc:
+            what = "is in use" if exc.errno == errno.EADDRINUSE else f"cannot be used: {exc}"
+            raise ConfigError(f"{flag} {port} {what}: pick another port") from exc
+
+
+def check_cluster(config: Config, topics: tuple[str, ...] = (),
+                  clients: KafkaClients = REAL_CLIENTS, user_topics: tuple[str, ...] = ()
+                  ) -> None:
+    """KafkaSetupError unless the cluster answers within `connect_timeout_s` and has
+    every topic of `topics` and `user_topics`."""
+    log.debug("checking the Kafka cluster at %s (waiting up to %gs)", config.bootstrap_servers,
+              config.connect_timeout_s)
+    metadata = _metadata(config, clients)
+
+    def absent(names: tuple[str, ...]) -> list[str]:
+        return [t for t in names if t not in metadata.topics
+                or metadata.topics[t].error is not None]
+
+    theirs = absent(user_topics)
+    if theirs:
+        raise KafkaSetupError(
+            f"{_plural(theirs, 'topic')} {', '.join(theirs)} missing at "
+            f"{config.bootstrap_servers}: create {'them' if len(theirs) > 1 else 'it'} "
+            "first (kafka-topics.sh --create, or your platform's way)")
+    missing = absent(topics)
+    if missing:
+        raise KafkaSetupError(
+            f"{_plural(missing, 'topic')} {', '.join(missing)} missing at "
+            f"{config.bootstrap_servers}: run `inferstream topics create` "
+            f"(with --topic-prefix {config.topic_prefix!r} and --pool {config.pool})")
+
+
+def _metadata(config: Config, clients: KafkaClients) -> Any:
+    """The cluster's metadata, or KafkaSetupError saying why there is none."""
+    captured = _CapturedLog()
+    consumer = clients.consumer(consumer_config(config, None, logger=captured.logger))
+    try:
+        return consumer.list_topics(timeout=config.connect_timeout_s)
+    except KafkaException as exc:
+        failure = exc
+    finally:
+        consumer.close()  # also hands over librdkafka's log lines, with the reason
+    raise KafkaSetupError(_cannot_reach(config, failure.args[0], captured.reason())
+                          ) from failure
+
+
+def _cannot_reach(config: Config, error: KafkaError, reason: str | None) -> str:
+    servers = config.bootstrap_servers
+    if error.code() in _UNREACHABLE:
+        because = f" ({reason})" if reason else ""
+        return (f"no Kafka broker answered at {servers} within {config.connect_timeout_s:g}s"
+                f"{because}: set {SERVERS_SETTING} (or wait longer with --connect-timeout-s)")
+    return f"the Kafka cluster at {servers} refused the connection: {error.str()}"
+
+
+def _plural(names: list[str], noun: str) -> str:
+    return noun if len(names) == 1 else f"{noun}s"
+
+
+class _CapturedLog(logging.Handler):
+    """Keeps librdkafka's log lines of one check off stderr; `reason` says why it failed."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+        self.logger = logging.Logger("inferstream.preflight.librdkafka")
+        self.logger.addHandler(self)
+        self.logger.propagate = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+    def reason(self) -> str | None:
+        for line in reversed(self.lines):
+            found = _REASON.search(line.strip())
+            if found:
+                return found.group("reason")
+        return None

@@ -1,0 +1,118 @@
+"""The one partition reader: committed records of assigned partitions, to their end or on.
+
+Every place that reads a topic back (the ledger replay, a job's results and events, the job
+listing) reads through `PartitionReader`, from a consumer made by `reader_consumer`: no
+group, `read_committed`, end-of-partition events on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from confluent_kafka import TopicPartition
+
+from inferstream.config import Config
+from inferstream.kafka.clients import (
+    REAL_CLIENTS,
+    KafkaClients,
+    Message,
+    SyncConsumer,
+    SyncProducer,
+    consume_ready,
+)
+from inferstream.kafka.errors import KafkaSetupError, PartitionReadError
+from inferstream.kafka.settings import PARTITION_EOF, consumer_config
+
+#: fetch.wait.max.ms of a reader that reads to the end and stops: the end of a partition
+#: shows as an empty fetch, which the broker holds this long (librdkafka's default, 500 ms,
+#: made every replay of the ledger and read of a job's results that much longer).
+READ_TO_END_FETCH_WAIT_MS = 10
+
+
+def reader_consumer(config: Config, clients: KafkaClients = REAL_CLIENTS,
+                    follow: bool = False, read_committed: bool = True) -> SyncConsumer:
+    """A consumer outside any group that reports reaching the end of each partition; one
+    that does not `follow` (reads to the end, then stops) gets short fetch waits. Only
+    `inferstream dump` reads uncommitted (what the log holds, aborted attempts too)."""
+    extra: dict[str, object] = {"enable.partition.eof": True}
+    if not read_committed:
+        extra["isolation.level"] = "read_uncommitted"
+    if not follow:
+        extra["fetch.wait.max.ms"] = READ_TO_END_FETCH_WAIT_MS
+    return clients.consumer(consumer_config(config, None, **extra))
+
+
+def topic_partitions(client: SyncConsumer | SyncProducer, topic: str,
+                     timeout_s: float = 30) -> list[int]:
+    """The partition ids of `topic`; KafkaSetupError when it does not exist."""
+    meta = client.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    if meta is None or meta.error is not None or not meta.partitions:
+        raise KafkaSetupError(f"topic {topic} does not exist: run `inferstream topics create`")
+    return sorted(meta.partitions)
+
+
+def assign_since(consumer: SyncConsumer, topic: str, since_ms: int) -> list[int]:
+    """Assign `consumer` every partition of `topic` from its first record at or after
+    `since_ms`; the partitions that have one (the others hold nothing that new)."""
+    starts = consumer.offsets_for_times(
+        [TopicPartition(topic, p, since_ms) for p in topic_partitions(consumer, topic)],
+        timeout=30)
+    live = [tp for tp in starts if tp.offset >= 0]
+    if live:
+        consumer.assign(live)
+    return [tp.partition for tp in live]
+
+
+@dataclass(frozen=True)
+class ReadRecord:
+    partition: int
+    offset: int
+    value: bytes
+    key: bytes | None = None
+
+
+class PartitionReader:
+    """Iterates the records of `partitions` (already assigned to `consumer`), in offset
+    order within each partition, tombstones skipped.
+
+    Stops once every partition reached its end, or with `follow` keeps waiting for new
+    records; either way stops at `timeout_s`. `on_idle` is called after each fetch that
+    brought nothing (about every 0.2 s while nothing arrives). After the loop, `waiting`
+    names the partitions whose end was not reached. A read error is a PartitionReadError.
+    """
+
+    def __init__(self, consumer: SyncConsumer, partitions: Iterable[int], *,
+                 follow: bool = False, timeout_s: float | None = None,
+                 on_idle: Callable[[], None] | None = None) -> None:
+        self.consumer = consumer
+        self.waiting = set(partitions)
+        self.follow = follow
+        self.timeout_s = timeout_s
+        self.on_idle = on_idle
+
+    def __iter__(self) -> Iterator[ReadRecord]:
+        for message in self.messages():
+            value = message.value()
+            if value is not None:
+                yield ReadRecord(message.partition() or 0, message.offset() or 0, value,
+                                 message.key())
+
+    def messages(self) -> Iterator[Message]:
+        """The records as the consumer gives them (headers, timestamps, tombstones), without
+        end-of-partition events; a caller may drop a partition from `waiting` itself."""
+        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
+        while (self.follow or self.waiting) and (
+                deadline is None or time.monotonic() < deadline):
+            messages = consume_ready(self.consumer, 1000, 0.2)
+            if not messages and self.on_idle is not None:
+                self.on_idle()
+            for message in messages:
+                error = message.error()
+                if error is not None and error.code() == PARTITION_EOF:
+                    self.waiting.discard(message.partition() or 0)
+                elif error is not None:
+                    raise PartitionReadError(f"read of {message.topic()} failed: {error}")
+                else:
+                    yield message

@@ -1,0 +1,232 @@
+"""Every Kafka topic of DESIGN.md, created idempotently and checked against what exists."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from inferstream.config import Config
+from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
+from inferstream.kafka.errors import KafkaSetupError
+from inferstream.kafka.settings import LIBRDKAFKA_LOG
+
+log = logging.getLogger(__name__)
+
+#: Inline images travel inside job and task records; the broker default (1 MiB) is too small.
+LARGE_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """What a topic must look like: partitions, replication and the configs we depend on."""
+
+    name: str
+    partitions: int
+    compacted: bool = False
+    configs: dict[str, str] = field(default_factory=dict)
+
+    def all_configs(self) -> dict[str, str]:
+        configs = {"cleanup.policy": "compact" if self.compacted else "delete"}
+        configs.update(self.configs)
+        return configs
+
+
+def topic_specs(config: Config, pools: tuple[str, ...] | None = None) -> list[TopicSpec]:
+    """The topics of an installation with the given pools (default: the config's pool).
+
+    Task topics have `task_partitions_for(pool)` partitions, the others `partitions`.
+    """
+    n = config.partitions
+    large = {"max.message.bytes": str(LARGE_MESSAGE_BYTES)}
+    specs = [
+        TopicSpec(config.topic("jobs"), n, configs=large),
+        TopicSpec(config.topic("results"), n, configs=large),
+        TopicSpec(config.topic("job-events"), n),
+        TopicSpec(config.topic("sysinfo"), n),
+        TopicSpec(config.topic("policy"), 1, compacted=True),
+        TopicSpec(config.topic("dlq"), n, configs=large),
+        # The controller's ledger changelog: one record per task state, latest wins.
+        TopicSpec(config.topic("controller-ledger"), n, compacted=True),
+        # Finished jobs and superseded task attempts, which workers skip (latest per key).
+        TopicSpec(config.topic("task-control"), 1, compacted=True),
+    ]
+    for pool in dict.fromkeys(pools or (config.pool,)):
+        specs.append(TopicSpec(config.task_topic(pool), config.task_partitions_for(pool),
+                               configs=large))
+    return specs
+
+
+def admin_client(config: Config, clients: KafkaClients = REAL_CLIENTS) -> Any:
+    return clients.admin(config.confluent_config(logger=LIBRDKAFKA_LOG))
+
+
+@dataclass
+class TopicReport:
+    """Outcome of `ensure_topics`: what was created, what already fit, what does not."""
+
+    created: list[str] = field(default_factory=list)
+    existing: list[str] = field(default_factory=list)
+    mismatched: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatched
+
+
+def ensure_topics(
+    config: Config, pools: tuple[str, ...] | None = None, timeout_s: float = 30.0,
+    clients: KafkaClients = REAL_CLIENTS,
+) -> TopicReport:
+    """Create the missing topics; report existing ones whose settings differ from the spec."""
+    admin = admin_client(config, clients)
+    specs = topic_specs(config, pools)
+    report, existing = create_missing(admin, specs, config.replication_factor, timeout_s)
+    present = [s for s in specs if s.name in existing]
+    report.existing.extend(s.name for s in present)
+    report.mismatched.update(describe_mismatches(admin, present, config, timeout_s))
+    return report
+
+
+def create_missing(admin: AdminClient, specs: list[TopicSpec], replication_factor: int | None,
+                   timeout_s: float = 30.0) -> tuple[TopicReport, set[str]]:
+    """Create the topics of `specs` that do not exist and wait until the brokers show them;
+    returns what was done and the names that existed before."""
+    existing = _list_topics(admin, timeout_s)
+    report = TopicReport()
+    missing = [s for s in specs if s.name not in existing]
+    if missing:
+        _create(admin, missing, replication_factor, timeout_s, report)
+        wait_until_visible(admin, {s.name: s.partitions for s in missing}, timeout_s)
+    return report, existing
+
+
+def _list_topics(admin: AdminClient, timeout_s: float) -> set[str]:
+    try:
+        return set(admin.list_topics(timeout=timeout_s).topics)
+    except KafkaException as exc:
+        raise KafkaSetupError(f"cannot list topics: {exc.args[0]}") from exc
+
+
+def _create(
+    admin: AdminClient,
+    specs: list[TopicSpec],
+    replication_factor: int | None,
+    timeout_s: float,
+    report: TopicReport,
+) -> None:
+    new = [
+        NewTopic(
+            s.name,
+            num_partitions=s.partitions,
+            replication_factor=replication_factor or -1,
+            config=s.all_configs(),
+        )
+        for s in specs
+    ]
+    for name, future in admin.create_topics(new, request_timeout=timeout_s).items():
+        try:
+            future.result()
+            report.created.append(name)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.name() == "TOPIC_ALREADY_EXISTS":  # a concurrent creator won the race
+                report.existing.append(name)
+                continue
+            raise KafkaSetupError(f"cannot create topic {name}: {error.str()}") from exc
+
+
+def wait_until_visible(admin: AdminClient, partitions: dict[str, int],
+                       timeout_s: float = 30.0) -> None:
+    """Block until the brokers' metadata shows each topic with its partitions.
+
+    CreateTopics returns once the KRaft controller has committed the topics; each broker
+    learns of them a moment later, and until then answers UNKNOWN_TOPIC_OR_PART. A process
+    started right after `topics create` must not see that.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        topics = admin.list_topics(timeout=timeout_s).topics
+        waiting = sorted(name for name, count in partitions.items()
+                         if name not in topics or topics[name].error is not None
+                         or len(topics[name].partitions) < count)
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise KafkaSetupError(f"created topics not visible after {timeout_s:g}s: {waiting}")
+        time.sleep(0.1)
+
+
+def describe_mismatches(
+    admin: AdminClient, specs: list[TopicSpec], config: Config, timeout_s: float = 30.0
+) -> dict[str, list[str]]:
+    """For each existing topic, the human-readable differences from its spec."""
+    if not specs:
+        return {}
+    metadata = admin.list_topics(timeout=timeout_s).topics
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, s.name) for s in specs]
+    described = admin.describe_configs(resources, request_timeout=timeout_s)
+    actual = {res.name: future.result() for res, future in described.items()}
+    problems: dict[str, list[str]] = {}
+    for spec in specs:
+        found = _differences(spec, metadata[spec.name], actual[spec.name], config)
+        if found:
+            problems[spec.name] = found
+    return problems
+
+
+def _differences(spec: TopicSpec, meta: object, configs: dict[str, object], config: Config
+                 ) -> list[str]:
+    partitions = getattr(meta, "partitions", {})
+    found = []
+    if len(partitions) < spec.partitions:
+        found.append(f"partitions {len(partitions)} < expected {spec.partitions}")
+    if config.replication_factor and partitions:
+        replicas = len(next(iter(partitions.values())).replicas)
+        if replicas != config.replication_factor:
+            found.append(f"replication factor {replicas} != expected {config.replication_factor}")
+    for key, want in spec.all_configs().items():
+        entry = configs.get(key)
+        have = getattr(entry, "value", None)
+        if have != want:
+            found.append(f"{key}={have} (expected {want})")
+    return found
+
+
+@dataclass(frozen=True)
+class TopicRow:
+    """One expected topic as `topics describe` shows it."""
+
+    topic: str
+    exists: bool
+    problems: list[str]
+    partitions: int = 0
+    replication: int = 0
+    compacted: bool = False
+
+
+def describe_topics(
+    config: Config, pools: tuple[str, ...] | None = None, clients: KafkaClients = REAL_CLIENTS
+) -> list[TopicRow]:
+    """One row per expected topic: partitions, replication, cleanup policy, problems."""
+    admin = admin_client(config, clients)
+    specs = topic_specs(config, pools)
+    existing = admin.list_topics(timeout=30).topics
+    present = [s for s in specs if s.name in existing]
+    problems = describe_mismatches(admin, present, config)
+    rows: list[TopicRow] = []
+    for spec in specs:
+        meta = existing.get(spec.name)
+        if meta is None:
+            rows.append(TopicRow(spec.name, exists=False, problems=["missing"]))
+            continue
+        parts = meta.partitions
+        replicas = len(next(iter(parts.values())).replicas) if parts else 0
+        rows.append(TopicRow(spec.name, exists=True, problems=problems.get(spec.name, []),
+                             partitions=len(parts), replication=replicas,
+                             compacted=spec.compacted))
+    return rows

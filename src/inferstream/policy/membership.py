@@ -1,0 +1,98 @@
+"""A worker's part in its pool's scheduling: the policy table it follows, the assignor its
+consumer uses, and the watch that lets the leader rebalance when the policy moves.
+
+Settings: `worker.assignor` (`policy` or `roundrobin`), `worker.rebalance_threshold`,
+`worker.min_rebalance_interval_s`, `worker.policy_max_age_s`. The worker owns the
+lifecycle: `start()` before its consumer is built, `watch(consumer)` once it is, `stop()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+from inferstream.config import Config
+from inferstream.kafka.clients import KafkaClients
+from inferstream.policy.assignor import PolicyAssignor
+from inferstream.policy.rejoin import request_rejoin
+from inferstream.policy.table import PolicyTable
+from inferstream.policy.trigger import RebalanceTrigger
+from inferstream.schemas import Codec
+from inferstream.schemas.records import Calibration
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two checks of the policy by the watch.
+CHECK_INTERVAL_S = 1.0
+
+
+class PoolMembership:
+    """The policy side of one worker's group membership (nothing with `roundrobin`)."""
+
+    def __init__(self, config: Config, worker_id: str, clients: KafkaClients, codec: Codec,
+                 models: Callable[[], Sequence[str]],
+                 calibration: Callable[[], Calibration | None]) -> None:
+        options = config.worker
+        self.enabled = options.assignor == "policy"
+        self.table = PolicyTable(config, clients, codec, max_age_s=options.policy_max_age_s)
+        self.assignor = PolicyAssignor(config.pool, worker_id, self.table.workers, models,
+                                       lambda: _items_per_s(calibration()),
+                                       ranges=self.table.model_ranges)
+        self.trigger = RebalanceTrigger(options.rebalance_threshold,
+                                        options.min_rebalance_interval_s)
+        self.rejoins = 0
+        self._watch: asyncio.Task[None] | None = None
+
+    def strategies(self) -> tuple[Any, ...]:
+        """The consumer's `partition_assignment_strategy`: exactly one assignor.
+
+        Never more than one: aiokafka 0.14 sends one JoinGroup per configured assignor
+        (the request is built inside its loop over the assignors, aio-libs/aiokafka#1168),
+        each with different protocol metadata, so every join looks like a metadata change
+        to the broker and starts another rebalance; two such members could rebalance each
+        other for minutes. The price: every worker of a pool uses the same `--assignor`
+        (a member with another one is refused by the broker, see `worker.worker`).
+        """
+        if not self.enabled:
+            return (RoundRobinPartitionAssignor,)
+        return (self.assignor,)
+
+    def start(self) -> None:
+        if self.enabled:
+            self.table.start()
+
+    def watch(self, consumer: Any) -> None:
+        if self.enabled:
+            self._watch = asyncio.get_running_loop().create_task(self._run(consumer))
+
+    async def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)
+        if self.enabled:
+            await asyncio.to_thread(self.table.stop)
+
+    async def _run(self, consumer: Any) -> None:
+        while True:
+            await asyncio.sleep(CHECK_INTERVAL_S)
+            self.check(consumer)
+
+    def check(self, consumer: Any) -> bool:
+        """Rebalance now if this member leads and the policy moved materially."""
+        state = self.assignor.leader_state if self.assignor.is_leader else None
+        pool = self.assignor.pool
+        reason = self.trigger.check(state, self.assignor.policy(pool),
+                                    self.assignor.ranges(pool))
+        if reason is None:
+            return False
+        log.info("policy changed (%s): asking the group to rebalance", reason)
+        self.rejoins += request_rejoin(consumer)
+        return True
+
+
+def _items_per_s(calibration: Calibration | None) -> float | None:
+    return None if calibration is None else calibration["items_per_s"]

@@ -1,0 +1,66 @@
+"""When the leader asks its group to rebalance: the policy moved a member's share materially.
+
+`RebalanceTrigger.check` compares what the leader assigned last (`LeaderState`) with what
+the policy says now: a member whose share moved by more than `threshold` of its planned
+share (0.20 -> 0.24 is 20 %), a member turned unhealthy (its share drops to 0), the policy
+appearing or going away, the model ranges changing; and only where the new plan would move
+a partition. It answers at
+most once per `min_interval_s` after an assignment or a trigger, so a noisy policy cannot
+cause rebalance storms. Each member runs the check; only the leader has a state to check.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from inferstream.policy.assignment import ModelRange, WorkerPolicy, plan_by_model
+from inferstream.policy.assignor import LeaderState, TopicPlan
+
+
+class RebalanceTrigger:
+    """Decides whether the leader should rebalance now; `clock` is monotonic seconds."""
+
+    def __init__(self, threshold: float = 0.15, min_interval_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.threshold = threshold
+        self.min_interval_s = min_interval_s
+        self.clock = clock
+        self._last_trigger: float | None = None
+
+    def check(self, state: LeaderState | None, policy: Mapping[str, WorkerPolicy] | None,
+              ranges: Sequence[ModelRange] = ()) -> str | None:
+        """Why to rebalance now (and count it as done), or None; `ranges`: the model ranges
+        of the policy now."""
+        if state is None or not self._may_trigger(state):
+            return None
+        for topic, planned in sorted(state.topics.items()):
+            reason = self._reason(topic, planned, policy, tuple(ranges))
+            if reason is not None:
+                self._last_trigger = self.clock()
+                return reason
+        return None
+
+    def _may_trigger(self, state: LeaderState) -> bool:
+        last = max(state.at, self._last_trigger or state.at)
+        return self.clock() - last >= self.min_interval_s
+
+    def _reason(self, topic: str, planned: TopicPlan,
+                policy: Mapping[str, WorkerPolicy] | None,
+                ranges: tuple[ModelRange, ...]) -> str | None:
+        fresh = plan_by_model(planned.members, planned.partitions, policy, ranges)
+        if fresh.moved == 0:
+            return None
+        if fresh.even != planned.plan.even:
+            return f"topic {topic}: policy {'gone' if fresh.even else 'appeared'}"
+        if ranges != planned.ranges:
+            return f"topic {topic}: model ranges {len(planned.ranges)} -> {len(ranges)}"
+        moves = [(m.worker, planned.plan.shares.get(m.member_id, 0.0),
+                  fresh.shares.get(m.member_id, 0.0)) for m in planned.members]
+        for worker, old, new in moves:
+            if new == 0 < old:
+                return f"topic {topic}: {worker} unhealthy"
+        for worker, old, new in moves:
+            if abs(new - old) > self.threshold * max(old, 1e-9):
+                return f"topic {topic}: {worker} share {old:.3f} -> {new:.3f}"
+        return None

@@ -1,0 +1,138 @@
+"""What every committer shares: the per-partition queue of tasks, in offset order, and the
+rule that a partition's tasks commit in that order, results together with the offset.
+
+`PartitionCommitter` holds the queue and the lock; its subclasses say how one batch of
+finished tasks is committed (`exactly_once.TransactionalCommitter`,
+`at_least_once.AtLeastOnceCommitter`). The worker and `Ownership` see only this class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from inferstream.kafka.clients import Outgoing
+from inferstream.serving.pipeline import TaskRun
+
+log = logging.getLogger(__name__)
+
+#: A commit that takes longer than this has an unknown outcome.
+COMMIT_TIMEOUT_S = 30.0
+
+
+@dataclass
+class PendingTask:
+    """A task record consumed from the partition, in offset order, with what it will write."""
+
+    offset: int
+    run: TaskRun | None  # None for a record that goes straight to the dead-letter topic
+    outgoing: list[Outgoing]
+    #: the record it was read from, for a renderer that echoes it (a stream's output)
+    record: Any = None
+
+    @property
+    def ready(self) -> bool:
+        return self.run is None or self.run.done
+
+
+class Owner(Protocol):
+    """What a committer asks of the worker that owns it."""
+
+    def owns(self, tp: Any) -> bool:
+        """Whether the consumer group still assigns `tp` to this worker."""
+
+    async def committed_offset(self, tp: Any) -> int | None:
+        """The group's committed offset of `tp` as the broker has it now."""
+
+    async def commit_offset(self, tp: Any, offset: int) -> None:
+        """Commit `offset` for `tp` outside any transaction (at-least-once mode)."""
+
+    def transaction_failed(self, tp: Any, fenced: bool) -> None:
+        """A commit's transaction on `tp` failed: fenced, or aborted (for the metrics)."""
+
+
+class PartitionCommitter(ABC):
+    """Commits the finished tasks of one partition, in offset order, results with offsets."""
+
+    def __init__(self, tp: Any, group_id: str, render: Callable[[PendingTask], list[Outgoing]],
+                 owner: Owner, max_attempts: int = 8) -> None:
+        self.tp = tp
+        self.group_id = group_id
+        self.render = render
+        self.owner = owner
+        self.max_attempts = max_attempts
+        self._pending: deque[PendingTask] = deque()
+        self._lock = asyncio.Lock()
+        self.lost = False
+
+    @abstractmethod
+    async def start(self) -> None:
+        """Make the partition ours to commit (fencing any earlier owner where it can)."""
+
+    @abstractmethod
+    async def _commit(self, tasks: list[PendingTask]) -> None:
+        """Commit `tasks` (the head of the queue); PartitionLostError when it cannot."""
+
+    @abstractmethod
+    async def _stop_producer(self) -> None:
+        """Stop what `start` started."""
+
+    def append(self, pending: PendingTask) -> None:
+        self._pending.append(pending)
+
+    @property
+    def busy(self) -> bool:
+        """Tasks wait to be committed, or a commit is under way."""
+        return not self.lost and (bool(self._pending) or self._lock.locked())
+
+    async def commit_ready(self) -> list[PendingTask]:
+        """Commit every finished task at the head of the queue in one go."""
+        async with self._lock:
+            ready: list[PendingTask] = []
+            while self._pending and self._pending[0].ready and not self.lost:
+                ready.append(self._pending.popleft())
+            if ready:
+                await self._commit(ready)
+            return ready
+
+    def shed_unstarted(self) -> int:
+        """Leave the tasks from the first one not under way yet to the partition's next owner:
+        drop them from the queue and cancel them. Those before it commit as usual, so a
+        revoked partition waits for the batches under way, not for its whole queue (a slow
+        worker's window took 8.7 s); the next owner reads the rest from the committed offset.
+        Returns how many were dropped."""
+        cut = next((i for i, task in enumerate(self._pending)
+                    if task.run is not None and not task.run.started), len(self._pending))
+        shed = len(self._pending) - cut
+        for _ in range(shed):
+            task = self._pending.pop()
+            if task.run is not None:
+                task.run.cancelled = True
+        return shed
+
+    def _mark_lost(self) -> None:
+        self.lost = True
+        for task in self._pending:
+            if task.run is not None:
+                task.run.cancelled = True
+        self._pending.clear()
+
+    async def close(self, wait_s: float = 10.0) -> None:
+        """Drop what is not committed (the next owner redoes it) and stop the producer,
+        after the commit under way, if any, ends (up to `wait_s`)."""
+        self._mark_lost()
+        try:
+            await asyncio.wait_for(self._lock.acquire(), wait_s)
+        except TimeoutError:
+            log.warning("closing tp=%s while a commit is still under way", self.tp)
+            await self._stop_producer()
+            return
+        try:
+            await self._stop_producer()
+        finally:
+            self._lock.release()

@@ -1,0 +1,169 @@
+"""Which task partitions a worker owns, and the committer that holds each one.
+
+All changes of ownership (a rebalance's revoke and assign, taking back a partition whose
+producer was fenced while the group still assigns it to us) run one at a time under one lock,
+and never while a rebalance is under way, so a worker cannot re-initialise a transactional id
+that the group has just handed to another worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError
+
+from inferstream.kafka.clients import AsyncConsumer
+from inferstream.serving.committers.base import PartitionCommitter
+
+log = logging.getLogger(__name__)
+#: Partitions whose producers start at the same time when a rebalance assigns many.
+TAKE_AT_ONCE = 16
+
+
+class Ownership:
+    """The worker's partitions: `committers[tp]` exists exactly for partitions it holds.
+
+    A partition with no committed offset starts at its beginning (`start_at_end`: its end).
+    """
+
+    def __init__(self, consumer: AsyncConsumer,
+                 new_committer: Callable[[TopicPartition], PartitionCommitter],
+                 on_change: Callable[[int], None], stopping: asyncio.Event,
+                 start_at_end: bool = False,
+                 on_rebalance: Callable[[], None] = lambda: None) -> None:
+        """`on_change(partitions)` after every change of what is held; `on_rebalance()` once
+        per assignment a rebalance makes (not for its revoke, nor at shutdown)."""
+        self.consumer = consumer
+        self.start_at_end = start_at_end
+        self.new_committer = new_committer
+        self.on_change = on_change
+        self.on_rebalance = on_rebalance
+        self.stopping = stopping
+        self.committers: dict[TopicPartition, PartitionCommitter] = {}
+        #: the committed offset of each held partition, as read when it was taken and as
+        #: the worker's commits move it (for its consumer lag)
+        self.offsets: dict[TopicPartition, int] = {}
+        self.rebalancing = False
+        self._lock = asyncio.Lock()
+        self._retakes: set[asyncio.Task[None]] = set()
+        self._retaking: set[TopicPartition] = set()
+
+    def assigned(self, tp: TopicPartition) -> bool:
+        """Whether the consumer group assigns `tp` to this worker now."""
+        return tp in self.consumer.assignment()
+
+    def active(self, tp: TopicPartition) -> PartitionCommitter | None:
+        committer = self.committers.get(tp)
+        return committer if committer is not None and not committer.lost else None
+
+    async def acquire(self, partitions: set[TopicPartition]) -> None:
+        """A rebalance assigned `partitions` (the whole new assignment)."""
+        async with self._lock:
+            for tp in [tp for tp in self.committers if tp not in partitions]:
+                await self._drop(tp)
+            new = [tp for tp in sorted(partitions) if self.active(tp) is None]
+            # Concurrently, a bounded number at a time: one init_transactions takes about
+            # 0.5 s and aiokafka sends no heartbeat while this listener runs, so 20 in a row
+            # outlast a 10 s session, and 120 took a minute on a loaded 2-core host.
+            gate = asyncio.Semaphore(TAKE_AT_ONCE)
+
+            async def take(tp: TopicPartition) -> None:
+                async with gate:
+                    await self._drop(tp)
+                    await self._own(tp)
+            await asyncio.gather(*(take(tp) for tp in new))
+            self.rebalancing = False
+        self.on_rebalance()
+        self.on_change(len(self.committers))
+        log.info("assigned partitions=%s", sorted(tp.partition for tp in self.committers))
+
+    async def release(self, partitions: set[TopicPartition], grace_s: float,
+                      commit: Callable[[PartitionCommitter], Awaitable[None]],
+                      rebalance: bool = True) -> None:
+        """Give partitions up: tasks under way may finish and commit for up to `grace_s`; in a
+        rebalance, those not started yet are left to the next owner (a graceful stop, with
+        `rebalance=False`, finishes them all)."""
+        self.rebalancing = self.rebalancing or rebalance
+        async with self._lock:
+            owned = [self.committers[tp] for tp in sorted(partitions) if tp in self.committers]
+            shed = sum(c.shed_unstarted() for c in owned) if rebalance else 0
+            log.info("revoked partitions=%s%s", [c.tp.partition for c in owned],
+                     f" ({shed} tasks not started left to the next owner)" if shed else "")
+            deadline = time.monotonic() + grace_s
+            while any(c.busy for c in owned) and time.monotonic() < deadline:
+                for committer in owned:
+                    await commit(committer)
+                await asyncio.sleep(0.02)
+            for committer in owned:
+                await self._drop(committer.tp)
+        self.on_change(len(self.committers))
+
+    def retake_later(self, tp: TopicPartition) -> None:
+        """The producer of `tp` was fenced or gave up: take it back if it is still ours.
+
+        A zombie that woke up may have re-initialised our transactional id; we take it back
+        (fencing the zombie) and carry on from the committed offset. Scheduled, not awaited,
+        because the caller may be inside `release` holding the lock.
+        """
+        if tp in self._retaking:
+            return
+        self._retaking.add(tp)
+        task = asyncio.get_running_loop().create_task(self._retake(tp))
+        self._retakes.add(task)
+        task.add_done_callback(self._retakes.discard)
+
+    async def _retake(self, tp: TopicPartition) -> None:
+        try:
+            async with self._lock:
+                if self.rebalancing or not self.assigned(tp) or self.active(tp) is not None:
+                    return
+                await self._drop(tp)
+                await self._own(tp)
+                log.info("retook partition=%d", tp.partition)
+        finally:
+            self._retaking.discard(tp)
+
+    async def _own(self, tp: TopicPartition) -> None:
+        """Start the partition's producer, then seek to its committed offset; retries while
+        the broker is unreachable and the partition is still ours."""
+        attempt = 0
+        while not self.stopping.is_set() and self.assigned(tp):
+            attempt += 1
+            committer = self.new_committer(tp)
+            try:
+                await asyncio.wait_for(committer.start(), 30)
+                # Read after init_transactions: the fenced owner's last commit is final now.
+                committed = await asyncio.wait_for(self.consumer.committed(tp), 30)
+            except (KafkaError, TimeoutError) as exc:
+                await committer.close()
+                log.warning("cannot take partition %s yet (attempt %d): %r", tp, attempt, exc)
+                await asyncio.sleep(min(0.5 * attempt, 5))
+                continue
+            self.committers[tp] = committer
+            if committed is not None:
+                self.consumer.seek(tp, committed)
+            elif self.start_at_end:
+                await self.consumer.seek_to_end(tp)
+            else:
+                await self.consumer.seek_to_beginning(tp)
+            # where the lag counts from: the committed offset, else where reading starts
+            self.offsets[tp] = committed if committed is not None else await asyncio.wait_for(
+                self.consumer.position(tp), 30)
+            return
+
+    async def _drop(self, tp: TopicPartition) -> None:
+        self.offsets.pop(tp, None)
+        committer = self.committers.pop(tp, None)
+        if committer is not None:
+            await committer.close()
+
+    async def close(self) -> None:
+        for task in list(self._retakes):
+            task.cancel()
+        async with self._lock:
+            for tp in list(self.committers):
+                await self._drop(tp)

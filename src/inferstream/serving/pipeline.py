@@ -1,0 +1,250 @@
+"""The worker's data path: decode items on a thread pool, batch them across tasks, infer.
+
+Items are fetched and preprocessed in parallel on `decode_threads` threads, in arrival
+order, at most `decode_ahead` batches ahead of the model: decoding overlaps with the forward
+pass of the batch before, and fills its gaps instead of taking the cores in a burst when a
+task arrives. The batch loop takes items in arrival order, up to `max_batch` items or
+`max_wait_s` after the first one, and runs the model on a single inference thread (with
+`torch_threads` intra-op threads) so that the event loop (and with it the Kafka heartbeats)
+never waits for a forward pass. Thread counts: `models.threads`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import torch
+
+from inferstream.config import WorkerConfig
+from inferstream.models import ItemError, LoadedModel
+from inferstream.models.threads import plan_threads, thread_initializer
+from inferstream.schemas.records import (
+    ItemResult,
+    Prediction,
+    Task,
+    TaskItem,
+    error_item,
+    ok_item,
+)
+from inferstream.serving.hooks import WorkerHooks
+
+log = logging.getLogger(__name__)
+
+@dataclass
+class TaskRun:
+    """One task going through the data path, with the outcome of each item so far."""
+
+    task: Task
+    on_done: Callable[[TaskRun], None]
+    started_at: float = field(default_factory=time.time)
+    finished_at: float = 0.0
+    decode_seconds: float = 0.0
+    inference_seconds: float = 0.0
+    outcomes: list[ItemResult | None] = field(default_factory=list)
+    remaining: int = 0
+    cancelled: bool = False
+    #: some of its items went into a forward pass (or were answered): it is under way
+    started: bool = False
+    #: the model that runs the task (set by the pipeline it is submitted to)
+    model: str = ""
+
+    def __post_init__(self) -> None:
+        self.outcomes = [None] * len(self.task["items"])
+        self.remaining = len(self.outcomes)
+
+    def record(self, position: int, outcome: ItemResult) -> None:
+        self.started = True
+        self.outcomes[position] = outcome
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.finished_at = time.time()
+            self.on_done(self)
+
+    @property
+    def done(self) -> bool:
+        return self.remaining == 0
+
+
+@dataclass
+class _Slot:
+    """One item waiting for its batch: the decode future and where its outcome goes."""
+
+    run: TaskRun
+    position: int
+    decoded: asyncio.Future[tuple[torch.Tensor | str, float]]
+
+
+class BatchingPipeline:
+    """Decode -> batch -> infer for the items of many tasks; calls `TaskRun.on_done`.
+
+    Uses `max_batch`, `max_wait_ms`, `torch_threads`, `decode_threads`, `decode_ahead`,
+    `http_timeout_s` and `max_item_bytes` of the worker's settings.
+    """
+
+    def __init__(self, model: LoadedModel, options: WorkerConfig, hooks: WorkerHooks) -> None:
+        self.model = model
+        self.options = options
+        self.max_wait_s = options.max_wait_ms / 1000
+        self.hooks = hooks
+        self.threads = plan_threads(str(model.device), options.torch_threads,
+                                    options.decode_threads)
+        self._decoders = ThreadPoolExecutor(self.threads.decode_threads, "inferstream-decode",
+                                            initializer=thread_initializer(1))
+        self._inference = ThreadPoolExecutor(
+            1, "inferstream-infer", initializer=thread_initializer(self.threads.torch_threads))
+        self._queue: asyncio.Queue[_Slot] = asyncio.Queue()
+        #: items waiting for their decode to start, in arrival order
+        self._undecoded: deque[tuple[_Slot, TaskItem]] = deque()
+        #: items decoding or decoded that no batch has taken yet, and how many may be
+        self._ahead = 0
+        self._ahead_limit = max(1, options.decode_ahead) * options.max_batch
+        self.items_in_flight = 0
+
+    def submit(self, run: TaskRun) -> None:
+        """Queue every item of `run` for decoding; outcomes arrive through the batch loop."""
+        loop = asyncio.get_running_loop()
+        run.model = self.model.name
+        if not run.outcomes:
+            run.finished_at = time.time()
+            run.on_done(run)
+            return
+        for position, item in enumerate(run.task["items"]):
+            slot = _Slot(run, position, loop.create_future())
+            self._queue.put_nowait(slot)
+            self._undecoded.append((slot, item))
+            self.items_in_flight += 1
+        self._decode_ahead()
+
+    def _decode_ahead(self) -> None:
+        """Start decoding queued items, in order, up to `decode_ahead` batches ahead of the
+        batch loop. The batch loop only takes items from the head of the queue, and at most
+        `max_batch`, so every item it waits for has started decoding."""
+        loop = asyncio.get_running_loop()
+        while self._undecoded and self._ahead < self._ahead_limit:
+            slot, item = self._undecoded.popleft()
+            decoding = loop.run_in_executor(self._decoders, self._decode, slot.run, item)
+            decoding.add_done_callback(functools.partial(_settle, slot.decoded))
+            self._ahead += 1
+
+    def _decode(self, run: TaskRun, item: TaskItem) -> tuple[torch.Tensor | str, float]:
+        """Fetch and preprocess one item; a bad item becomes its error reason (a str), and
+        an item of a task given up (its partition revoked) is not decoded at all."""
+        if run.cancelled:
+            return "cancelled", 0.0
+        started = time.perf_counter()
+        try:
+            data = self.model.fetch(
+                item["name"], item.get("data"),
+                http_timeout_s=self.options.http_timeout_s, max_bytes=self.options.max_item_bytes,
+            )
+            tensor: torch.Tensor | str = self.model.preprocess(data)
+        except ItemError as exc:
+            tensor = exc.reason
+        except Exception as exc:  # the worker never crashes on input
+            log.exception("unexpected error decoding item %r", item["name"])
+            tensor = f"internal error: {type(exc).__name__}: {exc}"
+        seconds = time.perf_counter() - started
+        self.hooks.after_decode(self.model.name, seconds, not isinstance(tensor, str))
+        return tensor, seconds
+
+    async def run_forever(self) -> None:
+        """The batch loop: runs until cancelled."""
+        while True:
+            batch = await self._next_batch()
+            await self._infer(batch)
+
+    async def _next_batch(self) -> list[_Slot]:
+        first = await self._queue.get()
+        batch = [first]
+        deadline = time.monotonic() + self.max_wait_s
+        while len(batch) < self.options.max_batch:
+            if self._queue.empty():
+                timeout = deadline - time.monotonic()
+                if timeout <= 0:
+                    break
+                try:
+                    batch.append(await asyncio.wait_for(self._queue.get(), timeout))
+                except TimeoutError:
+                    break
+            else:
+                batch.append(self._queue.get_nowait())
+        return batch
+
+    async def _infer(self, batch: list[_Slot]) -> None:
+        decoded = []
+        for slot in batch:
+            tensor, seconds = await slot.decoded
+            slot.run.decode_seconds += seconds
+            decoded.append(tensor)
+        self._ahead -= len(batch)
+        self._decode_ahead()  # the next batches decode while this one runs
+        good: list[tuple[_Slot, torch.Tensor]] = []
+        for slot, tensor in zip(batch, decoded, strict=True):
+            if slot.run.cancelled:  # its partition was given up: nobody wants the outcome
+                self.items_in_flight -= 1
+            elif isinstance(tensor, str):
+                self._finish(slot, error_item(_item(slot), tensor))
+            else:
+                good.append((slot, tensor))
+        if not good:
+            return
+        for slot, _ in good:
+            slot.run.started = True
+        top_k = max(s.run.task["top_k"] for s, _ in good)
+        started = time.perf_counter()
+        try:
+            predictions = await asyncio.get_running_loop().run_in_executor(
+                self._inference, self._forward, [t for _, t in good], top_k
+            )
+        except Exception as exc:  # a failed forward pass fails its items, not the worker
+            log.exception("inference failed for a batch of %d items", len(good))
+            for slot, _ in good:
+                self._finish(slot, error_item(
+                    _item(slot), f"inference failed: {type(exc).__name__}: {exc}"))
+            return
+        seconds = time.perf_counter() - started
+        self.hooks.after_batch(self.model.name, len(good), seconds)
+        for (slot, _), preds in zip(good, predictions, strict=True):
+            slot.run.inference_seconds += seconds / len(good)
+            if isinstance(preds, str):  # its decoding, finished in the batch, failed
+                self._finish(slot, error_item(_item(slot), preds))
+            else:
+                self._finish(slot, ok_item(_item(slot), preds[: slot.run.task["top_k"]]))
+
+    def _forward(self, tensors: list[torch.Tensor],
+                 top_k: int) -> list[list[Prediction] | str]:
+        return [item if isinstance(item, str) else
+                [Prediction(class_id=c, label=label, score=float(s)) for c, label, s in item]
+                for item in self.model.predict_items(tensors, top_k)]
+
+    def _finish(self, slot: _Slot, outcome: ItemResult) -> None:
+        self.items_in_flight -= 1
+        slot.run.record(slot.position, outcome)
+
+    def close(self) -> None:
+        self._decoders.shutdown(wait=False, cancel_futures=True)
+        self._inference.shutdown(wait=False, cancel_futures=True)
+
+
+def _settle(target: asyncio.Future[tuple[torch.Tensor | str, float]],
+            source: asyncio.Future[tuple[torch.Tensor | str, float]]) -> None:
+    """Give `target` the outcome of `source`."""
+    if target.done():
+        return
+    if source.cancelled():
+        target.cancel()
+    elif (error := source.exception()) is not None:
+        target.set_exception(error)
+    else:
+        target.set_result(source.result())
+
+
+def _item(slot: _Slot) -> TaskItem:
+    return slot.run.task["items"][slot.position]

@@ -1,0 +1,35 @@
+"""`open_stream`: a stream member from Python, its model loaded by name."""
+
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from inferstream.config import Config
+from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
+from inferstream.models import LoadedModel
+from inferstream.serving.hooks import WorkerHooks
+from inferstream.stream.member import StreamMember
+
+
+def open_stream(config: Config, model: str | LoadedModel | None = None, *,
+                hooks: WorkerHooks | None = None, clients: KafkaClients = REAL_CLIENTS,
+                **settings: Any) -> StreamMember:
+    """A stream member of `config` with `settings` (fields of `StreamConfig`: input_topic,
+    output_topic, input_format, ...) applied; `model` by name (loaded on the worker's
+    `device`) or loaded, else the config's `worker.models[0]`."""
+    config = dataclasses.replace(config, stream=dataclasses.replace(config.stream, **settings))
+    config.stream.check_complete()
+    if not isinstance(model, LoadedModel):
+        from inferstream.models.registry import resolve_device
+        from inferstream.serving.loader import model_loader
+
+        name = model or (config.worker.models[0] if config.worker.models else None)
+        if name is None:
+            from inferstream.errors import ConfigError
+
+            raise ConfigError("open_stream needs a model: model=NAME or worker.models")
+        model = model_loader(config.worker, resolve_device(config.worker.device),
+                             hooks=hooks)(name)
+    return StreamMember(config, model, hooks=hooks, clients=clients)

@@ -1,0 +1,61 @@
+"""`inferstream stream`: one member of a stream's group; its settings are `StreamConfig` and
+the worker's (`WorkerConfig`: model, batching, device, group timeouts, bounded mode)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from inferstream.config import Config
+from inferstream.errors import ConfigError
+from inferstream.kafka.preflight import Needs
+from inferstream.serving.process import serve_until_stopped
+from inferstream.signals import dump_stacks_on_usr1
+
+
+def needs(config: Config) -> Needs:
+    """A stream member: the worker's checks, its complete settings, the stream's topics."""
+    from inferstream.serving.process import check_serving
+
+    check_serving(config, "stream")
+    if len(set(config.worker.models)) != 1:
+        raise ConfigError("a stream runs one model: give --model NAME once")
+    stream = config.stream
+    stream.check_complete()
+    if stream.input_format == "avro":
+        from inferstream.stream.formats import AvroEnvelope
+
+        AvroEnvelope(config)  # the writer schema file reads, or a registry is set
+    dlq = (stream.dead_letter_topic or config.topic("dlq"),) if stream.on_error == "dlq" else ()
+    ours = (config.topic("dlq"),) if dlq == (config.topic("dlq"),) else ()
+    return Needs(librdkafka=False, aiokafka=True,
+                 topics=(*ours, *config.topics("sysinfo", "policy")),
+                 user_topics=(stream.input_topic, stream.output_topic,
+                              *(t for t in dlq if t not in ours)),
+                 metrics_port=config.worker.metrics_port)
+
+
+def run(_args: argparse.Namespace, config: Config) -> int:
+    from inferstream.serving.process import prepare_process
+
+    settings = config.worker  # one model, complete settings: checked by stream_needs
+    device = prepare_process(settings)  # first: it may re-execute the process
+    from prometheus_client import CollectorRegistry
+
+    from inferstream.metrics import serve_metrics
+    from inferstream.serving.loader import model_loader
+    from inferstream.serving.worker import default_worker_id
+    from inferstream.stream.member import StreamMember, stream_config
+    from inferstream.stream.metrics import StreamMetrics
+
+    dump_stacks_on_usr1()
+    metrics = StreamMetrics(CollectorRegistry(), settings.worker_id or default_worker_id(),
+                           stream_config(config).pool)
+    load = model_loader(settings, device, metrics)
+    model = load(settings.models[0])
+    member = StreamMember(config, model, hooks=metrics)
+    if settings.metrics_port:
+        # the port was checked free by preflight
+        serve_metrics(metrics.registry, settings.metrics_port, settings.metrics_addr)
+    asyncio.run(serve_until_stopped(member))
+    return 0

@@ -1,1 +1,0 @@
-"""Kafka-facing processes: worker, controller, client SDK, topics."""

@@ -1,0 +1,275 @@
+"""The client's commands as a user meets them, on the in-memory transport: what `submit
+--wait` says while it waits, `status` and `results` of jobs unknown or not yet accepted,
+one-line errors for bad options, and the exit code of a job whose every item failed."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from inferstream.cli import main
+from inferstream.client import client as client_module
+from inferstream.client.client import Client, Job
+from inferstream.config import Config, ControllerConfig
+from inferstream.controller.replica import Controller
+from inferstream.jobs.errors import JobTimeoutError
+from inferstream.jobs.ids import new_job_id
+from inferstream.kafka import preflight
+from inferstream.kafka.settings import partition_for
+from inferstream.kafka.topics import topic_specs
+from inferstream.schemas import Codec
+from inferstream.schemas.records import Job as JobRecord
+from inferstream.schemas.records import (
+    JobEventType,
+    TaskResult,
+    error_item,
+    read_job,
+    read_job_event,
+    read_task,
+)
+from inferstream.testing import MemoryBroker, MemoryKafkaClients
+from tests.unit.jobs.test_output import put_event, put_results
+
+CODEC = Codec(None)
+MODEL = "sim:ms=0"
+CONNECTION = ["--topic-prefix", "t.", "--partitions", "2"]
+Cli = Callable[..., tuple[int, str, str]]
+
+
+def make_config() -> Config:
+    return Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2,
+                  task_partitions=2,
+                  controller=ControllerConfig(watchdog_s=None, progress_interval_s=0.0))
+
+
+@pytest.fixture
+def clients() -> MemoryKafkaClients:
+    broker = MemoryBroker()
+    broker.create_topics(topic_specs(make_config()))
+    return MemoryKafkaClients(broker)
+
+
+@pytest.fixture
+def cli(clients: MemoryKafkaClients, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> Cli:
+    """`inferstream ARGS...` on the in-memory broker: (exit code, stdout, stderr)."""
+    monkeypatch.setattr(client_module, "Client",
+                        functools.partial(Client, codec=CODEC, clients=clients))
+    check_cluster = preflight.check_cluster  # the start-up check asks the same broker
+    monkeypatch.setattr(preflight, "check_cluster",
+                        lambda config, topics=(), _=None, user_topics=(): check_cluster(
+                            config, topics, clients, user_topics))
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = main([*argv, *CONNECTION])
+        out, err = capsys.readouterr()
+        return code, out, err
+    return run
+
+
+@pytest.fixture
+def controller(clients: MemoryKafkaClients) -> Iterator[Controller]:
+    """A controller replica running on its own thread until the test ends."""
+    replica = Controller(make_config(), codec=CODEC, clients=clients)
+    thread = threading.Thread(target=replica.run, name="controller", daemon=True)
+    thread.start()
+    yield replica
+    replica.request_stop()
+    thread.join(10)
+
+
+def submit(clients: MemoryKafkaClients, items: int = 3) -> Job:
+    return Client(make_config(), CODEC, clients).submit(MODEL, [f"i{n}" for n in range(items)])
+
+
+def test_wait_says_when_no_controller_has_accepted_the_job(
+        clients: MemoryKafkaClients) -> None:
+    job = submit(clients)
+    notices: list[str] = []
+    with pytest.raises(JobTimeoutError, match="it goes on"):
+        job.wait(timeout_s=0.6, on_notice=notices.append, quiet_s=0.1)
+    assert len(notices) == 1
+    assert f"no controller has accepted job {job.job_id}" in notices[0]
+    assert "`inferstream controller`" in notices[0]
+
+
+def test_wait_says_when_the_pool_has_no_live_worker(clients: MemoryKafkaClients,
+                                                    controller: Controller) -> None:
+    job = submit(clients)
+    notices: list[str] = []
+    with pytest.raises(JobTimeoutError):
+        job.wait(timeout_s=1.2, on_notice=notices.append, quiet_s=0.3)
+    assert [n for n in notices if "no controller" not in n] == [
+        f"no worker in pool 'default' has taken a task of job {job.job_id} after 0 s: the "
+        f"pool has no live worker; start one with "
+        f"`inferstream worker --pool default --model {MODEL}`"]
+
+
+def test_status_of_an_unknown_job_is_an_error(cli: Cli) -> None:
+    code, out, err = cli("status", "20260101-000000-deadbeef")
+    assert code == 2 and out == ""
+    assert err.startswith("inferstream: error: no job 20260101-000000-deadbeef on topic t.jobs")
+    assert err.count("\n") == 1
+
+
+def test_status_lists_jobs_submitted_but_not_yet_accepted(clients: MemoryKafkaClients,
+                                                          cli: Cli) -> None:
+    job = submit(clients)
+    code, out, _ = cli("status")
+    assert code == 0
+    assert out.split() == [job.job_id, "submitted", MODEL, "not", "yet", "accepted", "by",
+                           "a", "controller"]
+    code, out, _ = cli("status", job.job_id)
+    assert code == 0 and "submitted" in out
+
+
+def test_results_of_an_unknown_or_unaccepted_job_is_an_error(clients: MemoryKafkaClients,
+                                                             cli: Cli) -> None:
+    code, out, err = cli("results", new_job_id())
+    assert (code, out) == (2, "") and "no job" in err
+    job = submit(clients)
+    code, out, err = cli("results", job.job_id)
+    assert (code, out) == (2, "") and "has not been accepted by a controller yet" in err
+
+
+def test_a_job_whose_every_item_failed_exits_non_zero(clients: MemoryKafkaClients,
+                                                      cli: Cli) -> None:
+    config, job_id = make_config(), new_job_id()
+    put_results(clients, config, job_id, tasks=2, chunk=2, ok=False)
+    put_event(clients, config, job_id, JobEventType.COMPLETED, tasks=2, chunk=2, ok=False)
+    code, out, err = cli("results", job_id)
+    assert code == 1
+    assert len(out.splitlines()) == 4
+    assert f"every item of job {job_id} failed (4 errors)" in err
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--chunk-size", "0"), ("--top-k", "0"),
+                                             ("--chunk-size", "-3"), ("--top-k", "-1")])
+def test_a_chunk_size_or_top_k_below_one_is_a_one_line_error(
+        clients: MemoryKafkaClients, cli: Cli, flag: str, value: str) -> None:
+    code, out, err = cli("submit", "--model", MODEL, "--input", "a.jpg", flag, value)
+    assert (code, out) == (2, "")
+    assert err == f"inferstream: error: {flag} must be >= 1, got {value}\n"
+    assert clients.broker.values(make_config().topic("jobs")) == []
+
+
+def test_ctrl_c_during_submit_wait_says_the_job_goes_on(
+        cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(*_args: Any, **_kwargs: Any) -> None:
+        raise KeyboardInterrupt
+    monkeypatch.setattr(Job, "wait", interrupted)
+    code, out, err = cli("submit", "--model", MODEL, "--input", "a.jpg", "--wait")
+    job_id = out.strip()
+    assert code == 130
+    assert f"job {job_id} goes on" in err
+    assert f"`inferstream status {job_id}`" in err
+    assert f"`inferstream results {job_id} --output FILE`" in err
+
+
+@pytest.mark.parametrize(("option", "value"), [("top_k", 0), ("chunk_size", -2)])
+def test_the_controller_rejects_a_foreign_job_with_an_option_below_one(
+        clients: MemoryKafkaClients, option: str, value: int) -> None:
+    """A job record from another producer, not checked by inferstream's Client."""
+    config = make_config()
+    fields: dict[str, Any] = {"top_k": 5, "chunk_size": 4, option: value}
+    foreign = JobRecord(job_id=new_job_id(), model=MODEL, pool="default", inputs=["/a.jpg"],
+                        inline_items=[], submitted_at=0, submitter="other", output_path=None,
+                        **fields)
+    clients.producer({}).produce(config.topic("jobs"), CODEC.encode("Job", foreign),
+                                 foreign["job_id"].encode(), partition=0)
+    bounded = dataclasses.replace(config, controller=dataclasses.replace(
+        config.controller, idle_exit_s=0.3))
+    Controller(bounded, codec=CODEC, clients=clients).run()
+    events = [read_job_event(CODEC, v) for v in clients.broker.values(config.topic("job-events"))]
+    assert [(e["type"], e["reason"]) for e in events] == [
+        (JobEventType.REJECTED, f"{option} must be >= 1, got {value}")]
+
+
+def test_item_names_are_absolute_with_and_without_inline(
+        clients: MemoryKafkaClients, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "photos").mkdir()
+    (tmp_path / "photos" / "cat.jpg").write_bytes(b"not really a jpeg")
+    monkeypatch.chdir(tmp_path)
+    client = Client(make_config(), CODEC, clients)
+    client.submit(MODEL, ["photos"], inline=True)
+    client.submit(MODEL, ["photos", "@list.txt"])
+    jobs = [read_job(CODEC, v) for v in clients.broker.values(make_config().topic("jobs"))]
+    # by content, not by position: the two jobs' ids may hash to either partition
+    (inline,) = [job for job in jobs if job["inline_items"]]
+    (named,) = [job for job in jobs if not job["inline_items"]]
+    assert [i["name"] for i in inline["inline_items"]] == [str(tmp_path / "photos" / "cat.jpg")]
+    assert named["inputs"] == [str(tmp_path / "photos"), f"@{tmp_path / 'list.txt'}"]
+
+
+def test_an_output_file_that_cannot_be_written_is_a_one_line_error_before_submitting(
+        clients: MemoryKafkaClients, cli: Cli, tmp_path: Path) -> None:
+    target = str(tmp_path / "missing" / "out.jsonl")
+    code, out, err = cli("submit", "--model", MODEL, "--input", "a.jpg", "--output", target)
+    assert (code, out) == (2, "")
+    assert err == f"inferstream: error: --output {target}: cannot write in {tmp_path}/missing\n"
+    assert clients.broker.values(make_config().topic("jobs")) == []
+
+
+def answer_with_errors(clients: MemoryKafkaClients, stop: threading.Event) -> None:
+    """Stands in for a pool whose every item fails: each task's items get an error."""
+    config = make_config()
+    consumer = clients.consumer({"group.id": "failing", "auto.offset.reset": "earliest"})
+    consumer.subscribe([config.task_topic()])
+    producer = clients.producer({})
+    while not stop.is_set():
+        for message in consumer.consume(100, timeout=0.05):
+            if message.error() is not None:
+                continue
+            task = read_task(CODEC, message.value() or b"")
+            result = TaskResult(job_id=task["job_id"], task_id=task["task_id"],
+                                attempt=task["attempt"], worker="w1", model=task["model"],
+                                items=[error_item(i, "not an image") for i in task["items"]],
+                                started_at=0, finished_at=0, decode_seconds=0.0,
+                                inference_seconds=0.0)
+            producer.produce(config.topic("results"), CODEC.encode("TaskResult", result),
+                             task["job_id"].encode(),
+                             partition=partition_for(task["job_id"], config.partitions))
+    consumer.close()
+
+
+def test_submit_wait_exits_non_zero_when_every_item_failed(
+        clients: MemoryKafkaClients, cli: Cli, controller: Controller, tmp_path: Path) -> None:
+    stop = threading.Event()
+    pool = threading.Thread(target=answer_with_errors, args=(clients, stop), daemon=True)
+    pool.start()
+    try:
+        code, out, err = cli("submit", "--model", MODEL, "--input", "a.jpg", "b.jpg",
+                             "--output", str(tmp_path / "out.jsonl"), "--timeout", "20")
+    finally:
+        stop.set()
+        pool.join(5)
+    job_id = out.strip()
+    assert code == 1
+    assert f"every item of job {job_id} failed (2 errors)" in err
+    lines = (tmp_path / "out.jsonl").read_text().splitlines()
+    assert [json.loads(line)["error"] for line in lines] == ["not an image"] * 2
+
+
+def test_cancel_wait_prints_the_cancelled_job_and_a_second_cancel_says_so(
+        clients: MemoryKafkaClients, cli: Cli, controller: Controller) -> None:
+    """No worker runs: the job stays active until `cancel --wait` ends it, CANCELLED with
+    nothing done; cancelling it again is not an error."""
+    job = submit(clients)
+    for status in job.events(timeout_s=10):
+        if status.state == "ACCEPTED":
+            break
+    code, out, err = cli("cancel", job.job_id, "--wait", "--timeout", "10")
+    assert code == 0, err
+    assert out.split()[:4] == [job.job_id, "cancelled", MODEL, "0/3"]
+    assert f"cancel requested for job {job.job_id}" in err
+    code, _, err = cli("cancel", job.job_id)
+    assert code == 0 and "already cancelled: nothing to cancel" in err
+    code, _, err = cli("cancel", new_job_id())
+    assert code == 2 and "no job" in err

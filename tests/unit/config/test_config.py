@@ -1,0 +1,409 @@
+"""Configuration: where settings come from, what is refused, what reaches the Kafka clients."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from inferstream.cli import build_parser, main
+from inferstream.config import MASK, Config, load_config, parse_kafka_config
+from inferstream.errors import ConfigError
+from inferstream.kafka.settings import producer_config
+from inferstream.models import known_models
+from inferstream.models.names import SIM_SYNTAX
+
+SECRET = "hunter2-very-secret"  # noqa: S105 (a test value that must never be printed)
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`main()` reads os.environ: keep the developer's INFERSTREAM_* settings out of the tests."""
+    for name in list(os.environ):
+        if name.startswith("INFERSTREAM_"):
+            monkeypatch.delenv(name)
+
+
+def write_toml(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "inferstream.toml"
+    path.write_text(text)
+    return str(path)
+
+
+# -- precedence --------------------------------------------------------------------------------
+def test_defaults_without_any_source() -> None:
+    config = load_config({}, {})
+    assert config == Config()
+    assert config.bootstrap_servers == "localhost:9092"
+    assert config.topic_prefix == "inferstream."
+    assert config.pool == "default"
+
+
+def test_flags_beat_environment_beat_file_beat_defaults(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, """
+[inferstream]
+bootstrap_servers = "file:9092"
+topic_prefix = "file."
+pool = "filepool"
+partitions = 3
+""")
+    environ = {
+        "INFERSTREAM_CONFIG": path,
+        "INFERSTREAM_TOPIC_PREFIX": "env.",
+        "INFERSTREAM_POOL": "envpool",
+    }
+    config = load_config({"pool": "flagpool", "topic_prefix": None}, environ)
+    assert config.pool == "flagpool"  # flag over env and file
+    assert config.topic_prefix == "env."  # env over file (a None flag is "not given")
+    assert config.bootstrap_servers == "file:9092"  # file over default
+    assert config.partitions == 3  # typed from the file
+    assert config.security_protocol == "PLAINTEXT"  # default
+
+
+def test_environment_values_are_typed() -> None:
+    config = load_config({}, {"INFERSTREAM_PARTITIONS": "7",
+                              "INFERSTREAM_REPLICATION_FACTOR": "3",
+                              "INFERSTREAM_KAFKA_CONFIG": "linger.ms=20, client.id=me"})
+    assert config.partitions == 7
+    assert config.replication_factor == 3
+    assert config.kafka_config == (("linger.ms", "20"), ("client.id", "me"))
+
+
+def test_task_topics_have_their_own_partition_count_with_a_per_pool_override(
+        tmp_path: Path) -> None:
+    """Task topics default to 120 partitions, apart from the other topics' `partitions`;
+    `pool_partitions` (a list in TOML, comma-separated in the environment) overrides a pool."""
+    assert Config().task_partitions_for() == 120
+    path = write_toml(tmp_path, 'task_partitions = 60\npool_partitions = ["gpu=240"]\n')
+    config = load_config({}, {"INFERSTREAM_CONFIG": path})
+    assert (config.partitions, config.task_partitions_for("gpu")) == (12, 240)
+    assert config.task_partitions_for("cpu") == config.task_partitions_for() == 60
+    env = load_config({}, {"INFERSTREAM_POOL_PARTITIONS": "gpu=24, cpu=6"})
+    assert (env.task_partitions_for("gpu"), env.task_partitions_for("cpu")) == (24, 6)
+
+
+def test_config_file_flag_beats_environment_config_file(tmp_path: Path) -> None:
+    env_file = tmp_path / "env.toml"
+    env_file.write_text('pool = "from-env-file"\n')
+    flag_file = tmp_path / "flag.toml"
+    flag_file.write_text('pool = "from-flag-file"\n')  # top-level keys work without a table
+    config = load_config({"config_file": str(flag_file)}, {"INFERSTREAM_CONFIG": str(env_file)})
+    assert config.pool == "from-flag-file"
+
+
+def test_kafka_config_table_in_file(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, """
+[inferstream.kafka_config]
+"linger.ms" = 10
+"enable.idempotence" = true
+""")
+    config = load_config({"config_file": path}, {})
+    assert dict(config.kafka_config) == {"linger.ms": "10", "enable.idempotence": "True"}
+
+
+def test_cli_flags_over_environment(monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("INFERSTREAM_POOL", "envpool")
+    monkeypatch.setenv("INFERSTREAM_BOOTSTRAP_SERVERS", "env-host:9092")
+    assert main(["config", "show", "--pool", "flagpool", "--partitions", "5"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["pool"] == "flagpool"
+    assert shown["bootstrap_servers"] == "env-host:9092"
+    assert shown["partitions"] == 5
+
+
+# -- validation --------------------------------------------------------------------------------
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"bootstrap_servers": "localhost"}, "bootstrap server 'localhost' is not host:port"),
+    ({"bootstrap_servers": "a:9092,b:port"}, "bootstrap server 'b:port' is not host:port"),
+    ({"bootstrap_servers": " "}, "bootstrap_servers is empty"),
+    ({"security_protocol": "TLS"}, "security_protocol 'TLS' is not one of"),
+    ({"security_protocol": "SASL_SSL"}, "SASL_SSL needs sasl_mechanism in"),
+    ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "GSSAPI"},
+     "SASL_PLAINTEXT needs sasl_mechanism in"),
+    ({"pool": "gpu pool"}, "pool name 'gpu pool' may use only letters, digits"),
+    ({"pool": "a/b"}, "pool name 'a/b'"),
+    ({"pool": ""}, "pool name ''"),
+    ({"partitions": "0"}, "partitions must be >= 1, got 0"),
+    ({"partitions": "many"}, "partitions must be an integer, got 'many'"),
+    ({"replication_factor": "0"}, "replication_factor must be >= 1"),
+    ({"task_partitions": "0"}, "task_partitions must be >= 1, got 0"),
+    ({"pool_partitions": "gpu"}, "pool_partitions expects POOL=N with N >= 1, got 'gpu'"),
+    ({"pool_partitions": "gpu=0"}, "pool_partitions expects POOL=N with N >= 1, got 'gpu=0'"),
+    ({"pool_partitions": "=8"}, "pool_partitions expects POOL=N with N >= 1, got '=8'"),
+])
+def test_bad_settings_are_config_errors(settings: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(settings, {})
+
+
+def test_bad_setting_from_environment_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="security_protocol 'plaintext' is not one of"):
+        load_config({}, {"INFERSTREAM_SECURITY_PROTOCOL": "plaintext"})
+
+
+def test_sasl_with_mechanism_is_accepted() -> None:
+    config = load_config({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-512",
+                          "sasl_username": "u", "sasl_password": SECRET}, {})
+    assert config.confluent_config()["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert config.aiokafka_config()["sasl_plain_password"] == SECRET
+
+
+def test_bad_toml_is_a_config_error(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, "pool = \n")
+    with pytest.raises(ConfigError, match="is not valid TOML"):
+        load_config({"config_file": path}, {})
+
+
+def test_unknown_toml_key_is_a_config_error(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, '[inferstream]\npool = "gpu"\nbootstrap_server = "x:1"\n')
+    with pytest.raises(ConfigError, match=r"unknown settings \['bootstrap_server'\]"):
+        load_config({"config_file": path}, {})
+
+
+def test_missing_config_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config({}, {"INFERSTREAM_CONFIG": str(tmp_path / "nope.toml")})
+
+
+@pytest.mark.parametrize("line", ['kafka_config = ["linger.ms=5"]', 'kafka_config = "linger.ms=5"'])
+def test_kafka_config_in_file_must_be_a_table(tmp_path: Path, line: str) -> None:
+    path = write_toml(tmp_path, line + "\n")
+    with pytest.raises(ConfigError, match="kafka_config"):
+        load_config({"config_file": path}, {}).confluent_config()
+
+
+@pytest.mark.parametrize("pool", ["gpu#1", "gpu*", "['x']"])
+def test_pool_must_be_topic_safe(pool: str) -> None:
+    with pytest.raises(ConfigError, match="pool name"):
+        Config(pool=pool)
+
+
+@pytest.mark.parametrize("pair", ["linger.ms", "=5", ""])
+def test_kafka_config_pair_without_key_or_equals_is_refused(pair: str) -> None:
+    with pytest.raises(ConfigError, match="--kafka-config expects key=value"):
+        parse_kafka_config([pair])
+
+
+def test_cli_reports_config_errors_without_a_traceback(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "show", "--bootstrap-servers", "nohost"]) == 2
+    captured = capsys.readouterr()
+    assert "inferstream: error: bootstrap server 'nohost' is not host:port" in captured.err
+    assert "Traceback" not in captured.err
+
+
+# -- pass-through ------------------------------------------------------------------------------
+def pass_through_config() -> Config:
+    pairs = parse_kafka_config(["max.poll.interval.ms=600000", "enable.idempotence=false",
+                                "client.id=worker-7", "acks=1", "compression.type = zstd"])
+    return load_config({"kafka_config": pairs}, {})
+
+
+def test_kafka_config_reaches_confluent_untouched() -> None:
+    conf = pass_through_config().confluent_config(**{"acks": "all"})
+    assert conf["max.poll.interval.ms"] == "600000"
+    assert conf["enable.idempotence"] == "false"
+    assert conf["client.id"] == "worker-7"
+    assert conf["compression.type"] == "zstd"
+    assert conf["acks"] == "1"  # pass-through is applied last: the operator wins
+    assert producer_config(pass_through_config())["acks"] == "1"
+
+
+def test_kafka_config_reaches_aiokafka_translated() -> None:
+    kwargs = pass_through_config().aiokafka_config()
+    assert kwargs["max_poll_interval_ms"] == 600000
+    assert kwargs["enable_idempotence"] is False
+    assert kwargs["client_id"] == "worker-7"
+    assert kwargs["acks"] == 1
+    assert kwargs["compression_type"] == "zstd"
+    assert kwargs["bootstrap_servers"] == "localhost:9092"
+
+
+def test_kafka_config_flags_on_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "show", "--kafka-config", "linger.ms=50",
+                 "--kafka-config", "client.id=x"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["kafka_config"] == {"linger.ms": "50", "client.id": "x"}
+
+
+# -- secrets -----------------------------------------------------------------------------------
+def secret_config() -> Config:
+    return load_config({
+        "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
+        "sasl_username": "alice", "sasl_password": SECRET, "ssl_key_password": SECRET,
+        "kafka_config": parse_kafka_config([
+            f"sasl.oauthbearer.client.secret={SECRET}",
+            f"sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule "
+            f"required password={SECRET};",
+            f"ssl.keystore.password={SECRET}",
+            "linger.ms=5",
+        ]),
+    }, {})
+
+
+def test_masked_hides_every_secret() -> None:
+    config = secret_config()
+    shown = config.masked()
+    assert SECRET not in json.dumps(shown)
+    assert shown["sasl_password"] == MASK
+    assert shown["ssl_key_password"] == MASK
+    assert shown["sasl_username"] == "alice"
+    assert shown["kafka_config"] == {
+        "sasl.oauthbearer.client.secret": MASK, "sasl.jaas.config": MASK,
+        "ssl.keystore.password": MASK, "linger.ms": "5",
+    }
+    # masking is for printing only: the clients still get the real values
+    assert config.confluent_config()["sasl.password"] == SECRET
+
+
+def test_repr_hides_the_named_secrets() -> None:
+    config = load_config({"sasl_password": SECRET, "ssl_key_password": SECRET}, {})
+    assert SECRET not in repr(config)
+
+
+def test_repr_hides_pass_through_secrets() -> None:
+    assert SECRET not in repr(secret_config())
+
+
+def test_config_show_masks_secrets(capsys: pytest.CaptureFixture[str],
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFERSTREAM_SASL_PASSWORD", SECRET)
+    assert main(["config", "show", "--security-protocol", "SASL_SSL", "--sasl-mechanism",
+                 "SCRAM-SHA-256", "--sasl-username", "bob", "--ssl-key-password", SECRET,
+                 "--kafka-config", f"sasl.oauthbearer.client.secret={SECRET}"]) == 0
+    captured = capsys.readouterr()
+    assert SECRET not in captured.out + captured.err
+    shown = json.loads(captured.out)
+    assert shown["sasl_password"] == MASK
+    assert shown["ssl_key_password"] == MASK
+    assert shown["kafka_config"] == {"sasl.oauthbearer.client.secret": MASK}
+    assert shown["sasl_username"] == "bob"
+
+
+
+# -- role sections -----------------------------------------------------------------------------
+def test_role_settings_come_from_flags_environment_and_file(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, """
+[inferstream.worker]
+max_batch = 8
+max_wait_ms = 2.5
+guarantee = "at-least-once"
+random_weights = true
+
+[inferstream.controller]
+tasks_per_round = 9
+""")
+    environ = {"INFERSTREAM_CONFIG": path, "INFERSTREAM_WORKER_MAX_BATCH": "16",
+               "INFERSTREAM_CONTROLLER_IDLE_EXIT_S": "3"}
+    config = load_config({"worker": {"max_batch": 64, "session_timeout_ms": None}}, environ)
+    assert config.worker.max_batch == 64  # flag over env over file
+    assert config.worker.max_wait_ms == 2.5  # typed from the file
+    assert config.worker.guarantee == "at-least-once"
+    assert config.worker.random_weights is True
+    assert config.worker.session_timeout_ms == 10_000  # a None flag is "not given": default
+    assert config.controller.tasks_per_round == 9
+    assert config.controller.idle_exit_s == 3.0  # typed from the environment
+
+
+def test_role_flags_on_the_cli_and_in_config_show(capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFERSTREAM_WORKER_DECODE_THREADS", "3")
+    from inferstream.cli import build_parser, config_from_args
+
+    args = build_parser().parse_args(["worker", "--model", "sim:ms=1", "--max-batch", "7",
+                                      "--idle-exit", "2", "--random-weights"])
+    config = config_from_args(args)
+    assert (config.worker.models, config.worker.max_batch, config.worker.idle_exit_s,
+            config.worker.random_weights, config.worker.decode_threads) == (
+        ("sim:ms=1",), 7, 2.0, True, 3)
+    assert main(["config", "show"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["worker"]["decode_threads"] == 3
+    assert shown["controller"]["tasks_per_round"] == 256
+
+
+def test_help_shows_each_default(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["worker", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "most items per model batch (default: 32)" in text
+    assert "(default: exactly-once)" in text
+    assert "Kafka servers, host:port,... (default: localhost:9092)" in text
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"INFERSTREAM_WORKER_MAX_BATCH": "0"}, "worker.max_batch must be >= 1, got 0"),
+    ({"INFERSTREAM_WORKER_MAX_BATCH": "big"}, "worker.max_batch must be an integer, got 'big'"),
+    ({"INFERSTREAM_WORKER_GUARANTEE": "maybe"}, "worker.guarantee 'maybe' is not one of"),
+    ({"INFERSTREAM_WORKER_RANDOM_WEIGHTS": "perhaps"},
+     "worker.random_weights must be true or false"),
+    ({"INFERSTREAM_WORKER_HEARTBEAT_INTERVAL_MS": "20000"},
+     "worker.heartbeat_interval_ms must be below worker.session_timeout_ms"),
+    ({"INFERSTREAM_CONTROLLER_COMMIT_TIMEOUT_S": "0"}, "controller.commit_timeout_s must be >="),
+    ({"INFERSTREAM_CONTROLLER_MAX_POLL_INTERVAL_MS": "5000"},
+     "controller.max_poll_interval_ms must be at least controller.session_timeout_ms"),
+])
+def test_bad_role_settings_are_config_errors(settings: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config({}, settings)
+
+
+def test_unknown_setting_in_a_role_table_is_a_config_error(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, "[worker]\nmax_batches = 3\n")
+    with pytest.raises(ConfigError, match=r"unknown settings \['worker.max_batches'\]"):
+        load_config({"config_file": path}, {})
+
+
+def test_worker_without_a_model_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["worker"]) == 2
+    err = capsys.readouterr().err
+    assert "inferstream: error: the worker needs a model: --model NAME" in err
+    assert "Traceback" not in err
+
+
+def test_a_worker_serves_every_model_named(tmp_path: Path) -> None:
+    """`--model` repeats; the environment and the file take a list."""
+    from inferstream.cli import build_parser, config_from_args
+
+    args = build_parser().parse_args(["worker", "--model", "a", "--model", "sim:ms=1"])
+    assert config_from_args(args).worker.models == ("a", "sim:ms=1")
+    env = load_config({}, {"INFERSTREAM_WORKER_MODELS": "alexnet, googlenet"})
+    assert env.worker.models == ("alexnet", "googlenet")
+    path = write_toml(tmp_path, '[worker]\nmodels = ["resnet50", "sim:ms=2"]\n')
+    assert load_config({"config_file": path}, {}).worker.models == ("resnet50", "sim:ms=2")
+
+
+def test_help_of_every_command_shows_each_option_default() -> None:
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    silent = [f"{name} {' '.join(action.option_strings)}"
+              for name, child in commands.choices.items() for action in child._actions
+              if action.option_strings and not action.required
+              and "-h" not in action.option_strings
+              and not re.search(r"default|\(empty: ", action.help or "")]
+    assert silent == []
+
+
+def test_submit_help_names_the_models(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["submit", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for name in (*known_models(), SIM_SYNTAX):
+        assert name in text
+
+
+def test_a_streams_group_and_pool_come_from_its_topics() -> None:
+    from inferstream.config import StreamConfig
+
+    stream = StreamConfig(input_topic="uploads", output_topic="labels")
+    assert stream.group_id("inferstream.") == "inferstream.stream.uploads.labels"
+    assert stream.pool("inferstream.") == "stream.uploads.labels"
+    named = StreamConfig(input_topic="a", output_topic="b", group="team/vision:cats")
+    assert named.group_id("inferstream.") == "team/vision:cats"
+    assert named.pool("inferstream.") == "team_vision_cats"  # a pool name's characters only
+    Config(pool=named.pool("inferstream."))  # valid as a pool

@@ -1,0 +1,147 @@
+"""How the controller places and sizes a job's tasks, on the in-memory transport: spread
+evenly over the pool's task partitions, cut to the job's chunk size, else the policy's task
+size for the pool, else the default."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from inferstream.client.client import Client
+from inferstream.config import Config
+from inferstream.controller.replica import Controller
+from inferstream.controller.sizing import (
+    SizeSource,
+    TaskSize,
+    TaskSizer,
+    choose_task_size,
+    no_policy,
+)
+from inferstream.kafka.topics import topic_specs
+from inferstream.schemas.records import Job, read_task
+from inferstream.testing import MemoryBroker, MemoryKafkaClients
+from tests.unit.controller.test_controller_memory import (
+    CODEC,
+    MODEL,
+    Responder,
+    assert_completed_exactly,
+    make_config,
+)
+
+
+@pytest.fixture
+def pool() -> Iterator[list[Responder]]:
+    """Responders standing in for the pool's workers, stopped at teardown."""
+    started: list[Responder] = []
+    yield started
+    for responder in started:
+        responder.done.set()
+        responder.join(5)
+
+
+def run_job(config: Config, pool: list[Responder], items: int, chunk_size: int | None,
+            task_sizer: TaskSizer = no_policy) -> MemoryBroker:
+    """One job of `items` items run to completion; the broker holds its tasks."""
+    clients = MemoryKafkaClients(MemoryBroker())
+    clients.broker.create_topics(topic_specs(config))
+    names = [f"item-{i:02d}" for i in range(items)]
+    job = Client(config, CODEC, clients).submit(MODEL, names, chunk_size=chunk_size)
+    responder = Responder(clients, config)
+    responder.start()
+    pool.append(responder)
+    Controller(config, codec=CODEC, clients=clients, task_sizer=task_sizer).run()
+    tasks = len(clients.broker.values(config.task_topic()))
+    assert_completed_exactly(clients.broker, config, job, items=items, tasks=tasks)
+    return clients.broker
+
+
+def task_sizes(broker: MemoryBroker, config: Config) -> list[int]:
+    """Items per task, in task id order."""
+    tasks = sorted((read_task(CODEC, v) for v in broker.values(config.task_topic())),
+                   key=lambda t: t["task_id"])
+    return [len(t["items"]) for t in tasks]
+
+
+def test_a_jobs_tasks_are_spread_within_one_over_the_task_partitions(
+        pool: list[Responder]) -> None:
+    tasks, partitions = 100, 12  # 8 or 9 tasks on each partition
+    config = dataclasses.replace(make_config(), task_partitions=partitions)
+    broker = run_job(config, pool, items=tasks, chunk_size=1)
+    per_partition = Counter({p: len(broker.values(config.task_topic(), p))
+                             for p in range(partitions)})
+    assert sum(per_partition.values()) == tasks
+    assert max(per_partition.values()) - min(per_partition.values()) <= 1, per_partition
+    ids = sorted(read_task(CODEC, v)["task_id"] for v in broker.values(config.task_topic()))
+    assert ids == list(range(tasks))
+
+
+def test_a_job_without_a_chunk_size_gets_tasks_of_the_policys_size_for_its_pool(
+        pool: list[Responder], caplog: pytest.LogCaptureFixture) -> None:
+    asked: list[str] = []
+
+    def policy(name: str) -> int:
+        asked.append(name)
+        return 7
+
+    config = make_config()
+    with caplog.at_level(logging.INFO, "inferstream.controller"):
+        broker = run_job(config, pool, items=20, chunk_size=None, task_sizer=policy)
+    assert task_sizes(broker, config) == [7, 7, 6]
+    assert asked == [config.pool]
+    assert "task_size=7 (policy)" in caplog.text
+
+
+def test_a_jobs_own_chunk_size_beats_the_policy(pool: list[Responder]) -> None:
+    config = make_config()
+    broker = run_job(config, pool, items=10, chunk_size=3, task_sizer=lambda _pool: 7)
+    assert task_sizes(broker, config) == [3, 3, 3, 1]
+
+
+def test_without_a_policy_a_job_gets_the_default(pool: list[Responder]) -> None:
+    config = make_config()
+    assert config.controller.default_chunk_size == 32
+    broker = run_job(config, pool, items=40, chunk_size=None)
+    assert task_sizes(broker, config) == [32, 8]
+
+
+def _unanswerable(_pool: str) -> int | None:
+    raise LookupError("policy table not loaded yet")
+
+
+@pytest.mark.parametrize("sizer", [no_policy, lambda _pool: None, lambda _pool: 0,
+                                   _unanswerable])
+def test_a_policy_without_an_answer_for_the_pool_means_the_default(sizer: TaskSizer) -> None:
+    job = Job(job_id="j", model=MODEL, pool="gpu", top_k=1, chunk_size=0, inputs=["/a"],
+              inline_items=[], submitted_at=0, submitter="", output_path=None)
+    assert choose_task_size(job, sizer, 32) == TaskSize(32, SizeSource.DEFAULT)
+    assert choose_task_size(job, lambda _pool: 9, 32) == TaskSize(9, SizeSource.POLICY)
+    negative = Job(**{**job, "chunk_size": -2})  # left as it is for admission to reject
+    assert choose_task_size(negative, lambda _pool: 9, 32) == TaskSize(-2, SizeSource.JOB)
+
+
+def test_a_replica_taking_a_job_over_keeps_its_task_size_when_the_policy_changed(
+        pool: list[Responder]) -> None:
+    """The size chosen at acceptance travels in the ledger: the next replica, whose policy
+    now says 5, cuts the rest of the job in 4s too, with no item issued twice or skipped."""
+    config = make_config(tasks_per_round=1)
+    clients = MemoryKafkaClients(MemoryBroker())
+    clients.broker.create_topics(topic_specs(config))
+    names = [f"item-{i:02d}" for i in range(18)]
+    job = Client(config, CODEC, clients).submit(MODEL, names)
+    responder = Responder(clients, config, pause_after=2)
+    responder.start()
+    pool.append(responder)
+    first = Controller(config, codec=CODEC, clients=clients, task_sizer=lambda _pool: 4)
+    threading.Thread(target=lambda: responder.paused.wait(10) and first.request_stop(),
+                     daemon=True).start()
+    first.run()
+
+    responder.resume.set()
+    Controller(config, codec=CODEC, clients=clients, task_sizer=lambda _pool: 5).run()
+    assert task_sizes(clients.broker, config) == [4, 4, 4, 4, 2]
+    assert_completed_exactly(clients.broker, config, job, items=18, tasks=5)

@@ -1,0 +1,119 @@
+"""Pacing (issue 15): a job's tasks go out as its workers get through them, in proportion to
+each worker's speed, never more than `issue_ahead_s` of work ahead of a worker; with no
+worker to pace by, one task per partition at a time."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from inferstream.controller.deadlines import Deadlines
+from inferstream.controller.declines import PoolView
+from inferstream.controller.pacing import Pacing
+from inferstream.policy.assignment import ModelRange, WorkerPolicy
+from inferstream.schemas.records import Task, TaskItem
+
+MODEL = "sim:ms=10"
+ITEMS = 10
+#: worker -> task partitions it owns
+OWNERS = {"fast": [0, 1], "slow": [2, 3, 4, 5], "other": [6, 7]}
+#: items per second, from the policy
+SPEED = {"fast": 100.0, "slow": 25.0, "other": 50.0}
+
+
+def task(task_id: int) -> Task:
+    items = [TaskItem(index=task_id * ITEMS + i, name=f"item-{task_id}-{i}", data=None)
+             for i in range(ITEMS)]
+    return Task(job_id="job-1", task_id=task_id, attempt=1, pool="default", model=MODEL,
+                top_k=1, items=items, issued_at=0, deadline_ms=None, home_partition=0)
+
+
+def pacing(owners: dict[str, list[int]] | None = OWNERS, speed: dict[str, float] = SPEED,
+           ahead_s: float = 2.0, unhealthy: tuple[str, ...] = ()) -> Pacing:
+    policy = {w: WorkerPolicy(0.3, w not in unhealthy, s, (MODEL,)) for w, s in speed.items()}
+
+    def describe(_group: str) -> dict[str, list[int]]:
+        if owners is None:
+            raise RuntimeError("the group cannot be described now")
+        return owners
+
+    view = PoolView(describe=describe)
+    table = Deadlines(view, lambda _pool: policy, lambda pool: f"{pool}.workers",
+                      slack=3.0, floor_s=20.0, max_attempts=4)
+    return Pacing(table, view, lambda _pool: policy, ahead_s)
+
+
+def issue(paced: Pacing, start: int = 0, limit: int = 1000, partitions: int = 8,
+          within: ModelRange | None = None) -> list[int]:
+    """Place and issue tasks from `start` until no worker has room; their partitions."""
+    placed = []
+    paced.begin()
+    for task_id in range(start, start + limit):
+        partition = paced.place("default", MODEL, within, partitions, "job-1", task_id, ITEMS)
+        if partition is None:
+            break
+        placed.append(partition)
+    for offset, partition in enumerate(placed):
+        paced.table.issued(task(start + offset), b"", 0, partition, 0)
+    paced.begin()
+    return placed
+
+
+def by_worker(partitions: list[int], owners: dict[str, list[int]] = OWNERS) -> Counter[str]:
+    owner = {p: w for w, parts in owners.items() for p in parts}
+    return Counter(owner[p] for p in partitions)
+
+
+def test_each_worker_gets_about_its_speed_times_the_lead_and_no_more() -> None:
+    placed = by_worker(issue(pacing(ahead_s=2.0)))
+    # 2 s ahead: 200 items on fast, 50 on slow, 100 on other, in tasks of 10
+    assert placed == {"fast": 20, "slow": 5, "other": 10}, placed
+
+
+def test_a_worker_that_finishes_its_tasks_gets_the_next_ones() -> None:
+    paced = pacing()
+    first = issue(paced)
+    for task_id, partition in enumerate(first):
+        if by_worker([partition]) == {"fast": 1}:
+            paced.table.done("job-1", task_id)
+    assert by_worker(issue(paced, start=len(first))) == {"fast": 20}
+
+
+def test_workers_of_unknown_speed_get_one_task_at_a_time() -> None:
+    paced = pacing(speed={})
+    assert by_worker(issue(paced)) == {"fast": 1, "slow": 1, "other": 1}
+    paced.table.observe("fast", ITEMS, 0.1)  # its first result: 10 ms per item
+    # fast has room for 200 items now, one task of which it holds; the others (the median
+    # of what is known) have room too
+    assert by_worker(issue(paced, start=3)) == {"fast": 19, "slow": 19, "other": 19}
+
+
+def test_unhealthy_or_declining_workers_get_nothing() -> None:
+    paced = pacing(unhealthy=("slow",))
+    paced.pools.record_decline("other", MODEL, ["googlenet"])
+    assert by_worker(issue(paced)) == {"fast": 20}
+
+
+def test_a_worker_spreads_its_tasks_over_its_partitions() -> None:
+    placed = Counter(p for p in issue(pacing()) if p in OWNERS["slow"])
+    assert sorted(placed.values()) == [1, 1, 1, 2], placed
+
+
+def test_only_partitions_of_the_models_range() -> None:
+    placed = issue(pacing(), within=ModelRange(MODEL, first=0, count=4))
+    assert set(placed) <= {0, 1, 2, 3}
+    assert by_worker(placed) == {"fast": 20, "slow": 5}
+
+
+def test_without_workers_each_partition_gets_one_task_at_a_time() -> None:
+    for owners in (None, {}):
+        placed = issue(pacing(owners=owners))
+        assert sorted(placed) == list(range(8)), placed
+        assert issue(pacing(owners=owners), limit=1, within=ModelRange(MODEL, 2, 3)) != []
+
+
+def test_a_forced_task_is_placed_even_when_every_worker_is_full() -> None:
+    paced = pacing()
+    issue(paced)
+    assert paced.place("default", MODEL, None, 8, "job-1", 99, ITEMS) is None
+    forced = paced.place("default", MODEL, None, 8, "job-1", 99, ITEMS, force=True)
+    assert by_worker([forced]) == {"fast": 1}  # the one that would finish it first

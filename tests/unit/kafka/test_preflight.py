@@ -1,0 +1,179 @@
+"""Start-up checks: bad pass-through settings, no broker, missing topics, a port in use and a
+bad log level are one line and a non-zero exit, before any client is built (issue 9, 4 + 6)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from inferstream.cli import main
+from inferstream.config import Config
+from inferstream.errors import ConfigError
+from inferstream.kafka.errors import KafkaSetupError
+from inferstream.kafka.passthrough import check_pass_through
+from inferstream.kafka.preflight import check_cluster, check_port_free
+from inferstream.testing import MemoryBroker, MemoryKafkaClients
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("INFERSTREAM_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def listening_port() -> Iterator[int]:
+    """A loopback port something listens on."""
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("inferstream: error: ")
+    return lines[0]
+
+
+# -- pass-through settings, for every command ----------------------------------------------
+BAD_SETTINGS = [
+    ("linger.ms=abc", "Invalid value"),  # the worker hung on this (a TypeError in aiokafka)
+    ("foo.bar=1", "no such setting in librdkafka or aiokafka"),
+    ("consumer.timeout.ms=abc", "aiokafka expects a whole number"),  # aiokafka-only key
+    ("enable.idempotence=false", "duplicate results"),
+    ("acks=1", "lost"),
+    ("isolation.level=read_uncommitted", "aborted transactions"),
+    ("enable.auto.commit=true", "one transaction"),
+    ("bootstrap.servers=elsewhere:9092", "--bootstrap-servers"),
+    ("max.in.flight=10", "do not work together"),
+]
+
+
+@pytest.mark.parametrize("command", [["status"], ["worker", "--model", "sim:ms=1"],
+                                     ["submit", "--model", "m", "--input", "x"]])
+@pytest.mark.parametrize(("setting", "reason"), BAD_SETTINGS[:2])
+def test_a_bad_pass_through_setting_is_one_line_for_every_command(
+        command: list[str], setting: str, reason: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*command, "--kafka-config", setting,
+                 "--bootstrap-servers", f"127.0.0.1:{free_port()}"]) == 2
+    line = one_line_error(capsys)
+    assert f"--kafka-config (INFERSTREAM_KAFKA_CONFIG) {setting}" in line
+    assert reason in line
+
+
+@pytest.mark.parametrize(("setting", "reason"), BAD_SETTINGS)
+def test_pass_through_settings_are_refused_with_the_key_and_a_reason(
+        setting: str, reason: str) -> None:
+    key, _, value = setting.partition("=")
+    config = Config(kafka_config=((key, value),))
+    with pytest.raises(ConfigError, match=reason) as raised:
+        check_pass_through(config, librdkafka=setting != "consumer.timeout.ms=abc",
+                           aiokafka=True)
+    assert key in str(raised.value) or "max.in.flight" in str(raised.value)
+
+
+def test_secrets_stay_masked_in_the_error() -> None:
+    config = Config(kafka_config=(("sasl.password", "hunter2"),))
+    with pytest.raises(ConfigError) as raised:
+        check_pass_through(config, librdkafka=True, aiokafka=False)
+    assert "hunter2" not in str(raised.value)
+    assert "--sasl-password" in str(raised.value)
+
+
+def test_good_settings_pass_and_the_worker_is_told_what_aiokafka_ignores() -> None:
+    config = Config(kafka_config=(("linger.ms", "20"), ("socket.keepalive.enable", "true"),
+                                  ("acks", "all"), ("max.poll.records", "100")))
+    assert check_pass_through(config, librdkafka=True, aiokafka=False) == []
+    warnings = check_pass_through(config, librdkafka=False, aiokafka=True)
+    assert len(warnings) == 1
+    assert "socket.keepalive.enable" in warnings[0]
+    assert "the worker ignores it" in warnings[0]
+
+
+def test_an_aiokafka_only_setting_is_refused_by_the_librdkafka_commands() -> None:
+    config = Config(kafka_config=(("consumer.timeout.ms", "100"),))
+    assert check_pass_through(config, librdkafka=False, aiokafka=True) == []
+    with pytest.raises(ConfigError, match="librdkafka has no such setting"):
+        check_pass_through(config, librdkafka=True, aiokafka=False)
+
+
+# -- the cluster -------------------------------------------------------------------------------
+def test_no_broker_is_one_line_naming_the_address_and_the_setting() -> None:
+    address = f"127.0.0.1:{free_port()}"
+    config = Config(bootstrap_servers=address, connect_timeout_s=0.5)
+    with pytest.raises(KafkaSetupError) as raised:
+        check_cluster(config)
+    message = str(raised.value)
+    assert address in message
+    assert "--bootstrap-servers or INFERSTREAM_BOOTSTRAP_SERVERS" in message
+    assert "\n" not in message
+
+
+def test_missing_topics_say_to_create_them() -> None:
+    broker = MemoryBroker()
+    config = Config(topic_prefix="t.")
+    broker.create_topic("t.jobs", partitions=2)
+    check_cluster(config, ("t.jobs",), MemoryKafkaClients(broker))
+    with pytest.raises(KafkaSetupError, match="run `inferstream topics create`") as raised:
+        check_cluster(config, ("t.jobs", "t.results"), MemoryKafkaClients(broker))
+    assert "t.results" in str(raised.value)
+    assert "t.jobs," not in str(raised.value)
+
+
+# -- local mistakes --------------------------------------------------------------------------
+def test_a_metrics_port_in_use_is_one_line(listening_port: int,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError, match=f"--metrics-port {listening_port} is in use"):
+        check_port_free(listening_port)
+    assert main(["worker", "--model", "sim:ms=1", "--metrics-port", str(listening_port),
+                 "--bootstrap-servers", f"127.0.0.1:{free_port()}"]) == 2
+    assert f"--metrics-port {listening_port}" in one_line_error(capsys)
+
+
+def test_a_bad_log_level_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "--log-level", "LOUD"]) == 2
+    assert "--log-level 'LOUD' is not one of DEBUG" in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("setting", [("bootstrap_servers", "elsewhere:9092"),
+                                     ("isolation_level", "read_uncommitted")])
+def test_aiokafka_spellings_of_guarded_keys_are_refused_too(setting: tuple[str, str]) -> None:
+    with pytest.raises(ConfigError, match=setting[0]):
+        check_pass_through(Config(kafka_config=(setting,)), librdkafka=False, aiokafka=True)
+
+
+def test_metrics_listen_on_loopback_by_default_and_a_foreign_address_is_one_line() -> None:
+    import urllib.request
+
+    from prometheus_client import CollectorRegistry
+
+    from inferstream.config import WorkerConfig
+    from inferstream.metrics import serve_metrics
+    from inferstream.serving.metrics import WorkerMetrics
+
+    assert WorkerConfig().metrics_addr == "127.0.0.1"
+    metrics = WorkerMetrics(CollectorRegistry())
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    serve_metrics(metrics.registry, port, "127.0.0.1")
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        assert b"inferstream_items_processed_total" in answer.read()
+    with pytest.raises(ConfigError, match=r"--metrics-addr 192\.0\.2\.1 --metrics-port"):
+        serve_metrics(metrics.registry, port + 1 if port < 65535 else port - 1, "192.0.2.1")

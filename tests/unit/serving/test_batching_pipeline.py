@@ -1,0 +1,178 @@
+"""The worker's decode -> batch -> infer path, in memory (no broker)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import time
+from typing import Any
+
+import torch
+
+from inferstream.client.client import JobStatus
+from inferstream.client.progress import ProgressBar
+from inferstream.config import WorkerConfig
+from inferstream.jobs.output import output_lines, write_lines
+from inferstream.models import ItemError, load_model
+from inferstream.models.sim import SimModel, SimParams
+from inferstream.serving.hooks import WorkerHooks
+from inferstream.serving.pipeline import BatchingPipeline, TaskRun
+
+
+class Recorder(WorkerHooks):
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+        self.decoded: list[bool] = []
+
+    def after_batch(self, model: str, size: int, seconds: float) -> None:
+        self.batches.append(size)
+
+    def after_decode(self, model: str, seconds: float, ok: bool) -> None:
+        self.decoded.append(ok)
+
+
+class PickyModel(SimModel):
+    """A sim model that refuses items named bad-* and whose forward fails on demand."""
+
+    fail_forward = False
+
+    def preprocess(self, data: bytes) -> torch.Tensor:
+        if data.startswith(b"bad"):
+            raise ItemError("not an image")
+        return super().preprocess(data)
+
+    def predict(self, batch: torch.Tensor, top_k: int) -> list[Any]:
+        if self.fail_forward:
+            raise RuntimeError("CUDA out of memory")
+        return super().predict(batch, top_k)
+
+
+def task(task_id: int, names: list[str], top_k: int = 3) -> dict[str, Any]:
+    return {"job_id": "j", "task_id": task_id, "attempt": 1, "pool": "default",
+            "model": "sim:ms=0", "top_k": top_k, "issued_at": 0, "deadline_ms": None,
+            "items": [{"index": i, "name": n, "data": None} for i, n in enumerate(names)]}
+
+
+async def run_tasks(model: Any, tasks: list[dict[str, Any]], hooks: WorkerHooks,
+                    max_batch: int = 4) -> list[TaskRun]:
+    pipeline = BatchingPipeline(model, WorkerConfig(max_batch=max_batch, max_wait_ms=50,
+                                                       decode_threads=2), hooks)
+    done: list[TaskRun] = []
+    loop = asyncio.create_task(pipeline.run_forever())
+    try:
+        for spec in tasks:
+            pipeline.submit(TaskRun(spec, on_done=done.append))
+        while len(done) < len(tasks):
+            await asyncio.sleep(0.01)
+    finally:
+        loop.cancel()
+        pipeline.close()
+    assert pipeline.items_in_flight == 0
+    return done
+
+
+def test_items_of_several_tasks_share_batches_and_bad_items_become_errors() -> None:
+    hooks = Recorder()
+    model = PickyModel("sim:ms=0", SimParams(ms=0))
+    tasks = [task(0, ["a", "bad-1", "b"]), task(1, ["c", "d", "e", "bad-2"], top_k=1)]
+    done = asyncio.run(run_tasks(model, tasks, hooks))
+    by_task = {run.task["task_id"]: run for run in done}
+    first = by_task[0].outcomes
+    assert [o["status"] for o in first] == ["OK", "ERROR", "OK"]  # type: ignore[index]
+    assert first[1] == {"index": 1, "name": "bad-1", "status": "ERROR", "top_k": [],
+                        "error": "not an image"}
+    assert all(len(o["top_k"]) == 1 for o in by_task[1].outcomes if o["status"] == "OK")  # type: ignore[index]
+    assert sum(hooks.batches) == 5 and max(hooks.batches) <= 4
+    assert hooks.decoded.count(False) == 2
+
+
+def test_a_failed_forward_pass_fails_its_items_not_the_worker() -> None:
+    model = PickyModel("sim:ms=0", SimParams(ms=0))
+    model.fail_forward = True
+    done = asyncio.run(run_tasks(model, [task(0, ["a", "b"])], WorkerHooks()))
+    reasons = {o["error"] for o in done[0].outcomes}  # type: ignore[index]
+    assert reasons == {"inference failed: RuntimeError: CUDA out of memory"}
+
+
+def test_an_empty_task_finishes_at_once() -> None:
+    model = load_model("sim:ms=0")
+    done = asyncio.run(run_tasks(model, [task(0, [])], WorkerHooks()))
+    assert done[0].done and done[0].outcomes == []
+
+
+def test_output_lines_follow_item_order_and_csv_has_top1_columns() -> None:
+    result = {"job_id": "j", "task_id": 0, "attempt": 2, "worker": "w", "items": [
+        {"index": 1, "name": "b.jpg", "status": "ERROR", "top_k": [], "error": "not an image"},
+        {"index": 0, "name": "a.jpg", "status": "OK", "error": None,
+         "top_k": [{"class_id": 967, "label": "espresso", "score": 0.9}]},
+    ]}
+    lines = list(output_lines([result]))
+    assert [line["item"] for line in lines] == ["a.jpg", "b.jpg"]
+    buffer = io.StringIO()
+    write_lines(iter(lines), buffer)
+    first = json.loads(buffer.getvalue().splitlines()[0])
+    assert first == {"job_id": "j", "item": "a.jpg", "status": "ok", "error": None,
+                     "top_k": [{"class_id": 967, "label": "espresso", "score": 0.9}],
+                     "worker": "w", "attempt": 2}
+    buffer = io.StringIO()
+    write_lines(iter(lines), buffer, "csv")
+    rows = buffer.getvalue().splitlines()
+    assert rows[0] == "job_id,item,status,class_id,label,score,error,worker,attempt"
+    assert rows[1] == "j,a.jpg,ok,967,espresso,0.9,,w,2"
+    assert rows[2] == "j,b.jpg,error,,,,not an image,w,2"
+
+
+def test_the_progress_bar_shows_done_total_rate_and_eta() -> None:
+    status = JobStatus("j", "PROGRESS", total_items=200, done_items=50, rate_items_per_s=25.0)
+    text = ProgressBar(io.StringIO(), width=10).render(status)
+    assert "50/200 25%" in text and "25.0 img/s" in text and "ETA 0:00:06" in text
+
+
+class CountingModel(SimModel):
+    """A sim model whose batches take 20 ms, counting the items decoded and the items that
+    went into a forward pass, and the most decoded items waiting for one."""
+
+    def __init__(self) -> None:
+        super().__init__("sim:ms=0", SimParams(ms=0))
+        self.decoded = 0
+        self.forwarded = 0
+        self.most_waiting = 0
+
+    def preprocess(self, data: bytes) -> torch.Tensor:
+        tensor = super().preprocess(data)
+        self.decoded += 1
+        self.most_waiting = max(self.most_waiting, self.decoded - self.forwarded)
+        return tensor
+
+    def predict(self, batch: torch.Tensor, top_k: int) -> list[Any]:
+        self.forwarded += len(batch)
+        time.sleep(0.02)
+        return super().predict(batch, top_k)
+
+
+def test_items_are_decoded_at_most_decode_ahead_batches_ahead_of_the_model() -> None:
+    model = CountingModel()
+    tasks = [task(t, [f"item-{t}-{i}" for i in range(8)]) for t in range(6)]
+
+    async def run() -> list[TaskRun]:
+        pipeline = BatchingPipeline(model, WorkerConfig(
+            max_batch=4, max_wait_ms=5, decode_threads=2, decode_ahead=1), Recorder())
+        done: list[TaskRun] = []
+        loop = asyncio.create_task(pipeline.run_forever())
+        try:
+            for spec in tasks:  # 48 items at once, as when a worker's fetch brings 6 tasks
+                pipeline.submit(TaskRun(spec, on_done=done.append))
+            while len(done) < len(tasks):
+                await asyncio.sleep(0.01)
+        finally:
+            loop.cancel()
+            pipeline.close()
+        return done
+
+    done = asyncio.run(run())
+    assert sorted(r.task["task_id"] for r in done) == list(range(6))
+    assert all(o is not None and o["status"] == "OK" for r in done for o in r.outcomes)
+    assert model.decoded == model.forwarded == 48
+    # one batch ahead, and the one the batch loop has taken but not yet passed on
+    assert model.most_waiting <= 2 * 4, model.most_waiting

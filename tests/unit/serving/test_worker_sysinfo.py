@@ -1,0 +1,264 @@
+"""Workers publish system-information samples to the sysinfo topic, in memory: keyed by worker
+id, calibrated before the first task, per-model throughput over the window, custom collectors
+by entry point in `extra`, and no collector or broker failure reaching the task path."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import textwrap
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from inferstream.cli import build_parser, config_from_args, main
+from inferstream.config import DEFAULT_COLLECTORS, Config, WorkerConfig, load_config
+from inferstream.errors import ConfigError
+from inferstream.kafka.topics import topic_specs
+from inferstream.models import load_model
+from inferstream.schemas import Codec
+from inferstream.schemas.records import SysInfoSample, read_task_result
+from inferstream.serving.collectors import (
+    BUILTIN_COLLECTORS,
+    PerformanceWindows,
+    SampleContext,
+    SampleFields,
+    ServedModel,
+    load_collectors,
+)
+from inferstream.serving.collectors.accelerator import AcceleratorCollector
+from inferstream.serving.hooks import WorkerHooks
+from inferstream.serving.metrics import WorkerMetrics
+from inferstream.serving.worker import Worker
+from inferstream.testing import MemoryBroker, MemoryKafkaClients
+from tests.unit.serving.test_worker_memory import put_tasks
+
+CODEC = Codec(None)
+
+
+def make_config(**worker: Any) -> Config:
+    settings = {"models": ("sim:ms=1",), "idle_exit_s": 0.25, "max_wait_ms": 1.0,
+                "worker_id": "w1", "decode_threads": 2, "sysinfo_interval_s": 0.05,
+                "calibration_items": 4, **worker}
+    return Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2,
+                  task_partitions=2, worker=WorkerConfig(**settings))
+
+
+@pytest.fixture
+def broker() -> MemoryBroker:
+    broker = MemoryBroker()
+    broker.create_topics(topic_specs(make_config()))
+    return broker
+
+
+def run_worker(config: Config, broker: MemoryBroker, hooks: WorkerHooks | None = None
+               ) -> Worker:
+    worker = Worker(config, load_model(config.worker.models[0]), hooks=hooks, codec=CODEC,
+                    clients=MemoryKafkaClients(broker))
+    asyncio.run(worker.run())
+    return worker
+
+
+def samples(broker: MemoryBroker, config: Config) -> list[tuple[bytes | None, SysInfoSample]]:
+    records = broker.records(config.topic("sysinfo"))
+    return [(r.key, SysInfoSample(**CODEC.decode(r.value or b"", "SysInfoSample")))
+            for r in records]
+
+
+class Thermometer:
+    """A custom collector, registered by entry point in `plugins`."""
+
+    name = "thermometer"
+
+    def collect(self, context: SampleContext) -> SampleFields:
+        return SampleFields(extra={"celsius": 41.5, "fans": 2})
+
+
+class Broken:
+    name = "broken"
+
+    def collect(self, context: SampleContext) -> SampleFields:
+        raise RuntimeError("sensor unplugged")
+
+
+@pytest.fixture
+def plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A distribution on sys.path whose entry points register the two collectors above."""
+    info = tmp_path / "site" / "fake_collectors-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-collectors\n"
+                                   "Version: 0.1\n")
+    (info / "entry_points.txt").write_text(textwrap.dedent(f"""\
+        [inferstream.collectors]
+        thermometer = {__name__}:Thermometer
+        broken = {__name__}:Broken
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+
+
+def test_samples_are_keyed_by_worker_id_and_calibrated_before_the_first_task(
+        broker: MemoryBroker) -> None:
+    config = make_config(models=("sim:ms=10",))
+    put_tasks(broker, config, 4)
+    run_worker(config, broker)
+
+    found = samples(broker, config)
+    assert len(found) >= 2 and {key for key, _ in found} == {b"w1"}
+    first = found[0][1]
+    assert first["queue_depth"] == 0 and first["assigned_partitions"] == []
+    assert first["models"][0]["items"] == 0  # taken before any task
+    first_result = min(read_task_result(CODEC, v)["started_at"]
+                       for v in broker.values(config.topic("results")))
+    assert first["timestamp"] <= first_result
+    calibration = first["calibration"]
+    assert calibration is not None and calibration["model"] == "sim:ms=10"
+    assert calibration["batch_size"] == 4
+    assert 40 <= calibration["items_per_s"] <= 100.5  # sim:ms=10 sleeps 10 ms per item
+    assert all(s["calibration"] == calibration for _, s in found)
+    assert first["served_models"] == ["sim:ms=10"] and first["device"] == "cpu"
+    assert first["accelerator"] is None and first["gpu_memory_bytes"] is None
+    assert {"inferstream", "python", "torch"} <= set(first["software"])
+    assert first["software"]["model:sim:ms=10"] == "sim"
+
+
+def test_each_model_reports_what_it_finished_over_the_window(broker: MemoryBroker) -> None:
+    config = make_config()
+    put_tasks(broker, config, 10, items=4)
+    run_worker(config, broker)
+
+    found = [s for _, s in samples(broker, config)]
+    last = found[-1]
+    (model,) = last["models"]
+    assert model["model"] == "sim:ms=1" and model["version"] == "sim"
+    assert model["items"] == 40  # the run is shorter than the window: every item counts
+    assert model["items_per_s"] > 0 and last["throughput_items_per_s"] == model["items_per_s"]
+    assert model["mean_batch_size"] is not None and 1 <= model["mean_batch_size"] <= 40
+    assert model["batch_latency_seconds_p50"] is not None
+    assert model["batch_latency_seconds_p95"] >= model["batch_latency_seconds_p50"]
+    assert last["assigned_partitions"] == [0, 1]
+    assert last["consumer_lag"] == 0  # everything committed
+    assert last["memory_bytes"] > 0 and last["host_memory_available_bytes"]
+
+
+def test_a_custom_collector_registered_by_entry_point_shows_in_extra(
+        broker: MemoryBroker, plugins: None) -> None:
+    config = make_config(collectors=(*DEFAULT_COLLECTORS, "thermometer"))
+    put_tasks(broker, config, 2)
+    run_worker(config, broker)
+
+    assert all(s["extra"] == {"celsius": 41.5, "fans": 2.0} for _, s in samples(broker, config))
+
+
+def test_a_failing_collector_is_counted_and_the_worker_goes_on(
+        broker: MemoryBroker, plugins: None) -> None:
+    config = make_config(collectors=("broken", "queue"))
+    put_tasks(broker, config, 6)
+    metrics = WorkerMetrics(CollectorRegistry())
+    worker = run_worker(config, broker, metrics)
+
+    assert {read_task_result(CODEC, v)["task_id"]
+            for v in broker.values(config.topic("results"))} == set(range(6))
+    errors = metrics.registry.get_sample_value("inferstream_collector_errors_total",
+                                               {"collector": "broken"})
+    published = metrics.registry.get_sample_value("inferstream_worker_sysinfo_samples_total",
+                                                  {"outcome": "published"})
+    assert errors is not None and errors >= 1 and errors == worker.sysinfo.collector_errors
+    assert published == len(samples(broker, config)) >= 1
+    cpu_s = metrics.registry.get_sample_value("inferstream_sysinfo_collect_cpu_seconds_total")
+    assert cpu_s == pytest.approx(worker.sysinfo.collect_cpu_s)
+
+
+def test_samples_that_cannot_be_sent_are_counted_and_tasks_still_commit() -> None:
+    config = make_config()
+    broker = MemoryBroker()
+    broker.create_topics(s for s in topic_specs(config) if s.name != config.topic("sysinfo"))
+    put_tasks(broker, config, 4)
+    worker = run_worker(config, broker)
+
+    assert len(broker.values(config.topic("results"))) == 4
+    assert worker.sysinfo.published == 0 and worker.sysinfo.failed >= 1
+
+
+def test_an_unknown_collector_is_a_one_line_error_at_start(
+        plugins: None, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError, match="unknown collector 'nope'"):
+        load_collectors(["cpu", "nope"])
+    code = main(["worker", "--model", "sim:ms=0", "--collector", "nope",
+                 "--bootstrap-servers", "localhost:1"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "unknown collector 'nope'" in err
+    assert "thermometer" in err  # the registered ones are listed
+
+
+def test_sample_fields_and_default_collectors_match_the_schema() -> None:
+    assert SampleFields.__annotations__.keys() == SysInfoSample.__annotations__.keys()
+    assert set(DEFAULT_COLLECTORS) == set(BUILTIN_COLLECTORS)
+
+
+def test_no_sysinfo_interval_means_no_samples_and_no_calibration(
+        broker: MemoryBroker) -> None:
+    config = make_config(sysinfo_interval_s=0)
+    put_tasks(broker, config, 2)
+    worker = run_worker(config, broker)
+
+    assert samples(broker, config) == [] and worker.sysinfo.calibration is None
+
+
+def test_throughput_counts_the_last_window_only() -> None:
+    """A model that runs 32-item batches of 0.32 s does 100 items/s; batches older than the
+    window no longer count, and a model that stopped shows its latencies no more."""
+    windows = PerformanceWindows(window_s=10.0)
+    busy, idle = ServedModel("sim:ms=10", "sim"), ServedModel("sim:ms=40", "sim")
+    windows.snapshot((busy, idle), now=0.0)  # both windows open at 0
+    windows.record(idle.name, 8, 0.32, ended=1.0)
+    for batch in range(1, 63):
+        windows.record(busy.name, 32, 0.32, ended=batch * 0.32)
+    perf = windows.snapshot((busy, idle), now=20.0)
+
+    fast, slow = perf.models
+    assert fast["items_per_s"] == pytest.approx(100, rel=0.05)
+    assert fast["mean_batch_size"] == 32 and fast["item_seconds"] == pytest.approx(0.01)
+    assert fast["batch_latency_seconds_p95"] == pytest.approx(0.32)
+    assert slow["items"] == 0 and slow["batch_latency_seconds_p50"] is None
+    assert perf.items_per_s == fast["items_per_s"]
+
+
+def cuda_context(device: str) -> SampleContext:
+    return SampleContext(worker="w", pool="default", device=device, interval_s=2.0)
+
+
+def test_the_accelerator_collector_reports_a_cuda_device_and_never_imports_torch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    collector = AcceleratorCollector()
+    monkeypatch.delitem(sys.modules, "torch")
+    assert collector.collect(cuda_context("cuda:0")) == dict.fromkeys(
+        ("accelerator", "gpu_utilization", "gpu_memory_bytes", "gpu_memory_total_bytes"))
+    assert "torch" not in sys.modules
+
+    def utilization(index: int) -> int:
+        raise ModuleNotFoundError("No module named 'pynvml'")
+
+    cuda = types.SimpleNamespace(get_device_name=lambda index: f"NVIDIA H200 #{index}",
+                                 mem_get_info=lambda index: (100 << 30, 140 << 30),
+                                 utilization=utilization)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    assert collector.collect(cuda_context("cuda:1")) == {
+        "accelerator": "NVIDIA H200 #1", "gpu_utilization": None,
+        "gpu_memory_bytes": 40 << 30, "gpu_memory_total_bytes": 140 << 30}
+    assert collector.collect(cuda_context("cpu"))["accelerator"] is None
+
+
+def test_sysinfo_settings_come_from_the_environment_and_flags() -> None:
+    env = load_config({}, {"INFERSTREAM_WORKER_COLLECTORS": "cpu, queue",
+                           "INFERSTREAM_WORKER_SYSINFO_INTERVAL_S": "0"})
+    assert env.worker.collectors == ("cpu", "queue") and env.worker.sysinfo_interval_s == 0
+    args = build_parser().parse_args(["worker", "--model", "m", "--collector", "gpu_temp",
+                                      "--sysinfo-interval", "5"])
+    worker = config_from_args(args).worker
+    assert worker.collectors == ("gpu_temp",) and worker.sysinfo_interval_s == 5.0
+    assert Config().worker.collectors == DEFAULT_COLLECTORS
+    with pytest.raises(ConfigError, match="sysinfo_interval_s must be >= 0"):
+        load_config({"worker": {"sysinfo_interval_s": -1}}, {})

@@ -1,0 +1,255 @@
+"""A stream member on the in-memory transport: one output record per input record, keyed
+like it, with its origin; photos get their labels, bad records a reason; every input format;
+dead letters with `--on-error dlq`; a fenced commit redone without a duplicate."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import io
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fastavro import parse_schema, schemaless_writer
+from PIL import Image
+from prometheus_client import CollectorRegistry
+from skimage import data as photos
+
+from inferstream.config import Config, StreamConfig, WorkerConfig
+from inferstream.errors import ConfigError
+from inferstream.kafka.settings import partition_of_key
+from inferstream.kafka.topics import topic_specs
+from inferstream.models import LoadedModel, load_model
+from inferstream.schemas import Codec
+from inferstream.schemas.codec import schema_fingerprint
+from inferstream.stream.member import ORIGIN_OFFSET, ORIGIN_TOPIC, StreamMember
+from inferstream.stream.metrics import StreamMetrics
+from inferstream.testing import MemoryBroker, MemoryKafkaClients
+from inferstream.testing.log import StoredRecord
+from tests.unit.fencing import fenced_mid_commit
+
+CODEC = Codec(None)
+LITE0 = "efficientnet_lite0"
+IN, OUT = "uploads", "labels"
+
+
+def make_config(model: str = "sim:ms=0", **stream: Any) -> Config:
+    return Config(
+        bootstrap_servers="mem:1", topic_prefix="t.", partitions=2,
+        worker=WorkerConfig(models=(model,), idle_exit_s=0.3, max_wait_ms=1.0, worker_id="s1",
+                            decode_threads=2, calibration_items=0),
+        stream=StreamConfig(input_topic=IN, output_topic=OUT, **stream))
+
+
+def new_broker(config: Config, partitions: tuple[int, int] = (3, 3)) -> MemoryBroker:
+    broker = MemoryBroker()
+    broker.create_topics(topic_specs(config))
+    broker.create_topic(IN, partitions[0])
+    broker.create_topic(OUT, partitions[1])
+    return broker
+
+
+@pytest.fixture(scope="module")
+def lite0() -> LoadedModel:
+    return load_model(LITE0)
+
+
+def png(image: Any) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(np.asarray(image)).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def run_members(config: Config, broker: MemoryBroker, model: LoadedModel, count: int = 1,
+                metrics: StreamMetrics | None = None) -> None:
+    clients = MemoryKafkaClients(broker)
+    members = [StreamMember(dataclasses.replace(config, worker=dataclasses.replace(
+        config.worker, worker_id=f"s{i}")), model, codec=CODEC, clients=clients, hooks=metrics)
+        for i in range(count)]
+
+    async def together() -> None:
+        await asyncio.gather(*(member.run() for member in members))
+
+    asyncio.run(together())
+
+
+def outputs(broker: MemoryBroker, topic: str = OUT) -> list[StoredRecord]:
+    return broker.records(topic, read_committed=True)
+
+
+def decoded(record: StoredRecord) -> dict[str, Any]:
+    value: dict[str, Any] = json.loads(record.value or b"")
+    return value
+
+
+def origin_offsets(records: list[StoredRecord]) -> Counter[tuple[int, int]]:
+    return Counter((decoded(r)["origin"]["partition"], decoded(r)["origin"]["offset"])
+                   for r in records)
+
+
+def test_photos_get_their_labels_and_bad_records_a_reason_once_each(
+        lite0: LoadedModel) -> None:
+    config = make_config(LITE0)
+    broker = new_broker(config)
+    cat, coffee = png(photos.chelsea()), png(photos.coffee())
+    inputs = {b"cat": cat, b"coffee": coffee, b"truncated": cat[: len(cat) // 2],
+              b"zero": b"", b"text": b"hello, not an image", b"null": None}
+    for i, (key, value) in enumerate(inputs.items()):
+        broker.produce(IN, i % 3, key, value, headers=(("trace", b"t-" + key),))
+    metrics = StreamMetrics(CollectorRegistry())
+    run_members(config, broker, lite0, metrics=metrics)
+
+    found = {r.key: r for r in outputs(broker)}
+    assert set(found) == set(inputs) and len(outputs(broker)) == len(inputs)
+    assert decoded(found[b"cat"])["top_k"][0]["label"] == "tiger cat"
+    assert decoded(found[b"coffee"])["top_k"][0]["label"] == "espresso"
+    for key in (b"truncated", b"zero", b"text", b"null"):
+        line = decoded(found[key])
+        assert line["status"] == "error" and line["error"] and line["top_k"] == [], key
+    cat_out = found[b"cat"]
+    assert decoded(cat_out)["origin"] == {"topic": IN, "partition": 0, "offset": 0}
+    assert cat_out.partition == 0  # as many output partitions: the input's index
+    headers = dict(cat_out.headers)
+    assert headers["trace"] == b"t-cat"  # the input's own headers are kept
+    assert headers[ORIGIN_TOPIC] == IN.encode() and headers[ORIGIN_OFFSET] == b"0"
+    assert metrics.records.labels("ok")._value.get() == 2
+    assert metrics.records.labels("error")._value.get() == 4
+
+
+def test_two_members_share_the_partitions_and_write_each_output_once() -> None:
+    config = make_config()
+    broker = new_broker(config, (4, 3))
+    for offset in range(60):
+        broker.produce(IN, offset % 4, f"k{offset}".encode(), f"image-{offset}".encode())
+    run_members(config, broker, load_model("sim:ms=1"), count=2)
+
+    found = outputs(broker)
+    assert len(found) == 60
+    assert set(origin_offsets(found).values()) == {1}
+    # 4 input partitions, 3 output ones: by key, as the Java client would place it
+    assert all(r.partition == partition_of_key(r.key or b"", 3) for r in found)
+    assert {decoded(r)["worker"] for r in found} <= {"s0", "s1"}
+
+
+def test_a_fenced_commit_is_redone_and_no_output_is_duplicated() -> None:
+    config = make_config()
+    broker = new_broker(config)
+    for offset in range(30):
+        broker.produce(IN, 1, f"k{offset}".encode(), f"image-{offset}".encode())
+    pool = config.stream.pool(config.topic_prefix)
+    tid = f"{config.topic_prefix}{pool}.{IN}.1"
+    with fenced_mid_commit(broker, tid):
+        run_members(config, broker, load_model("sim:ms=0"))
+    found = outputs(broker)
+    assert len(found) == 30 and set(origin_offsets(found).values()) == {1}
+    assert len(broker.records(OUT, read_committed=False)) > 30  # the aborted ones
+
+
+def labelled(config: Config, inputs: dict[bytes, bytes], model: LoadedModel
+             ) -> dict[bytes, dict[str, Any]]:
+    """Run one member over `inputs` (key: value, on partition 0); the outputs by key."""
+    broker = new_broker(config)
+    for key, value in inputs.items():
+        broker.produce(IN, 0, key, value)
+    run_members(config, broker, model)
+    return {r.key or b"": decoded(r) for r in outputs(broker)}
+
+
+def test_url_input_reads_paths_and_file_uris(tmp_path: Path, lite0: LoadedModel) -> None:
+    cat = tmp_path / "cat.png"
+    cat.write_bytes(png(photos.chelsea()))
+    found = labelled(make_config(LITE0, input_format="url"), {
+        b"path": str(cat).encode(), b"uri": cat.as_uri().encode(),
+        b"missing": b"/nowhere/x.png", b"binary": b"\xff\xfe\x00"}, lite0)
+    assert found[b"path"]["top_k"][0]["label"] == "tiger cat"
+    assert found[b"uri"]["top_k"][0]["label"] == "tiger cat"
+    assert "/nowhere/x.png" in found[b"missing"]["error"]
+    assert "UTF-8" in found[b"binary"]["error"]
+
+
+def test_json_input_reads_base64_or_a_uri_from_a_nested_field(
+        tmp_path: Path, lite0: LoadedModel) -> None:
+    cat = tmp_path / "cat.png"
+    cat.write_bytes(png(photos.chelsea()))
+    encoded = base64.b64encode(cat.read_bytes()).decode()
+    values: dict[bytes, Any] = {b"b64": {"image": {"data": encoded}},
+                                b"uri": {"image": {"data": cat.as_uri()}},
+                                b"nofield": {"image": {}}, b"list": [1, 2]}
+    inputs = {key: json.dumps(value).encode() for key, value in values.items()}
+    found = labelled(make_config(LITE0, input_format="json", field="image.data"),
+                     {**inputs, b"notjson": b"{oops"}, lite0)
+    assert found[b"b64"]["top_k"][0]["label"] == "tiger cat"
+    assert found[b"uri"]["top_k"][0]["label"] == "tiger cat"
+    assert "no field 'image.data'" in found[b"nofield"]["error"]
+    assert "not an object" in found[b"list"]["error"]
+    assert "not JSON" in found[b"notjson"]["error"]
+
+
+def test_avro_input_in_single_object_encoding(tmp_path: Path) -> None:
+    schema = {"type": "record", "name": "Upload", "namespace": "com.example",
+              "fields": [{"name": "id", "type": "string"}, {"name": "image", "type": "bytes"}]}
+    path = tmp_path / "Upload.avsc"
+    path.write_text(json.dumps(schema))
+    config = make_config(input_format="avro", field="image", input_schema=str(path),
+                         output_format="avro")
+    broker = new_broker(config)
+    buffer = io.BytesIO()
+    buffer.write(b"\xc3\x01" + schema_fingerprint(schema))
+    schemaless_writer(buffer, parse_schema(schema), {"id": "a", "image": b"pixels"})
+    broker.produce(IN, 0, b"good", buffer.getvalue())
+    broker.produce(IN, 0, b"bad", b"\xc3\x01" + b"\x00" * 8 + b"x")
+    run_members(config, broker, load_model("sim:ms=0"))
+    found = {r.key: CODEC.decode(r.value or b"", expected="StreamResult")
+             for r in outputs(broker)}
+    assert found[b"good"]["status"] == "OK" and found[b"good"]["top_k"]
+    assert "unknown writer fingerprint" in (found[b"bad"]["error"] or "")
+
+
+def test_avro_input_needs_a_schema_source() -> None:
+    with pytest.raises(ConfigError, match="--input-schema"):
+        StreamMember(make_config(input_format="avro", field="image"), load_model("sim:ms=0"),
+                     codec=CODEC, clients=MemoryKafkaClients(MemoryBroker()))
+
+
+def test_on_error_dlq_sends_bad_records_to_the_dead_letter_topic_only(
+        lite0: LoadedModel) -> None:
+    config = make_config(LITE0, on_error="dlq")
+    broker = new_broker(config)
+    broker.produce(IN, 2, b"good", png(photos.chelsea()))
+    broker.produce(IN, 2, b"bad", b"not an image")
+    run_members(config, broker, lite0)
+    assert [r.key for r in outputs(broker)] == [b"good"]
+    letters = [CODEC.decode(v, expected="DeadLetter")
+               for v in broker.values(config.topic("dlq"), read_committed=True)]
+    assert len(letters) == 1
+    assert (letters[0]["origin_topic"], letters[0]["origin_partition"],
+            letters[0]["origin_offset"]) == (IN, 2, 1)
+    assert letters[0]["value"] == b"not an image" and letters[0]["key"] == b"bad"
+
+
+def test_start_from_latest_skips_what_was_there_before() -> None:
+    config = make_config(start_from="latest")
+    broker = new_broker(config)
+    broker.produce(IN, 0, b"old", b"before the stream")
+    run_members(config, broker, load_model("sim:ms=0"))
+    assert outputs(broker) == []
+
+
+def test_open_stream_from_python_applies_the_settings_given() -> None:
+    from inferstream.stream import open_stream
+
+    config = make_config()
+    broker = new_broker(config)
+    broker.produce(IN, 1, b"k", b"bytes")
+    base = dataclasses.replace(config, stream=StreamConfig())
+    member = open_stream(base, "sim:ms=0", clients=MemoryKafkaClients(broker),
+                         input_topic=IN, output_topic=OUT)
+    asyncio.run(member.run())
+    assert [(r.key, decoded(r)["status"]) for r in outputs(broker)] == [(b"k", "ok")]
+    with pytest.raises(ConfigError, match="--input-topic"):
+        open_stream(base, "sim:ms=0", output_topic=OUT)
