@@ -25,16 +25,11 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from inferstream.controller.declines import PoolView
-from inferstream.policy.assignment import (
-    RangeSource,
-    WorkerPolicy,
-    model_range,
-    no_ranges,
-)
+from inferstream.policy.view import PolicyView, WorkerPolicy, model_range
 from inferstream.schemas.records import Task, serves
 
 log = logging.getLogger(__name__)
@@ -43,14 +38,6 @@ log = logging.getLogger(__name__)
 MEMBERS_TTL_S = 2.0
 #: Weight of the newest result in a worker's observed seconds per item.
 OBSERVED_ALPHA = 0.2
-
-#: The policy's workers of a pool (share, health, capacity), None without a policy.
-PoolPolicy = Callable[[str], dict[str, WorkerPolicy] | None]
-
-
-def no_pool_policy(_pool: str) -> dict[str, WorkerPolicy] | None:
-    return None
-
 
 @dataclass
 class Outstanding:
@@ -95,12 +82,10 @@ class Late:
 class Deadlines:
     """The outstanding tasks of the jobs this controller owns, by (job id, task id)."""
 
-    def __init__(self, pools: PoolView, policy: PoolPolicy, group_of: Callable[[str], str],
-                 slack: float, floor_s: float, max_attempts: int,
-                 ranges: RangeSource = no_ranges) -> None:
+    def __init__(self, pools: PoolView, policy: PolicyView, group_of: Callable[[str], str],
+                 slack: float, floor_s: float, max_attempts: int) -> None:
         self.pools = pools
         self.policy = policy
-        self.ranges = ranges
         self.group_of = group_of
         self.slack = slack
         self.floor_s = floor_s
@@ -247,11 +232,11 @@ class Deadlines:
             OBSERVED_ALPHA * per_item + (1 - OBSERVED_ALPHA) * known)
 
     def _per_item_s(self, pool: str, worker: str | None,
-                    workers: dict[str, WorkerPolicy] | None = None) -> float | None:
+                    workers: Mapping[str, WorkerPolicy] | None = None) -> float | None:
         """The worker's seconds per item: from the policy's capacity, else from its results;
         for a worker known to neither, the pool's median (policy) or every worker's.
         `workers`: the pool's policy, where the caller has it already."""
-        workers = (self.policy(pool) if workers is None else workers) or {}
+        workers = (self.policy.workers(pool) if workers is None else workers) or {}
         known = workers.get(worker) if worker is not None else None
         if known is not None and known.capacity_items_per_s > 0:
             return 1.0 / known.capacity_items_per_s
@@ -263,7 +248,7 @@ class Deadlines:
         return statistics.median(self._observed.values()) if self._observed else None
 
     def target_per_item_s(self, pool: str, worker: str,
-                          workers: dict[str, WorkerPolicy] | None = None) -> float | None:
+                          workers: Mapping[str, WorkerPolicy] | None = None) -> float | None:
         """The seconds per item to plan new work on `worker` with: the slower of what the
         policy says and what its results show. The policy's capacity lags a slowdown by its
         sampling window, and new work must not go to a worker that just slowed down."""
@@ -292,7 +277,7 @@ class Deadlines:
         pools = {t.task["pool"] for t in self._tasks.values()}
         found: dict[str, set[str]] = {}
         for pool in pools:
-            workers = self.policy(pool) or {}
+            workers = self.policy.workers(pool) or {}
             found[pool] = {w for w, p in workers.items() if not p.healthy}
         return found
 
@@ -303,18 +288,17 @@ class Deadlines:
         policy gives the pool ranges."""
         pool, model = entry.task["pool"], entry.task["model"]
         members = self._members(pool)
-        workers = self.policy(pool) or {}
+        workers = self.policy.workers(pool) or {}
         if not members:
             return None
         try:
-            within = model_range(model, self.ranges(pool))
+            within = model_range(model, self.policy.model_ranges(pool))
         except Exception:  # a policy table that cannot answer: any partition
             within = None
         best: tuple[float, str, int] | None = None
         for worker, owned in sorted(members.items()):
             policy = workers.get(worker)
-            parts = [p for p in owned if within is None or within.first <= p < within.first
-                     + within.count]
+            parts = [p for p in owned if within is None or p in within]
             if worker == entry.owner or not parts or (policy is not None and not policy.healthy):
                 continue
             if not self._serves(worker, model, policy):

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from inferstream.controller.deadlines import Deadlines, PoolPolicy
+from inferstream.controller.deadlines import Deadlines
 from inferstream.controller.declines import PoolView
 from inferstream.controller.placement import task_partition
-from inferstream.policy.assignment import ModelRange
+from inferstream.policy.view import ModelRange, PolicyView
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class Pacing:
 
     table: Deadlines
     pools: PoolView
-    policy: PoolPolicy
+    policy: PolicyView
     ahead_s: float
     _planned: dict[tuple[str, int], int] = field(default_factory=dict)
     _workers: dict[tuple[str, str, ModelRange | None, int], list[_Worker]] = field(
@@ -64,7 +64,7 @@ class Pacing:
         """The partition for task `task_id` (of `items` items) of a job of `model` on
         `pool`'s topic of `partitions`, or None when no worker has room for it now; with
         `force`, a partition even then (a job's first task)."""
-        if within is not None and not _fits(within, partitions):
+        if within is not None and not within.fits(partitions):
             within = None  # the range does not fit the topic: all partitions
         workers = self._eligible(pool, model, within, partitions)
         if workers:
@@ -88,7 +88,7 @@ class Pacing:
         if known is not None:
             return known
         members = self.table.members(pool) or {}
-        policy = self.policy(pool) or {}
+        policy = self.policy.workers(pool) or {}
         found = []
         for worker, owned in sorted(members.items()):
             entry = policy.get(worker)
@@ -96,7 +96,7 @@ class Pacing:
                 continue
             if model in self.pools.declined.get(worker, set()):
                 continue
-            parts = [p for p in owned if p < partitions and _inside(p, within)]
+            parts = [p for p in owned if p < partitions and (within is None or p in within)]
             if parts:
                 found.append(_Worker(worker, parts,
                                      self.table.target_per_item_s(pool, worker, policy)))
@@ -132,10 +132,3 @@ class Pacing:
                 return partition
         return task_partition(job_id, task_id, partitions, within) if force else None
 
-
-def _fits(within: ModelRange, partitions: int) -> bool:
-    return within.count >= 1 and within.first + within.count <= partitions
-
-
-def _inside(partition: int, within: ModelRange | None) -> bool:
-    return within is None or within.first <= partition < within.first + within.count

@@ -5,7 +5,7 @@ With `issue_ahead_s = 0`, and in `pacing` when no worker owns a partition the jo
 from __future__ import annotations
 
 from inferstream.kafka.settings import partition_for
-from inferstream.policy.assignment import ModelRange
+from inferstream.policy.view import ModelRange
 
 
 def task_partition(job_id: str, task_id: int, partitions: int,
@@ -19,6 +19,6 @@ def task_partition(job_id: str, task_id: int, partitions: int,
     partition 0. A range that does not fit the topic (a topic with fewer partitions than
     the policy was planned for) is ignored.
     """
-    if within is None or within.count < 1 or within.first + within.count > partitions:
+    if within is None or not within.fits(partitions):
         return (partition_for(job_id, partitions) + task_id) % partitions
     return within.first + (partition_for(job_id, within.count) + task_id) % within.count

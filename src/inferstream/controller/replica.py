@@ -21,7 +21,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicP
 
 from inferstream.config import Config
 from inferstream.controller.admission import rejection_reason
-from inferstream.controller.deadlines import Deadlines, PoolPolicy, no_pool_policy
+from inferstream.controller.deadlines import Deadlines
 from inferstream.controller.declines import PoolView, failed_result, redirect
 from inferstream.controller.expansion import Item
 from inferstream.controller.hooks import ControllerHooks, JobProgress, RoundState
@@ -30,7 +30,7 @@ from inferstream.controller.outbox import ControllerTopics, Outbox, PartitionCou
 from inferstream.controller.pacing import Pacing
 from inferstream.controller.placement import task_partition
 from inferstream.controller.replay import LedgerStandby, read_ledger
-from inferstream.controller.sizing import TaskSizer, choose_task_size, no_policy, sized
+from inferstream.controller.sizing import choose_task_size, sized
 from inferstream.controller.transactions import PartitionProducers
 from inferstream.jobs.output import write_job_output
 from inferstream.kafka.clients import (
@@ -52,12 +52,7 @@ from inferstream.kafka.settings import (
     producer_config,
 )
 from inferstream.kafka.stuck_calls import call_with_deadline
-from inferstream.policy.assignment import (
-    ModelRange,
-    RangeSource,
-    model_range,
-    no_ranges,
-)
+from inferstream.policy.view import NO_POLICY, ModelRange, PolicyView, model_range
 from inferstream.schemas import Codec, SchemaError
 from inferstream.schemas.records import (
     ItemStatus,
@@ -92,20 +87,16 @@ class Controller:
     """One controller replica; `run()` blocks until stopped. Settings: `config.controller`."""
 
     def __init__(self, config: Config, *, codec: Codec | None = None,
-                 clients: KafkaClients = REAL_CLIENTS, task_sizer: TaskSizer = no_policy,
-                 model_ranges: RangeSource = no_ranges,
-                 pool_policy: PoolPolicy = no_pool_policy,
+                 clients: KafkaClients = REAL_CLIENTS, policy: PolicyView = NO_POLICY,
                  hooks: ControllerHooks | None = None) -> None:
-        """`task_sizer(pool)`: the policy's task size for a pool, for jobs without a chunk
-        size (see `sizing`); `model_ranges(pool)`: the policy's partition range per model,
-        where a job's tasks go (see `placement`); `pool_policy(pool)`: the policy's workers,
-        which task deadlines are estimated from (see `deadlines`); `hooks`: what its
-        metrics hear of each round (see `hooks`)."""
+        """`policy`: what the policy says of each pool, read for the task size of jobs
+        without a chunk size (see `sizing`), the partition range of each model (see
+        `placement`), and the workers' speeds and health (see `deadlines`, `pacing`);
+        `hooks`: what its metrics hear of each round (see `hooks`)."""
         self.config = config
         self.hooks = hooks or ControllerHooks()
         self.options = config.controller
-        self.task_sizer = task_sizer
-        self.model_ranges = model_ranges
+        self.policy = policy
         self.codec = codec or Codec(config.schema_registry_url)
         self.clients = clients
         self.ledger = LedgerCodec(self.codec)
@@ -136,11 +127,10 @@ class Controller:
         self.standby = LedgerStandby(config, self.topics.ledger, clients)
         admin = clients.admin(config.confluent_config(logger=LIBRDKAFKA_LOG))
         self.pools = PoolView(describe_with(admin))
-        self.deadlines = Deadlines(self.pools, pool_policy, config.worker_group,
+        self.deadlines = Deadlines(self.pools, policy, config.worker_group,
                                    self.options.migration_slack, self.options.migration_floor_s,
-                                   self.options.max_attempts, model_ranges)
-        self.pacing = Pacing(self.deadlines, self.pools, pool_policy,
-                             self.options.issue_ahead_s)
+                                   self.options.max_attempts)
+        self.pacing = Pacing(self.deadlines, self.pools, policy, self.options.issue_ahead_s)
         self._checked_late = 0.0
 
     def _new_producer(self, transactional_id: str) -> SyncProducer:
@@ -255,7 +245,7 @@ class Controller:
         if job["job_id"] in self.jobs:
             log.info("job %s seen again: ignored", job["job_id"])
             return
-        size = choose_task_size(job, self.task_sizer, self.options.default_chunk_size)
+        size = choose_task_size(job, self.policy, self.options.default_chunk_size)
         state = JobState(sized(job, size), partition)
         self.jobs[state.job_id] = state
         reason = rejection_reason(job, self.partitions, self.config.task_topic(job["pool"]))
@@ -417,7 +407,7 @@ class Controller:
 
     def _model_range(self, job: Job) -> ModelRange | None:
         try:
-            return model_range(job["model"], self.model_ranges(job["pool"]))
+            return model_range(job["model"], self.policy.model_ranges(job["pool"]))
         except Exception as exc:  # a policy table that cannot answer: all partitions
             log.warning("no model range from the policy for pool %s: %r", job["pool"], exc)
             return None

@@ -34,9 +34,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     # policy_max_age_s is none, and the default size and all partitions apply.
     policy = PolicyTable(config, max_age_s=config.worker.policy_max_age_s)
     policy.start()
-    controller = Controller(config, task_sizer=policy.task_size,
-                            model_ranges=policy.model_ranges, pool_policy=policy.workers,
-                            hooks=metrics)
+    controller = Controller(config, policy=policy, hooks=metrics)
     when_stopping(controller.request_stop)  # thread-safe: sets an Event
     try:
         controller.run()

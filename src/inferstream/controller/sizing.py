@@ -11,22 +11,13 @@ the policy has changed since.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from inferstream.policy.view import PolicyView
 from inferstream.schemas.records import Job
 
 log = logging.getLogger(__name__)
-
-#: The policy's recommended task size for a pool (items), None while it has none.
-TaskSizer = Callable[[str], int | None]
-
-
-def no_policy(_pool: str) -> int | None:
-    """The TaskSizer of a controller that follows no policy."""
-    return None
-
 
 class SizeSource(StrEnum):
     JOB = "job"
@@ -42,20 +33,20 @@ class TaskSize:
     source: SizeSource
 
 
-def choose_task_size(job: Job, sizer: TaskSizer, default: int) -> TaskSize:
+def choose_task_size(job: Job, policy: PolicyView, default: int) -> TaskSize:
     """The job's own chunk size when it gave one (0 is "not given"; a negative one is left
     for admission to reject), else the policy's for its pool, else `default`."""
     if job["chunk_size"] != 0:
         return TaskSize(job["chunk_size"], SizeSource.JOB)
-    recommended = _recommended(sizer, job["pool"])
+    recommended = _recommended(policy, job["pool"])
     if recommended is not None:
         return TaskSize(recommended, SizeSource.POLICY)
     return TaskSize(default, SizeSource.DEFAULT)
 
 
-def _recommended(sizer: TaskSizer, pool: str) -> int | None:
+def _recommended(policy: PolicyView, pool: str) -> int | None:
     try:
-        size = sizer(pool)
+        size = policy.task_size(pool)
     except Exception as exc:  # a policy table that cannot answer: size the job without it
         log.warning("no task size from the policy for pool %s: %r", pool, exc)
         return None

@@ -15,9 +15,10 @@ members, so that no partition is left without an owner.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from inferstream.policy.view import ModelRange, WorkerPolicy
 from inferstream.schemas.records import serves
 
 
@@ -36,16 +37,6 @@ class Member:
     epoch: int = 0
     calibration_items_per_s: float | None = None
 
-
-@dataclass(frozen=True)
-class WorkerPolicy:
-    """What the policy table says of one worker: its share of the pool (0 to 1), whether it
-    is HEALTHY, its capacity in items/s (0 when unknown) and the models it serves."""
-
-    share: float
-    healthy: bool
-    capacity_items_per_s: float = 0.0
-    models: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -73,32 +64,8 @@ def plan(members: Sequence[Member], partitions: Sequence[int],
     return Plan(assigned, shares, even=not policy, moved=moved)
 
 
-@dataclass(frozen=True)
-class ModelRange:
-    """Partitions `first` .. `first + count - 1` carry the tasks of `model` (and of every
-    model a worker of `model` answers alike, `records.serves`: any `sim:` one)."""
-
-    model: str
-    first: int
-    count: int
-
-    @property
-    def partitions(self) -> range:
-        return range(self.first, self.first + self.count)
 
 
-#: The model ranges of a pool's task partitions, as `PolicyTable.model_ranges` gives them.
-RangeSource = Callable[[str], Sequence[ModelRange]]
-
-
-def no_ranges(_pool: str) -> tuple[ModelRange, ...]:
-    """The RangeSource of a pool without model affinity (or of no policy)."""
-    return ()
-
-
-def model_range(model: str, ranges: Sequence[ModelRange]) -> ModelRange | None:
-    """The range of `ranges` that carries tasks of `model`, or None."""
-    return next((r for r in ranges if serves(r.model, model)), None)
 
 
 def plan_by_model(members: Sequence[Member], partitions: Sequence[int],

@@ -23,15 +23,7 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberMetadata,
 )
 
-from inferstream.policy.assignment import (
-    Member,
-    ModelRange,
-    Plan,
-    RangeSource,
-    WorkerPolicy,
-    no_ranges,
-    plan_by_model,
-)
+from inferstream.policy.assignment import Member, Plan, plan_by_model
 from inferstream.policy.subscription import (
     AssignmentInfo,
     MemberMetadata,
@@ -40,12 +32,9 @@ from inferstream.policy.subscription import (
     encode_assignment,
     encode_member,
 )
+from inferstream.policy.view import NO_POLICY, ModelRange, PolicyView, WorkerPolicy
 
 log = logging.getLogger(__name__)
-
-#: The policy of a pool, as `PolicyTable.workers` gives it (None: no policy).
-PolicySource = Callable[[str], Mapping[str, WorkerPolicy] | None]
-
 
 @dataclass(frozen=True)
 class TopicPlan:
@@ -70,23 +59,21 @@ class LeaderState:
 class PolicyAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
     """Capacity-proportional, sticky partitions for the members of `pool`'s group.
 
-    `policy(pool)` gives the pool's policy (a `PolicyTable.workers`), `ranges(pool)` its
-    model ranges (a `PolicyTable.model_ranges`); `models()` and `calibration()` what this
-    worker serves and its calibrated items/s, asked at each join.
+    `policy` is what the leader plans by (the worker's `PolicyTable`): each member's share
+    and the model ranges of `pool`; `models()` and `calibration()` what this worker serves
+    and its calibrated items/s, asked at each join.
     """
 
     name = "inferstream-policy"
     version = 1
 
-    def __init__(self, pool: str, worker: str, policy: PolicySource,
+    def __init__(self, pool: str, worker: str, policy: PolicyView = NO_POLICY,
                  models: Callable[[], Sequence[str]] = tuple,
                  calibration: Callable[[], float | None] = lambda: None,
-                 clock: Callable[[], float] = time.monotonic,
-                 ranges: RangeSource = no_ranges) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.pool = pool
         self.worker = worker
         self.policy = policy
-        self.ranges = ranges
         self.models = models
         self.calibration = calibration
         self.clock = clock
@@ -119,8 +106,9 @@ class PolicyAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
                ) -> dict[str, ConsumerProtocolMemberAssignment]:
         metas = {mid: decode_member(m.user_data, mid) for mid, m in members.items()}
         epoch = max((m.epoch for m in metas.values()), default=0) + 1
-        policy = self.policy(self.pool)
-        ranges = tuple(self.ranges(self.pool))  # plan_by_model ignores them without a policy
+        policy = self.policy.workers(self.pool)
+        # plan_by_model ignores the ranges without a policy
+        ranges = tuple(self.policy.model_ranges(self.pool))
         self._tell_fallback(policy)
         topics: dict[str, TopicPlan] = {}
         for topic in sorted({t for m in members.values() for t in m.subscription}):

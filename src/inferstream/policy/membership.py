@@ -39,9 +39,8 @@ class PoolMembership:
         options = config.worker
         self.enabled = options.assignor == "policy"
         self.table = PolicyTable(config, clients, codec, max_age_s=options.policy_max_age_s)
-        self.assignor = PolicyAssignor(config.pool, worker_id, self.table.workers, models,
-                                       lambda: _items_per_s(calibration()),
-                                       ranges=self.table.model_ranges)
+        self.assignor = PolicyAssignor(config.pool, worker_id, self.table, models,
+                                       lambda: _items_per_s(calibration()))
         self.trigger = RebalanceTrigger(options.rebalance_threshold,
                                         options.min_rebalance_interval_s)
         self.rejoins = 0
@@ -85,8 +84,8 @@ class PoolMembership:
         """Rebalance now if this member leads and the policy moved materially."""
         state = self.assignor.leader_state if self.assignor.is_leader else None
         pool = self.assignor.pool
-        reason = self.trigger.check(state, self.assignor.policy(pool),
-                                    self.assignor.ranges(pool))
+        policy = self.assignor.policy  # what the leader planned by
+        reason = self.trigger.check(state, policy.workers(pool), policy.model_ranges(pool))
         if reason is None:
             return False
         log.info("policy changed (%s): asking the group to rebalance", reason)

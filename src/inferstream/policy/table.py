@@ -15,7 +15,7 @@ from collections.abc import Callable
 from inferstream.config import Config
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
 from inferstream.kafka.follower import TopicFollower
-from inferstream.policy.assignment import ModelRange, WorkerPolicy
+from inferstream.policy.view import ModelRange, WorkerPolicy
 from inferstream.schemas import Codec, SchemaError
 from inferstream.schemas.records import PolicyEntry, PolicyKind, WorkerHealth, read_policy_entry
 
@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 
 
 class PolicyTable(TopicFollower):
-    """The latest `PolicyEntry` per key of the policy topic (`<pool>/<worker>`, `<pool>`).
+    """The latest `PolicyEntry` per key of the policy topic (`<pool>/<worker>`, `<pool>`),
+    read through the `PolicyView` it implements (`workers`, `model_ranges`, `task_size`).
 
     `start()` launches the reader thread, `stop()` ends it (the owner calls both);
     `caught_up` is set once the reader reached the end of the topic the first time.
@@ -82,7 +83,7 @@ class PolicyTable(TopicFollower):
 
     def task_size(self, pool: str) -> int | None:
         """The policy's recommended items per task for `pool` (about 1 s of work); None when
-        the pool has no policy: the controller's TaskSizer."""
+        the pool has no policy."""
         pool_entry = self.pool_entry(pool)
         return pool_entry["task_size"] if pool_entry and self.has_policy(pool) else None
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from inferstream.policy.assignment import ModelRange, WorkerPolicy, plan_by_model
+from inferstream.policy.assignment import plan_by_model
 from inferstream.policy.assignor import LeaderState, TopicPlan
+from inferstream.policy.view import ModelRange, WorkerPolicy
 
 
 class RebalanceTrigger:

@@ -18,11 +18,10 @@ from inferstream.controller.replica import Controller
 from inferstream.controller.sizing import (
     SizeSource,
     TaskSize,
-    TaskSizer,
     choose_task_size,
-    no_policy,
 )
 from inferstream.kafka.topics import topic_specs
+from inferstream.policy.view import NO_POLICY, PolicyView
 from inferstream.schemas.records import Job, read_task
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from tests.unit.controller.test_controller_memory import (
@@ -32,6 +31,7 @@ from tests.unit.controller.test_controller_memory import (
     assert_completed_exactly,
     make_config,
 )
+from tests.unit.policy_views import FixedPolicy
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def pool() -> Iterator[list[Responder]]:
 
 
 def run_job(config: Config, pool: list[Responder], items: int, chunk_size: int | None,
-            task_sizer: TaskSizer = no_policy) -> MemoryBroker:
+            policy: PolicyView = NO_POLICY) -> MemoryBroker:
     """One job of `items` items run to completion; the broker holds its tasks."""
     clients = MemoryKafkaClients(MemoryBroker())
     clients.broker.create_topics(topic_specs(config))
@@ -54,7 +54,7 @@ def run_job(config: Config, pool: list[Responder], items: int, chunk_size: int |
     responder = Responder(clients, config)
     responder.start()
     pool.append(responder)
-    Controller(config, codec=CODEC, clients=clients, task_sizer=task_sizer).run()
+    Controller(config, codec=CODEC, clients=clients, policy=policy).run()
     tasks = len(clients.broker.values(config.task_topic()))
     assert_completed_exactly(clients.broker, config, job, items=items, tasks=tasks)
     return clients.broker
@@ -84,13 +84,14 @@ def test_a_job_without_a_chunk_size_gets_tasks_of_the_policys_size_for_its_pool(
         pool: list[Responder], caplog: pytest.LogCaptureFixture) -> None:
     asked: list[str] = []
 
-    def policy(name: str) -> int:
+    def size(name: str) -> int:
         asked.append(name)
         return 7
 
     config = make_config()
     with caplog.at_level(logging.INFO, "inferstream.controller"):
-        broker = run_job(config, pool, items=20, chunk_size=None, task_sizer=policy)
+        broker = run_job(config, pool, items=20, chunk_size=None,
+                         policy=FixedPolicy(task_size=size))
     assert task_sizes(broker, config) == [7, 7, 6]
     assert asked == [config.pool]
     assert "task_size=7 (policy)" in caplog.text
@@ -98,7 +99,7 @@ def test_a_job_without_a_chunk_size_gets_tasks_of_the_policys_size_for_its_pool(
 
 def test_a_jobs_own_chunk_size_beats_the_policy(pool: list[Responder]) -> None:
     config = make_config()
-    broker = run_job(config, pool, items=10, chunk_size=3, task_sizer=lambda _pool: 7)
+    broker = run_job(config, pool, items=10, chunk_size=3, policy=FixedPolicy(task_size=7))
     assert task_sizes(broker, config) == [3, 3, 3, 1]
 
 
@@ -113,15 +114,15 @@ def _unanswerable(_pool: str) -> int | None:
     raise LookupError("policy table not loaded yet")
 
 
-@pytest.mark.parametrize("sizer", [no_policy, lambda _pool: None, lambda _pool: 0,
-                                   _unanswerable])
-def test_a_policy_without_an_answer_for_the_pool_means_the_default(sizer: TaskSizer) -> None:
+@pytest.mark.parametrize("policy", [NO_POLICY, FixedPolicy(task_size=None),
+                                    FixedPolicy(task_size=0), FixedPolicy(task_size=_unanswerable)])
+def test_a_policy_without_an_answer_for_the_pool_means_the_default(policy: PolicyView) -> None:
     job = Job(job_id="j", model=MODEL, pool="gpu", top_k=1, chunk_size=0, inputs=["/a"],
               inline_items=[], submitted_at=0, submitter="", output_path=None)
-    assert choose_task_size(job, sizer, 32) == TaskSize(32, SizeSource.DEFAULT)
-    assert choose_task_size(job, lambda _pool: 9, 32) == TaskSize(9, SizeSource.POLICY)
+    assert choose_task_size(job, policy, 32) == TaskSize(32, SizeSource.DEFAULT)
+    assert choose_task_size(job, FixedPolicy(task_size=9), 32) == TaskSize(9, SizeSource.POLICY)
     negative = Job(**{**job, "chunk_size": -2})  # left as it is for admission to reject
-    assert choose_task_size(negative, lambda _pool: 9, 32) == TaskSize(-2, SizeSource.JOB)
+    assert choose_task_size(negative, FixedPolicy(task_size=9), 32) == TaskSize(-2, SizeSource.JOB)
 
 
 def test_a_replica_taking_a_job_over_keeps_its_task_size_when_the_policy_changed(
@@ -136,12 +137,12 @@ def test_a_replica_taking_a_job_over_keeps_its_task_size_when_the_policy_changed
     responder = Responder(clients, config, pause_after=2)
     responder.start()
     pool.append(responder)
-    first = Controller(config, codec=CODEC, clients=clients, task_sizer=lambda _pool: 4)
+    first = Controller(config, codec=CODEC, clients=clients, policy=FixedPolicy(task_size=4))
     threading.Thread(target=lambda: responder.paused.wait(10) and first.request_stop(),
                      daemon=True).start()
     first.run()
 
     responder.resume.set()
-    Controller(config, codec=CODEC, clients=clients, task_sizer=lambda _pool: 5).run()
+    Controller(config, codec=CODEC, clients=clients, policy=FixedPolicy(task_size=5)).run()
     assert task_sizes(clients.broker, config) == [4, 4, 4, 4, 2]
     assert_completed_exactly(clients.broker, config, job, items=18, tasks=5)

@@ -8,8 +8,9 @@ from collections import Counter
 
 from inferstream.controller.deadlines import Deadlines
 from inferstream.controller.declines import PoolView
-from inferstream.policy.assignment import WorkerPolicy
+from inferstream.policy.view import WorkerPolicy
 from inferstream.schemas.records import Task, TaskItem
+from tests.unit.policy_views import FixedPolicy
 
 MODEL = "sim:ms=10"
 #: worker -> task partitions it owns
@@ -32,7 +33,7 @@ def deadlines(steady_items_per_s: float = 100.0, other_models: tuple[str, ...] =
     view = PoolView(describe=lambda _group: OWNERS)
     for worker in served_by:
         view.record_result(worker, MODEL)
-    return Deadlines(view, lambda _pool: policy, lambda pool: f"{pool}.workers",
+    return Deadlines(view, FixedPolicy(policy), lambda pool: f"{pool}.workers",
                      slack=3.0, floor_s=20.0, max_attempts=4)
 
 

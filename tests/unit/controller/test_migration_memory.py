@@ -18,7 +18,7 @@ from inferstream.config import Config, ControllerConfig, WorkerConfig
 from inferstream.controller.replica import Controller
 from inferstream.kafka.topics import topic_specs
 from inferstream.models import load_model
-from inferstream.policy.assignment import WorkerPolicy
+from inferstream.policy.view import WorkerPolicy
 from inferstream.schemas import Codec
 from inferstream.schemas.records import (
     TaskControlReason,
@@ -28,6 +28,7 @@ from inferstream.schemas.records import (
 )
 from inferstream.serving.worker import Worker
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
+from tests.unit.policy_views import FixedPolicy
 
 CODEC = Codec(None)
 FAST, SLOW = "sim:ms=1", "sim:ms=1,slow_after=0,slow_factor=100"
@@ -75,7 +76,7 @@ def run(clients: MemoryKafkaClients, config: Config, submit: Callable[[], Job]) 
             time.sleep(0.02)
         job = submit()
         Controller(config, codec=CODEC, clients=clients,
-                   pool_policy=both_workers_equal).run()
+                   policy=FixedPolicy(both_workers_equal)).run()
     finally:
         thread.join(60)  # the workers exit once idle
     return job

@@ -9,8 +9,9 @@ from collections import Counter
 from inferstream.controller.deadlines import Deadlines
 from inferstream.controller.declines import PoolView
 from inferstream.controller.pacing import Pacing
-from inferstream.policy.assignment import ModelRange, WorkerPolicy
+from inferstream.policy.view import ModelRange, WorkerPolicy
 from inferstream.schemas.records import Task, TaskItem
+from tests.unit.policy_views import FixedPolicy
 
 MODEL = "sim:ms=10"
 ITEMS = 10
@@ -37,9 +38,9 @@ def pacing(owners: dict[str, list[int]] | None = OWNERS, speed: dict[str, float]
         return owners
 
     view = PoolView(describe=describe)
-    table = Deadlines(view, lambda _pool: policy, lambda pool: f"{pool}.workers",
+    table = Deadlines(view, FixedPolicy(policy), lambda pool: f"{pool}.workers",
                       slack=3.0, floor_s=20.0, max_attempts=4)
-    return Pacing(table, view, lambda _pool: policy, ahead_s)
+    return Pacing(table, view, FixedPolicy(policy), ahead_s)
 
 
 def issue(paced: Pacing, start: int = 0, limit: int = 1000, partitions: int = 8,

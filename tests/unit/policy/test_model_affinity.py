@@ -9,17 +9,12 @@ from typing import Any
 import pytest
 
 from inferstream.controller.placement import task_partition
-from inferstream.policy.assignment import (
-    Member,
-    ModelRange,
-    WorkerPolicy,
-    model_range,
-    plan_by_model,
-)
+from inferstream.policy.assignment import Member, plan_by_model
 from inferstream.policy.assignor import LeaderState, TopicPlan
 from inferstream.policy.entries import model_ranges, pool_entries
 from inferstream.policy.strategies import StrategySettings, ThroughputStrategy
 from inferstream.policy.trigger import RebalanceTrigger
+from inferstream.policy.view import ModelRange, WorkerPolicy, model_range
 from inferstream.schemas import Codec
 from inferstream.schemas.records import ModelPartitions, PolicyKind, WorkerHealth
 from inferstream.sysinfo.workers import WorkerView

@@ -20,6 +20,7 @@ from inferstream.schemas.records import PolicyEntry, read_result
 from inferstream.serving.worker import Worker
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from tests.unit.policy.test_policy_table import entry, write
+from tests.unit.policy_views import FixedPolicy
 
 CODEC = Codec(None)
 #: A registry name served by a simulated model: a second model that costs no CPU.
@@ -82,7 +83,7 @@ def test_two_models_each_on_its_own_partitions_and_no_task_declined() -> None:
         other = client.submit(OTHER, [f"o-{i}" for i in range(24)], chunk_size=1)
         sim = client.submit("sim:ms=5", [f"s-{i}" for i in range(24)], chunk_size=1)
         Controller(make_config(), codec=CODEC, clients=clients,
-                   model_ranges=table.model_ranges).run()
+                   policy=FixedPolicy(ranges=table.model_ranges)).run()
     finally:
         thread.join(30)
         table.stop()

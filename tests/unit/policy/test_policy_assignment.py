@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import random
 
-from inferstream.policy.assignment import (
-    Member,
-    WorkerPolicy,
-    plan,
-    target_counts,
-)
+from inferstream.policy.assignment import Member, plan, target_counts
+from inferstream.policy.view import WorkerPolicy
 
 
 def members(*workers: str, owned: dict[str, list[int]] | None = None) -> list[Member]:

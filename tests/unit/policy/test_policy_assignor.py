@@ -13,13 +13,14 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberMetadata,
 )
 
-from inferstream.policy.assignment import WorkerPolicy
 from inferstream.policy.assignor import PolicyAssignor
 from inferstream.policy.subscription import (
     MemberMetadata,
     decode_member,
     encode_member,
 )
+from inferstream.policy.view import WorkerPolicy
+from tests.unit.policy_views import FixedPolicy
 
 TOPIC = "t.tasks.default"
 
@@ -65,7 +66,7 @@ def join(assignors: Mapping[str, PolicyAssignor], partitions: int
 
 def test_the_leader_assigns_by_the_policy_and_members_remember_what_they_own() -> None:
     shares: dict[str, dict[str, WorkerPolicy] | None] = {"default": None}
-    assignors = {f"m-{w}": PolicyAssignor("default", w, shares.get, lambda: ("sim",),
+    assignors = {f"m-{w}": PolicyAssignor("default", w, FixedPolicy(shares.get), lambda: ("sim",),
                                           lambda: 50.0)
                  for w in ("fast", "slow")}
     assert join(assignors, 20) == {"m-fast": list(range(10)), "m-slow": list(range(10, 20))}
@@ -83,7 +84,7 @@ def test_the_leader_assigns_by_the_policy_and_members_remember_what_they_own() -
 
 def test_the_fallback_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
-    assignors = {"m-a": PolicyAssignor("p", "a", lambda pool: None)}
+    assignors = {"m-a": PolicyAssignor("p", "a")}
     join(assignors, 4)
     join(assignors, 4)
     told = [r for r in caplog.records if "no policy for pool p: even assignment" in r.message]
@@ -91,6 +92,6 @@ def test_the_fallback_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
 
 
 def test_an_assignment_from_another_leader_is_understood() -> None:
-    assignor = PolicyAssignor("p", "a", lambda pool: None)
+    assignor = PolicyAssignor("p", "a")
     assignor.on_assignment(ConsumerProtocolMemberAssignment(0, [(TOPIC, [2, 0])], b""))
     assert assignor.owned == {TOPIC: (0, 2)} and not assignor.is_leader

@@ -16,14 +16,16 @@ from aiokafka.util import create_future
 
 from inferstream.config import Config, WorkerConfig
 from inferstream.errors import ConfigError
-from inferstream.policy.assignment import Member, WorkerPolicy, plan
+from inferstream.policy.assignment import Member, plan
 from inferstream.policy.assignor import LeaderState, TopicPlan
 from inferstream.policy.membership import PoolMembership
 from inferstream.policy.rejoin import request_rejoin
 from inferstream.policy.trigger import RebalanceTrigger
+from inferstream.policy.view import WorkerPolicy
 from inferstream.schemas import Codec
 from inferstream.testing import MemoryKafkaClients
 from tests.unit.policy.test_policy_assignor import join
+from tests.unit.policy_views import FixedPolicy
 
 TOPIC = "t.tasks.default"
 
@@ -151,7 +153,7 @@ def test_the_leaders_watch_asks_its_consumer_to_rejoin() -> None:
                                             lambda: ("sim",), lambda: None)
                    for w in ("a", "b")}
     for membership in memberships.values():
-        membership.assignor.policy = table.get
+        membership.assignor.policy = FixedPolicy(table.get)
     join({m: ms.assignor for m, ms in memberships.items()}, 10)
     consumers = {m: FakeConsumer() for m in memberships}
     assert not any(ms.check(consumers[m]) for m, ms in memberships.items())

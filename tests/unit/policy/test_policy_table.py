@@ -7,8 +7,8 @@ import time
 
 from inferstream.config import Config
 from inferstream.kafka.topics import topic_specs
-from inferstream.policy.assignment import ModelRange, WorkerPolicy
 from inferstream.policy.table import PolicyTable
+from inferstream.policy.view import ModelRange, WorkerPolicy
 from inferstream.schemas import Codec
 from inferstream.schemas.records import PolicyEntry, PolicyKind, WorkerHealth, now_ms
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
