@@ -16,7 +16,6 @@ from typing import Any
 from inferstream.client.stalls import QUIET_S, StallWatch
 from inferstream.client.submitted import job_submitted
 from inferstream.config import Config
-from inferstream.controller.admission import check_job_options
 from inferstream.jobs.errors import (
     InlineTooLargeError,
     JobCancelledError,
@@ -27,6 +26,7 @@ from inferstream.jobs.errors import (
     UnknownJobError,
 )
 from inferstream.jobs.ids import new_job_id
+from inferstream.jobs.options import check_job_options
 from inferstream.jobs.output import job_results, open_job_partition, output_lines
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients, SyncProducer
 from inferstream.kafka.groups import describe_with

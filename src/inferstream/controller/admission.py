@@ -12,18 +12,10 @@ from collections.abc import Callable
 
 from inferstream.controller.expansion import check_inputs
 from inferstream.jobs.errors import InputError, InvalidJobError
+from inferstream.jobs.options import check_job_options
 from inferstream.kafka.errors import KafkaSetupError
 from inferstream.models import UnknownModelError, check_model_name
 from inferstream.schemas.records import Job
-
-
-def check_job_options(chunk_size: int | None, top_k: int) -> None:
-    """InvalidJobError unless a task holds at least one item and an item gets at least
-    one prediction; a chunk size of None is not given (the policy decides)."""
-    if chunk_size is not None and chunk_size < 1:
-        raise InvalidJobError("chunk_size", chunk_size, ">= 1")
-    if top_k < 1:
-        raise InvalidJobError("top_k", top_k, ">= 1")
 
 
 def rejection_reason(job: Job, task_partitions: Callable[[str], int], task_topic: str
