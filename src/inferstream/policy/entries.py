@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferstream.policy.assignment import target_counts
-from inferstream.policy.strategies import Strategy, StrategySettings, WorkerPlan
+from inferstream.policy.strategies import Strategy, StrategySettings, WorkerPlan, WorkerView
 from inferstream.schemas.records import (
     ModelPartitions,
     PolicyEntry,
@@ -22,7 +22,6 @@ from inferstream.schemas.records import (
     WorkerHealth,
     serves,
 )
-from inferstream.sysinfo.workers import WorkerView
 
 
 def policy_key(entry: PolicyEntry) -> str:

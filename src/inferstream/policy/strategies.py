@@ -1,9 +1,10 @@
 """Processing strategies: how a pool's HEALTHY workers turn into capacities and batch sizes.
 
-A strategy sees the workers of one pool (`WorkerView`) and plans each one's capacity; the
-policy normalises capacities into shares. Built-ins are below; others register under the
-entry point group `inferstream.strategies` (a Strategy instance, or a class or factory that
-makes one without arguments) and are chosen per pool by name.
+A strategy sees the workers of one pool (`WorkerView`, made by the sysinfo app from their
+samples) and plans each one's capacity; the policy normalises capacities into shares.
+Built-ins are below; others register under the entry point group `inferstream.strategies` (a
+Strategy instance, or a class or factory that makes one without arguments) and are chosen
+per pool by name.
 """
 
 from __future__ import annotations
@@ -16,9 +17,37 @@ from importlib.metadata import entry_points
 from typing import Protocol, runtime_checkable
 
 from inferstream.policy.errors import StrategyLoadError, UnknownStrategyError
-from inferstream.sysinfo.workers import WorkerView
+from inferstream.schemas.records import WorkerHealth
 
 ENTRY_POINT_GROUP = "inferstream.strategies"
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    """What a strategy sees of one worker. Rates in items/s, latencies in seconds."""
+
+    worker: str
+    pool: str
+    health: WorkerHealth
+    models: tuple[str, ...]
+    #: Smoothed items/s the worker does while busy, all its models together; None until
+    #: the worker has processed tasks.
+    measured_items_per_s: float | None
+    calibration_items_per_s: float | None
+    latency_seconds_p95: float | None = None
+    mean_batch_size: float | None = None
+    calibration_batch_size: int | None = None
+    queue_depth: int = 0
+    consumer_lag: int | None = None
+    gpu_memory_bytes: int | None = None
+    gpu_memory_total_bytes: int | None = None
+
+    @property
+    def base_capacity(self) -> float | None:
+        """Measured throughput once the worker has processed tasks, else its calibration."""
+        if self.measured_items_per_s is not None:
+            return self.measured_items_per_s
+        return self.calibration_items_per_s
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """The sysinfo app: system-information samples in, the policy table and a data-access API out.
 
-Plain modules (`intake`, `aggregates`, `workers`, `strategies`, `policy`, `fleet`) hold the
-logic and know neither Faust nor Kafka; `app` and `web` are the only modules that import faust.
+Plain modules (`intake`, `aggregates`, `workers`, `fleet`) hold the logic and know neither
+Faust nor Kafka; the strategies and the entries they make are the policy's (`policy/`);
+`app` and `web` are the only modules that import faust.
 """

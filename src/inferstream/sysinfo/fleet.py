@@ -14,7 +14,7 @@ from typing import Any
 
 from inferstream.config.sysinfo import SysinfoConfig
 from inferstream.policy.entries import Hysteresis, policy_key, pool_entries
-from inferstream.policy.strategies import Strategy, StrategySettings, load_strategy
+from inferstream.policy.strategies import Strategy, StrategySettings, WorkerView, load_strategy
 from inferstream.schemas.records import (
     ModelPartitions,
     PolicyEntry,
@@ -25,7 +25,6 @@ from inferstream.schemas.records import (
 from inferstream.sysinfo.aggregates import ModelAggregate, fold
 from inferstream.sysinfo.workers import (
     WorkerRecord,
-    WorkerView,
     health,
     last_seen_ms,
     performances,

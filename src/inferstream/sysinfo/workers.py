@@ -1,10 +1,11 @@
-"""A worker as the sysinfo app knows it: its latest sample, its aggregates, its health."""
+"""A worker as the sysinfo app knows it: its latest sample, its aggregates, its health, and
+what a strategy sees of it (`view_of`: its `WorkerView`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TypedDict
 
+from inferstream.policy.strategies import WorkerView
 from inferstream.schemas.records import ModelPerformance, SysInfoSample, WorkerHealth
 from inferstream.sysinfo.aggregates import ModelAggregate
 
@@ -47,34 +48,6 @@ def health(last_seen: int, interval_s: float, now_ms: int, stale_intervals: floa
     if silent_ms > stale_intervals * interval_s * 1000:
         return WorkerHealth.STALE
     return WorkerHealth.HEALTHY
-
-
-@dataclass(frozen=True)
-class WorkerView:
-    """What a strategy sees of one worker. Rates in items/s, latencies in seconds."""
-
-    worker: str
-    pool: str
-    health: WorkerHealth
-    models: tuple[str, ...]
-    #: Smoothed items/s the worker does while busy (all models, `busy_items_per_s`); None
-    #: until the worker has processed tasks.
-    measured_items_per_s: float | None
-    calibration_items_per_s: float | None
-    latency_seconds_p95: float | None = None
-    mean_batch_size: float | None = None
-    calibration_batch_size: int | None = None
-    queue_depth: int = 0
-    consumer_lag: int | None = None
-    gpu_memory_bytes: int | None = None
-    gpu_memory_total_bytes: int | None = None
-
-    @property
-    def base_capacity(self) -> float | None:
-        """Measured throughput once the worker has processed tasks, else its calibration."""
-        if self.measured_items_per_s is not None:
-            return self.measured_items_per_s
-        return self.calibration_items_per_s
 
 
 def view_of(record: WorkerRecord, health_now: WorkerHealth) -> WorkerView:

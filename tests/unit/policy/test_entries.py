@@ -17,11 +17,11 @@ from inferstream.policy.strategies import (
     StrategySettings,
     ThroughputStrategy,
     WorkerPlan,
+    WorkerView,
     load_strategy,
 )
 from inferstream.schemas import Codec
 from inferstream.schemas.records import PolicyKind, WorkerHealth
-from inferstream.sysinfo.workers import WorkerView
 
 SETTINGS = StrategySettings(latency_slo_s=0.5)
 NOW = 1_700_000_000_000

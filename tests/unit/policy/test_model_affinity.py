@@ -12,12 +12,11 @@ from inferstream.controller.placement import task_partition
 from inferstream.policy.assignment import Member, plan_by_model
 from inferstream.policy.assignor import LeaderState, TopicPlan
 from inferstream.policy.entries import model_ranges, pool_entries
-from inferstream.policy.strategies import StrategySettings, ThroughputStrategy
+from inferstream.policy.strategies import StrategySettings, ThroughputStrategy, WorkerView
 from inferstream.policy.trigger import RebalanceTrigger
 from inferstream.policy.view import ModelRange, WorkerPolicy, model_range
 from inferstream.schemas import Codec
 from inferstream.schemas.records import ModelPartitions, PolicyKind, WorkerHealth
-from inferstream.sysinfo.workers import WorkerView
 
 NOW = 1_700_000_000_000
 LITE = "efficientnet_lite0"
