@@ -41,7 +41,7 @@ from inferstream.schemas.records import (
     TaskControl,
     TaskControlReason,
     now_ms,
-    read_job_event,
+    read_record,
 )
 from inferstream.schemas.records import Job as JobRecord
 
@@ -112,7 +112,7 @@ class Job:
             for record in PartitionReader(consumer, [partition], follow=follow,
                                           timeout_s=timeout_s, on_idle=on_idle):
                 try:
-                    event = read_job_event(self.client.codec, record.value)
+                    event = read_record(self.client.codec, record.value, JobEvent)
                 except SchemaError:
                     continue
                 if event["job_id"] != self.job_id:

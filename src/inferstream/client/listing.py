@@ -11,7 +11,7 @@ from inferstream.config import Config
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
 from inferstream.kafka.reader import PartitionReader, assign_since, reader_consumer
 from inferstream.schemas import Codec, SchemaError
-from inferstream.schemas.records import read_job_event
+from inferstream.schemas.records import JobEvent, read_record
 
 
 def recent_jobs(config: Config, codec: Codec, since_s: float = 86_400,
@@ -34,7 +34,7 @@ def _latest_events(config: Config, codec: Codec, since_ms: int,
         partitions = assign_since(consumer, config.topic("job-events"), since_ms)
         for record in PartitionReader(consumer, partitions, timeout_s=30):
             try:
-                event = read_job_event(codec, record.value)
+                event = read_record(codec, record.value, JobEvent)
             except SchemaError:
                 continue
             latest[event["job_id"]] = JobStatus.from_event(event)

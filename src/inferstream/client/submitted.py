@@ -11,7 +11,7 @@ from inferstream.jobs.output import open_job_partition
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
 from inferstream.kafka.reader import PartitionReader, assign_since, reader_consumer
 from inferstream.schemas import Codec, SchemaError
-from inferstream.schemas.records import read_job
+from inferstream.schemas.records import Job, read_record
 
 
 def job_submitted(config: Config, job_id: str, clients: KafkaClients = REAL_CLIENTS) -> bool:
@@ -35,7 +35,7 @@ def recent_submissions(config: Config, codec: Codec, since_ms: int,
         partitions = assign_since(consumer, config.topic("jobs"), since_ms)
         for record in PartitionReader(consumer, partitions, timeout_s=30):
             try:
-                job = read_job(codec, record.value)
+                job = read_record(codec, record.value, Job)
                 found[job["job_id"]] = job["model"]
             except SchemaError:
                 if record.key:

@@ -16,6 +16,7 @@ import socket
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from typing import Any, TypedDict, TypeVar, cast
 
 from inferstream.client.errors import (
@@ -27,9 +28,9 @@ from inferstream.errors import ConfigError
 from inferstream.schemas.records import (
     Calibration,
     PolicyEntry,
-    PolicyKind,
     SysInfoSample,
     WorkerHealth,
+    as_record,
 )
 
 #: Where the URL is set, for the one-line error when nothing answers there.
@@ -72,7 +73,7 @@ class WorkerDetail(WorkerInfo):
     sample: SysInfoSample
 
 
-_T = TypeVar("_T")
+_T = TypeVar("_T", bound=Mapping[str, object])
 
 
 class SysInfoClient:
@@ -97,12 +98,11 @@ class SysInfoClient:
     def workers(self) -> list[WorkerInfo]:
         """Every worker the app has seen and not yet forgotten, healthy or not."""
         body = self._get("/workers")
-        return [_worker(w, "/workers") for w in _list(body, "workers", "/workers")]
+        return [_typed(w, WorkerInfo, "/workers") for w in _list(body, "workers", "/workers")]
 
     def worker(self, worker_id: str) -> WorkerDetail:
         path = f"/workers/{_segment(worker_id)}"
         detail = _typed(self._get(path), WorkerDetail, path)
-        _worker(detail, path)
         detail["sample"] = _typed(detail["sample"], SysInfoSample, path)
         return detail
 
@@ -116,7 +116,7 @@ class SysInfoClient:
     def policy(self, pool: str | None = None) -> list[PolicyEntry]:
         """The policy table's entries: of every pool, or of `pool` only."""
         path = "/policy" if pool is None else f"/policy/{_segment(pool)}"
-        return [_entry(e, path) for e in _list(self._get(path), "entries", path)]
+        return [_typed(e, PolicyEntry, path) for e in _list(self._get(path), "entries", path)]
 
     def _get(self, path: str, query: dict[str, str] | None = None) -> Any:
         url = self.base_url + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
@@ -165,36 +165,20 @@ def _status_error(url: str, exc: urllib.error.HTTPError) -> Exception:
 
 
 def _typed(value: Any, kind: type[_T], path: str) -> _T:
-    """`value` as the TypedDict `kind` once it is an object with all of kind's fields."""
+    """`value` as the TypedDict `kind` once it is an object with all of kind's fields, its
+    enum fields enums (`as_record`)."""
     if not isinstance(value, dict):
         raise SysInfoResponseError(path, f"{path}: expected a JSON object, got {value!r:.80}")
     missing = sorted(kind.__required_keys__ - value.keys())  # type: ignore[attr-defined]
     if missing:
         raise SysInfoResponseError(path, f"{path}: {kind.__name__} lacks fields {missing}")
-    return cast(_T, value)
+    try:
+        return as_record(kind, value)
+    except (ValueError, TypeError) as exc:
+        raise SysInfoResponseError(path, f"{path}: {kind.__name__}: {exc}") from exc
 
 
 def _list(body: Any, key: str, path: str) -> list[Any]:
     if not isinstance(body, dict) or not isinstance(body.get(key), list):
         raise SysInfoResponseError(path, f"{path}: expected an object with a list {key!r}")
     return cast(list[Any], body[key])
-
-
-def _enum(kind: type[_T], value: Any, path: str) -> _T:
-    try:
-        return kind(value)  # type: ignore[call-arg]
-    except ValueError as exc:
-        raise SysInfoResponseError(path, f"{path}: {value!r} is not a {kind.__name__}") from exc
-
-
-def _worker(value: Any, path: str) -> WorkerInfo:
-    worker = _typed(value, WorkerInfo, path)
-    worker["health"] = _enum(WorkerHealth, worker["health"], path)
-    return worker
-
-
-def _entry(value: Any, path: str) -> PolicyEntry:
-    entry = _typed(value, PolicyEntry, path)
-    entry["kind"] = _enum(PolicyKind, entry["kind"], path)
-    entry["health"] = _enum(WorkerHealth, entry["health"], path)
-    return entry

@@ -49,12 +49,12 @@ def top(args: argparse.Namespace, config: Config) -> int:
 
 
 def _print_once(client: SysInfoClient, *, as_json: bool) -> int:
-    from inferstream.client.overview import fetch_snapshot, plain_text, render
-    from inferstream.schemas.records import now_ms
+    from inferstream.client.overview import Snapshot, fetch_snapshot, plain_text, render
+    from inferstream.schemas.records import now_ms, plain_record
 
     snapshot = fetch_snapshot(client)
     if as_json:
-        print_json(snapshot)
+        print_json(plain_record(Snapshot, snapshot))
     else:
         print(plain_text(render(snapshot, url=client.base_url, now_ms=now_ms())))
     return 0

@@ -25,7 +25,7 @@ from inferstream.schemas.records import (
     TaskResult,
     error_item,
     now_ms,
-    read_task,
+    read_record,
     serves,
 )
 
@@ -106,7 +106,7 @@ def redirect(view: PoolView, config: Config, codec: Codec, declined: TaskDecline
     """The record that answers a decline: the task again, on a partition of a worker that
     may serve its model, or, when no live worker will, a TaskResult failing its items."""
     view.record_decline(declined["worker"], declined["model"], declined["served_models"])
-    task = read_task(codec, declined["task"])
+    task = read_record(codec, declined["task"], Task)
     topic = config.task_topic(task["pool"])
     group = config.worker_group(task["pool"])
     target = view.target(group, task["model"], task["task_id"], task["attempt"] + 1,

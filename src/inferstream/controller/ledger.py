@@ -21,8 +21,7 @@ from inferstream.schemas.records import (
     LedgerStatus,
     new_ledger_entry,
     now_ms,
-    read_job,
-    read_ledger_entry,
+    read_record,
 )
 
 
@@ -152,7 +151,7 @@ class LedgerCodec:
         states: dict[str, JobState] = {}
         done: dict[str, dict[int, tuple[int, int]]] = {}
         for value, partition in records:
-            entry = read_ledger_entry(self.codec, value)
+            entry = read_record(self.codec, value, LedgerEntry)
             if entry["kind"] == LedgerKind.JOB:
                 self._apply_job(states, entry, partition)
             elif entry["status"] == LedgerStatus.DONE:
@@ -172,7 +171,7 @@ class LedgerCodec:
         state = states.get(entry["job_id"])
         if state is None:
             job_bytes = entry["job"] or b""  # a JOB entry always carries its job
-            job = read_job(self.codec, job_bytes)
+            job = read_record(self.codec, job_bytes, Job)
             state = states[entry["job_id"]] = JobState(job, partition, job_bytes=job_bytes)
         state.status = entry["status"]
         state.accepted_at_ms = entry["accepted_at"]

@@ -65,11 +65,11 @@ from inferstream.schemas.records import (
     TaskControlReason,
     TaskDeclined,
     TaskResult,
+    as_record,
     new_task,
     now_ms,
+    read_record,
     read_result,
-    read_task,
-    read_task_control,
 )
 
 log = logging.getLogger(__name__)
@@ -211,7 +211,7 @@ class Controller:
             if message.topic() == self.topics.jobs:
                 name, named = self.codec.decode_named(message.value() or b"")
                 if name == "TaskControl":  # a cancel (Job.cancel)
-                    self._on_cancel(read_task_control(self.codec, message.value() or b""),
+                    self._on_cancel(as_record(TaskControl, named),
                                     message.partition() or 0, out)
                 elif name == "Job":
                     self._on_job(cast(Job, named), message.partition() or 0, out)
@@ -420,8 +420,8 @@ class Controller:
         again = redirect(self.pools, self.config, self.codec, declined, self.partitions)
         out.append(state.partition, again)
         if again.topic != self.topics.results:  # re-issued, not failed: it gets a deadline
-            self._track(read_task(self.codec, again.value), again.value, state.partition,
-                        again.partition, now_ms())
+            self._track(read_record(self.codec, again.value, Task), again.value,
+                        state.partition, again.partition, now_ms())
             out.count(state.partition, ("tasks_reissued", state.job["pool"], "declined"))
 
     def _on_result(self, result: TaskResult, out: Outbox) -> None:

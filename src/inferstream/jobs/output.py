@@ -22,7 +22,7 @@ from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients, SyncConsumer
 from inferstream.kafka.reader import PartitionReader, reader_consumer, topic_partitions
 from inferstream.kafka.settings import partition_for
 from inferstream.schemas import Codec, SchemaError
-from inferstream.schemas.records import TaskResult, read_task_result
+from inferstream.schemas.records import TaskResult, read_record
 
 #: How far before the time in a job id its records may lie (clock skew between hosts).
 SKEW_MS = 5 * 60 * 1000
@@ -79,7 +79,7 @@ def _spool_results(config: Config, job_id: str, total_tasks: int | None, spool: 
                                  timeout_s=600)
         for record in reader:
             try:
-                result = read_task_result(spool.codec, record.value)
+                result = read_record(spool.codec, record.value, TaskResult)
             except SchemaError:
                 continue  # a dead letter for the controller; not part of any output
             if result["job_id"] == job_id:

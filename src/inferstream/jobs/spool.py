@@ -14,7 +14,7 @@ from types import TracebackType
 from typing import IO
 
 from inferstream.schemas import Codec
-from inferstream.schemas.records import TaskResult, read_task_result
+from inferstream.schemas.records import TaskResult, read_record
 
 
 class ResultSpool:
@@ -44,7 +44,7 @@ class ResultSpool:
         for task_id in sorted(self._where):
             offset, length = self._where[task_id]
             self._file.seek(offset)
-            yield read_task_result(self.codec, self._file.read(length))
+            yield read_record(self.codec, self._file.read(length), TaskResult)
 
     def close(self) -> None:
         self._file.close()

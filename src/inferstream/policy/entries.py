@@ -16,7 +16,7 @@ from typing import Any
 from inferstream.policy.assignment import target_counts
 from inferstream.policy.strategies import Strategy, StrategySettings, WorkerPlan, WorkerView
 from inferstream.schemas.records import (
-    ModelPartitions,
+    ModelRange,
     PolicyEntry,
     PolicyKind,
     WorkerHealth,
@@ -40,7 +40,7 @@ def task_size(capacity_items_per_s: float, task_seconds: float) -> int | None:
 
 def pool_entries(pool: str, workers: Sequence[WorkerView], strategy: Strategy,
                  settings: StrategySettings, task_seconds: float, now_ms: int, *,
-                 partitions: int = 0, previous: Sequence[ModelPartitions] = ()
+                 partitions: int = 0, previous: Sequence[ModelRange] = ()
                  ) -> list[PolicyEntry]:
     """The entries of `pool`: one per worker (any health), then the POOL entry.
 
@@ -95,7 +95,7 @@ def _pool_entry(pool: str, strategy: str, workers: list[PolicyEntry], total: flo
 
 
 def model_ranges(workers: Sequence[PolicyEntry], partitions: int,
-                 previous: Sequence[ModelPartitions] = ()) -> list[ModelPartitions]:
+                 previous: Sequence[ModelRange] = ()) -> list[ModelRange]:
     """Consecutive ranges of the `partitions` task partitions, one per model the HEALTHY
     `workers` serve, sized by each model's capacity (largest remainder, at least one each).
 
@@ -112,13 +112,12 @@ def model_ranges(workers: Sequence[PolicyEntry], partitions: int,
     total = sum(weights.values())
     quotas = {m: w / total * partitions for m, w in weights.items()}
     if _still_fits(previous, quotas, partitions):
-        return [ModelPartitions(model=r["model"], first=r["first"], count=r["count"])
-                for r in previous]
+        return list(previous)
     counts = target_counts({m: w / total for m, w in weights.items()}, partitions,
                            sorted(weights))
     ranges, first = [], 0
     for model in sorted(m for m in weights if counts[m] > 0):
-        ranges.append(ModelPartitions(model=model, first=first, count=counts[model]))
+        ranges.append(ModelRange(model, first, counts[model]))
         first += counts[model]
     return ranges
 
@@ -144,9 +143,9 @@ def _model_groups(models: Sequence[str]) -> list[str]:
     return groups
 
 
-def _still_fits(previous: Sequence[ModelPartitions], quotas: dict[str, float],
+def _still_fits(previous: Sequence[ModelRange], quotas: dict[str, float],
                 partitions: int) -> bool:
-    counts = {r["model"]: r["count"] for r in previous}
+    counts = {r.model: r.count for r in previous}
     return (set(counts) == set(quotas) and sum(counts.values()) == partitions
             and all(c >= 1 and abs(c - quotas[m]) < 1 for m, c in counts.items()))
 

@@ -17,7 +17,7 @@ from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
 from inferstream.kafka.follower import TopicFollower
 from inferstream.policy.view import ModelRange, WorkerPolicy
 from inferstream.schemas import Codec, SchemaError
-from inferstream.schemas.records import PolicyEntry, PolicyKind, WorkerHealth, read_policy_entry
+from inferstream.schemas.records import PolicyEntry, PolicyKind, WorkerHealth, read_record
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +93,7 @@ class PolicyTable(TopicFollower):
         pool_entry = self.pool_entry(pool)
         if pool_entry is None or not self.has_policy(pool):
             return ()
-        return tuple(ModelRange(r["model"], r["first"], r["count"])
-                     for r in pool_entry["model_partitions"])
+        return tuple(pool_entry["model_partitions"])
 
     def age_s(self) -> float | None:
         """Seconds since the reader applied its last entry; None before the first."""
@@ -106,7 +105,7 @@ class PolicyTable(TopicFollower):
     def apply(self, key: bytes | None, value: bytes) -> None:
         """Take one record of the topic; an undecodable one is logged and skipped."""
         try:
-            entry = read_policy_entry(self.codec, value)
+            entry = read_record(self.codec, value, PolicyEntry)
         except (SchemaError, ValueError) as exc:
             log.warning("undecodable policy record key=%r: %s", key, exc)
             return

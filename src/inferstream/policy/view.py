@@ -4,7 +4,8 @@ The controller (task sizes, deadlines, pacing, where a model's tasks go) and the
 assignor (who owns which partition) read the policy through this view, never through the
 table's records: `PolicyTable` implements it by following the policy topic, `NO_POLICY` is
 the view of a process that follows none (even shares, the controller's default task size,
-every partition open to every model).
+every partition open to every model). `ModelRange`, the one range type, is the one the
+PolicyEntry record carries (`schemas.records`), exported here with the view.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from inferstream.schemas.records import serves
+from inferstream.schemas.records import ModelRange, serves
+
+__all__ = ["NO_POLICY", "ModelRange", "NoPolicy", "PolicyView", "WorkerPolicy", "model_range"]
 
 
 @dataclass(frozen=True)
@@ -25,27 +28,6 @@ class WorkerPolicy:
     healthy: bool
     capacity_items_per_s: float = 0.0
     models: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class ModelRange:
-    """Partitions `first` .. `first + count - 1` carry the tasks of `model` (and of every
-    model a worker of `model` answers alike, `records.serves`: any `sim:` one)."""
-
-    model: str
-    first: int
-    count: int
-
-    @property
-    def partitions(self) -> range:
-        return range(self.first, self.first + self.count)
-
-    def fits(self, partitions: int) -> bool:
-        """Whether the range lies inside a topic of `partitions` partitions."""
-        return self.count >= 1 and self.first + self.count <= partitions
-
-    def __contains__(self, partition: object) -> bool:
-        return isinstance(partition, int) and self.first <= partition < self.first + self.count
 
 
 def model_range(model: str, ranges: Sequence[ModelRange]) -> ModelRange | None:

@@ -47,7 +47,7 @@ from inferstream.schemas.records import (
     TaskDeclined,
     TaskResult,
     now_ms,
-    read_task,
+    read_record,
 )
 from inferstream.serving.committers.at_least_once import AtLeastOnceCommitter
 from inferstream.serving.committers.base import PartitionCommitter, PendingTask
@@ -308,7 +308,7 @@ class Worker:
             self.ownership.retake_later(tp)
             return
         try:
-            task = read_task(self.codec, record.value or b"")
+            task = read_record(self.codec, record.value or b"", Task)
         except SchemaError as exc:
             self.hooks.after_dead_letter(str(exc))
             dead = self._dead_letter(tp, record, f"undecodable task record: {exc}")

@@ -41,7 +41,7 @@ from inferstream.config import Config
 from inferstream.kafka.deadletters import dead_letter
 from inferstream.policy.entries import policy_key
 from inferstream.schemas import Codec
-from inferstream.schemas.records import PolicyEntry, PolicyKind, WorkerHealth, now_ms
+from inferstream.schemas.records import PolicyEntry, PolicyKind, WorkerHealth, now_ms, plain_record
 from inferstream.sysinfo.aggregates import ModelAggregate, aggregate_key
 from inferstream.sysinfo.fleet import Fleet, record_of
 from inferstream.sysinfo.intake import read_sample
@@ -313,7 +313,7 @@ class SysinfoApp:
 
     async def write_policy(self, entries: list[PolicyEntry]) -> None:
         for entry in entries:
-            value = self.codec.encode("PolicyEntry", entry)
+            value = self.codec.encode("PolicyEntry", plain_record(PolicyEntry, entry))
             await self.policy_topic.send(key=policy_key(entry).encode(), value=value)
             self.metrics.policy_writes.labels(entry["pool"]).inc()
         self.fleet.mark_written(entries)

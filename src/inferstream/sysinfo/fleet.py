@@ -16,11 +16,12 @@ from inferstream.config.sysinfo import SysinfoConfig
 from inferstream.policy.entries import Hysteresis, policy_key, pool_entries
 from inferstream.policy.strategies import Strategy, StrategySettings, WorkerView, load_strategy
 from inferstream.schemas.records import (
-    ModelPartitions,
+    ModelRange,
     PolicyEntry,
     PolicyKind,
     SysInfoSample,
     WorkerHealth,
+    plain_record,
 )
 from inferstream.sysinfo.aggregates import ModelAggregate, fold
 from inferstream.sysinfo.workers import (
@@ -149,7 +150,7 @@ class Fleet:
             chosen += self.hysteresis.select(entries, now_ms)
         return chosen
 
-    def _ranges_written(self, pool: str) -> list[ModelPartitions]:
+    def _ranges_written(self, pool: str) -> list[ModelRange]:
         written = self.written.get(pool)
         return written["model_partitions"] if written else []
 
@@ -186,7 +187,7 @@ class Fleet:
         return {"worker": worker, "samples": kept}
 
     def policy_json(self, pool: str | None = None) -> dict[str, Any] | None:
-        entries = [e for _, e in sorted(self.written.items())
+        entries = [plain_record(PolicyEntry, e) for _, e in sorted(self.written.items())
                    if pool is None or e["pool"] == pool]
         if pool is None:
             return {"entries": entries}

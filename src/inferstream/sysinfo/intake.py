@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import cast
 
 from inferstream.schemas import Codec, SchemaError
-from inferstream.schemas.records import SysInfoSample
+from inferstream.schemas.records import SysInfoSample, read_record
 
 
 @dataclass(frozen=True)
@@ -25,7 +24,7 @@ def read_sample(codec: Codec, value: bytes | None, now_ms: int, max_future_s: fl
     if value is None:
         return Intake(dead_letter="tombstone: a sysinfo record without a value")
     try:
-        sample = cast(SysInfoSample, codec.decode(value, expected="SysInfoSample"))
+        sample = read_record(codec, value, SysInfoSample)
     except SchemaError as exc:
         return Intake(dead_letter=f"undecodable: {exc}")
     reason = absurdity(sample, now_ms, max_future_s)

@@ -18,7 +18,7 @@ from inferstream.config import Config
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
 from inferstream.kafka.follower import TopicFollower
 from inferstream.schemas import Codec, SchemaError
-from inferstream.schemas.records import Task, TaskControl, now_ms, read_task_control
+from inferstream.schemas.records import Task, TaskControl, now_ms, read_record
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class TaskControls(TopicFollower):
 
     def apply(self, key: bytes | None, value: bytes) -> None:
         try:
-            control = read_task_control(self.codec, value)
+            control = read_record(self.codec, value, TaskControl)
         except (SchemaError, ValueError) as exc:
             log.warning("undecodable task-control record key=%r: %s", key, exc)
             return

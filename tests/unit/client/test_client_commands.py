@@ -27,12 +27,12 @@ from inferstream.kafka.topics import topic_specs
 from inferstream.schemas import Codec
 from inferstream.schemas.records import Job as JobRecord
 from inferstream.schemas.records import (
+    JobEvent,
     JobEventType,
+    Task,
     TaskResult,
     error_item,
-    read_job,
-    read_job_event,
-    read_task,
+    read_record,
 )
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from tests.unit.jobs.test_output import put_event, put_results
@@ -187,7 +187,8 @@ def test_the_controller_rejects_a_foreign_job_with_an_option_below_one(
     bounded = dataclasses.replace(config, controller=dataclasses.replace(
         config.controller, idle_exit_s=0.3))
     Controller(bounded, codec=CODEC, clients=clients).run()
-    events = [read_job_event(CODEC, v) for v in clients.broker.values(config.topic("job-events"))]
+    events = [read_record(CODEC, v, JobEvent)
+              for v in clients.broker.values(config.topic("job-events"))]
     assert [(e["type"], e["reason"]) for e in events] == [
         (JobEventType.REJECTED, f"{option} must be >= 1, got {value}")]
 
@@ -200,7 +201,8 @@ def test_item_names_are_absolute_with_and_without_inline(
     client = Client(make_config(), CODEC, clients)
     client.submit(MODEL, ["photos"], inline=True)
     client.submit(MODEL, ["photos", "@list.txt"])
-    jobs = [read_job(CODEC, v) for v in clients.broker.values(make_config().topic("jobs"))]
+    jobs = [read_record(CODEC, v, JobRecord)
+            for v in clients.broker.values(make_config().topic("jobs"))]
     # by content, not by position: the two jobs' ids may hash to either partition
     (inline,) = [job for job in jobs if job["inline_items"]]
     (named,) = [job for job in jobs if not job["inline_items"]]
@@ -227,7 +229,7 @@ def answer_with_errors(clients: MemoryKafkaClients, stop: threading.Event) -> No
         for message in consumer.consume(100, timeout=0.05):
             if message.error() is not None:
                 continue
-            task = read_task(CODEC, message.value() or b"")
+            task = read_record(CODEC, message.value() or b"", Task)
             result = TaskResult(job_id=task["job_id"], task_id=task["task_id"],
                                 attempt=task["attempt"], worker="w1", model=task["model"],
                                 items=[error_item(i, "not an image") for i in task["items"]],

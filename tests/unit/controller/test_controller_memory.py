@@ -32,16 +32,17 @@ from inferstream.models import load_model
 from inferstream.schemas import Codec
 from inferstream.schemas.records import (
     InlineItem,
+    JobEvent,
     JobEventType,
+    LedgerEntry,
     LedgerKind,
     LedgerStatus,
     Prediction,
+    Task,
+    TaskControl,
     TaskResult,
     ok_item,
-    read_job_event,
-    read_ledger_entry,
-    read_task,
-    read_task_control,
+    read_record,
 )
 from inferstream.schemas.records import Job as JobRecord
 from inferstream.serving.worker import Worker
@@ -82,20 +83,21 @@ def item_names(items: int) -> list[str]:
 
 
 def events(broker: MemoryBroker, config: Config, kind: JobEventType) -> list[Any]:
-    found = [read_job_event(CODEC, v) for v in broker.values(config.topic("job-events"))]
+    found = [read_record(CODEC, v, JobEvent) for v in broker.values(config.topic("job-events"))]
     return [event for event in found if event["type"] == kind]
 
 
 def done_entries(broker: MemoryBroker, config: Config) -> Counter[int]:
     """How many DONE ledger entries each task has."""
-    entries = [read_ledger_entry(CODEC, v)
+    entries = [read_record(CODEC, v, LedgerEntry)
                for v in broker.values(config.topic("controller-ledger"))]
     return Counter(e["task_id"] for e in entries
                    if e["kind"] == LedgerKind.TASK and e["status"] == LedgerStatus.DONE)
 
 
 def issued_tasks(broker: MemoryBroker, config: Config) -> Counter[int]:
-    return Counter(read_task(CODEC, v)["task_id"] for v in broker.values(config.task_topic()))
+    return Counter(read_record(CODEC, v, Task)["task_id"]
+                   for v in broker.values(config.task_topic()))
 
 
 def assert_completed_exactly(broker: MemoryBroker, config: Config, job: Job, items: int,
@@ -139,7 +141,7 @@ class Responder(threading.Thread):
         if self.answered == self.pause_after:
             self.paused.set()
             self.resume.wait(10)
-        task = read_task(CODEC, value)
+        task = read_record(CODEC, value, Task)
         top = [Prediction(class_id=1, label="goldfish", score=0.9)]
         result = TaskResult(
             job_id=task["job_id"], task_id=task["task_id"], attempt=task["attempt"],
@@ -193,7 +195,7 @@ def test_a_job_goes_from_submission_to_completed(clients: MemoryKafkaClients) ->
 
     status = job.wait(timeout_s=5)
     assert (status.total_items, status.ok_items, status.total_tasks) == (10, 10, 4)
-    tasks = [read_task(CODEC, v) for v in clients.broker.values(config.task_topic())]
+    tasks = [read_record(CODEC, v, Task) for v in clients.broker.values(config.task_topic())]
     assert sorted(len(t["items"]) for t in tasks) == [1, 3, 3, 3]
     assert_completed_exactly(clients.broker, config, job, items=10, tasks=4)
     assert {line["worker"] for line in job.results()} == {"w1"}
@@ -217,7 +219,7 @@ def test_a_job_on_another_partition_than_its_ids_gets_its_results_there(
     run_with_a_worker(clients, config)
     assert job.wait(timeout_s=5).ok_items == 4
     assert sorted(line["item"] for line in job.results()) == [f"i{n}" for n in range(4)]
-    tasks = [read_task(CODEC, v) for v in clients.broker.values(config.task_topic())]
+    tasks = [read_record(CODEC, v, Task) for v in clients.broker.values(config.task_topic())]
     assert {t["home_partition"] for t in tasks} == {home}
     assert clients.broker.values(config.topic("results"), 1 - home) == []
     assert len(clients.broker.values(config.topic("results"), home)) == 2
@@ -275,7 +277,7 @@ def test_a_cancelled_job_ends_with_the_counts_of_what_was_done(
     assert events(clients.broker, config, JobEventType.COMPLETED) == []
     with pytest.raises(JobCancelledError, match="cancelled after 4/8 items"):
         job.wait(timeout_s=5)
-    controls = [read_task_control(CODEC, v) for v in clients.broker.values("t.task-control")]
+    controls = [read_record(CODEC, v, TaskControl) for v in clients.broker.values("t.task-control")]
     assert [(c["job_id"], c["task_id"], c["reason"]) for c in controls] == [
         (job.job_id, -1, "CANCELLED")]
 
@@ -303,7 +305,7 @@ def test_a_replica_that_died_before_the_output_file_leaves_it_to_the_next(
     Controller(config, codec=CODEC, clients=clients).run()
     lines = [json.loads(line) for line in output.read_text().splitlines()]
     assert sorted(line["item"] for line in lines) == item_names(6)
-    entries = [read_ledger_entry(CODEC, v)
+    entries = [read_record(CODEC, v, LedgerEntry)
                for v in clients.broker.values(config.topic("controller-ledger"))]
     written = [e for e in entries if e["kind"] == LedgerKind.JOB and e["output_written_at"]]
     assert len(written) == 1

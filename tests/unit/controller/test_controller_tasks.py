@@ -22,7 +22,7 @@ from inferstream.controller.sizing import (
 )
 from inferstream.kafka.topics import topic_specs
 from inferstream.policy.view import NO_POLICY, PolicyView
-from inferstream.schemas.records import Job, read_task
+from inferstream.schemas.records import Job, Task, read_record
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from tests.unit.controller.test_controller_memory import (
     CODEC,
@@ -62,7 +62,7 @@ def run_job(config: Config, pool: list[Responder], items: int, chunk_size: int |
 
 def task_sizes(broker: MemoryBroker, config: Config) -> list[int]:
     """Items per task, in task id order."""
-    tasks = sorted((read_task(CODEC, v) for v in broker.values(config.task_topic())),
+    tasks = sorted((read_record(CODEC, v, Task) for v in broker.values(config.task_topic())),
                    key=lambda t: t["task_id"])
     return [len(t["items"]) for t in tasks]
 
@@ -76,7 +76,7 @@ def test_a_jobs_tasks_are_spread_within_one_over_the_task_partitions(
                              for p in range(partitions)})
     assert sum(per_partition.values()) == tasks
     assert max(per_partition.values()) - min(per_partition.values()) <= 1, per_partition
-    ids = sorted(read_task(CODEC, v)["task_id"] for v in broker.values(config.task_topic()))
+    ids = sorted(read_record(CODEC, v, Task)["task_id"] for v in broker.values(config.task_topic()))
     assert ids == list(range(tasks))
 
 

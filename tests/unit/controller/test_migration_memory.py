@@ -21,10 +21,11 @@ from inferstream.models import load_model
 from inferstream.policy.view import WorkerPolicy
 from inferstream.schemas import Codec
 from inferstream.schemas.records import (
+    Task,
+    TaskControl,
     TaskControlReason,
+    read_record,
     read_result,
-    read_task,
-    read_task_control,
 )
 from inferstream.serving.worker import Worker
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
@@ -93,10 +94,10 @@ def test_late_tasks_complete_elsewhere_and_late_results_are_dropped(
     assert (status.total_items, status.ok_items) == (16, 16)
     lines = list(job.results())
     assert sorted(str(line["item"]) for line in lines) == [os.path.abspath(n) for n in names]
-    tasks = [read_task(CODEC, v) for v in clients.broker.values("t.tasks.default")]
+    tasks = [read_record(CODEC, v, Task) for v in clients.broker.values("t.tasks.default")]
     migrated = [t for t in tasks if t["attempt"] > 1]
     assert migrated, "the slow worker's tasks were never re-issued"
-    controls = [read_task_control(CODEC, v) for v in clients.broker.values("t.task-control")]
+    controls = [read_record(CODEC, v, TaskControl) for v in clients.broker.values("t.task-control")]
     reasons = Counter(c["reason"] for c in controls)
     assert reasons[TaskControlReason.MIGRATED] == len(migrated)
     assert reasons[TaskControlReason.FINISHED] == 1

@@ -16,7 +16,7 @@ from inferstream.policy.strategies import StrategySettings, ThroughputStrategy, 
 from inferstream.policy.trigger import RebalanceTrigger
 from inferstream.policy.view import ModelRange, WorkerPolicy, model_range
 from inferstream.schemas import Codec
-from inferstream.schemas.records import ModelPartitions, PolicyKind, WorkerHealth
+from inferstream.schemas.records import PolicyEntry, PolicyKind, WorkerHealth, plain_record
 
 NOW = 1_700_000_000_000
 LITE = "efficientnet_lite0"
@@ -29,7 +29,7 @@ def view(worker: str, rate: float, *models: str, **fields: Any) -> WorkerView:
 
 
 def ranges_of(workers: list[WorkerView], partitions: int,
-              previous: list[ModelPartitions] | None = None) -> list[ModelPartitions]:
+              previous: list[ModelRange] | None = None) -> list[ModelRange]:
     entries = pool_entries("mixed", workers, ThroughputStrategy(), StrategySettings(), 1.0,
                            NOW, partitions=partitions, previous=previous or [])
     pool = entries[-1]
@@ -42,8 +42,7 @@ def ranges_of(workers: list[WorkerView], partitions: int,
 def test_two_models_split_the_partitions_by_their_capacity() -> None:
     workers = [view("a", 30.0, LITE), view("b", 60.0, "sim:ms=2"), view("c", 30.0, "sim:ms=5")]
     assert ranges_of(workers, 12) == [
-        ModelPartitions(model=LITE, first=0, count=3),
-        ModelPartitions(model="sim:ms=2", first=3, count=9)]  # every sim: model is one range
+        ModelRange(LITE, 0, 3), ModelRange("sim:ms=2", 3, 9)]  # every sim: model is one range
 
 
 def test_one_model_a_single_partition_or_no_partition_count_gives_no_ranges() -> None:
@@ -57,37 +56,37 @@ def test_one_model_a_single_partition_or_no_partition_count_gives_no_ranges() ->
 def test_a_small_model_gets_one_partition_and_unhealthy_workers_do_not_count() -> None:
     workers = [view("a", 1.0, LITE), view("b", 1000.0, "sim:ms=2"),
                view("c", 1000.0, "resnet50", health=WorkerHealth.STALE)]
-    assert ranges_of(workers, 8) == [ModelPartitions(model=LITE, first=0, count=1),
-                                     ModelPartitions(model="sim:ms=2", first=1, count=7)]
+    assert ranges_of(workers, 8) == [ModelRange(LITE, 0, 1), ModelRange("sim:ms=2", 1, 7)]
 
 
 def test_a_worker_serving_two_models_counts_half_for_each() -> None:
     workers = [view("a", 40.0, LITE, "sim:ms=2"), view("b", 20.0, LITE)]
     # lite0: 20 + 20, sim: 20 -> 2:1 of 12
-    assert [r["count"] for r in ranges_of(workers, 12)] == [8, 4]
+    assert [r.count for r in ranges_of(workers, 12)] == [8, 4]
 
 
 def test_ranges_stay_while_the_measured_rates_wobble_and_move_when_they_change() -> None:
     first = ranges_of([view("a", 50.0, LITE), view("b", 50.0, "sim:ms=2")], 12)
-    assert [r["count"] for r in first] == [6, 6]
+    assert [r.count for r in first] == [6, 6]
     wobble = ranges_of([view("a", 54.0, LITE), view("b", 46.0, "sim:ms=2")], 12, first)
     assert wobble == first  # quota 6.48: still within one partition of 6
     moved = ranges_of([view("a", 75.0, LITE), view("b", 25.0, "sim:ms=2")], 12, first)
-    assert [r["count"] for r in moved] == [9, 3]
+    assert [r.count for r in moved] == [9, 3]
 
 
 def test_without_a_measured_capacity_each_worker_weighs_the_same() -> None:
     entries = [{"health": WorkerHealth.HEALTHY, "capacity_items_per_s": 0.0, "models": [m]}
                for m in (LITE, "sim:ms=2", "sim:ms=5")]
     ranges = model_ranges(entries, 9)  # type: ignore[arg-type]
-    assert [(r["model"], r["count"]) for r in ranges] == [(LITE, 3), ("sim:ms=2", 6)]
+    assert [(r.model, r.count) for r in ranges] == [(LITE, 3), ("sim:ms=2", 6)]
 
 
 def test_a_pool_entry_with_ranges_survives_the_codec() -> None:
     codec = Codec()
     pool = pool_entries("mixed", [view("a", 10.0, LITE), view("b", 10.0, "sim:ms=2")],
                         ThroughputStrategy(), StrategySettings(), 1.0, NOW, partitions=4)[-1]
-    assert codec.decode(codec.encode("PolicyEntry", pool))["model_partitions"] == [
+    value = codec.encode("PolicyEntry", plain_record(PolicyEntry, pool))
+    assert codec.decode(value)["model_partitions"] == [
         {"model": LITE, "first": 0, "count": 2}, {"model": "sim:ms=2", "first": 2, "count": 2}]
 
 

@@ -16,7 +16,7 @@ from inferstream.models import LoadedModel, load_model
 from inferstream.models.sim import SimModel, parse_sim_name
 from inferstream.policy.table import PolicyTable
 from inferstream.schemas import Codec
-from inferstream.schemas.records import PolicyEntry, read_result
+from inferstream.schemas.records import ModelRange, PolicyEntry, read_result
 from inferstream.serving.worker import Worker
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from tests.unit.policy.test_policy_table import entry, write
@@ -25,7 +25,7 @@ from tests.unit.policy_views import FixedPolicy
 CODEC = Codec(None)
 #: A registry name served by a simulated model: a second model that costs no CPU.
 OTHER = "resnet50"
-RANGES = [{"model": OTHER, "first": 0, "count": 4}, {"model": "sim:ms=0", "first": 4, "count": 4}]
+RANGES = [ModelRange(OTHER, 0, 4), ModelRange("sim:ms=0", 4, 4)]
 
 
 def make_config(worker_id: str = "w", models: tuple[str, ...] = ("sim:ms=0",)) -> Config:

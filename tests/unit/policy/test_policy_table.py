@@ -10,7 +10,13 @@ from inferstream.kafka.topics import topic_specs
 from inferstream.policy.table import PolicyTable
 from inferstream.policy.view import ModelRange, WorkerPolicy
 from inferstream.schemas import Codec
-from inferstream.schemas.records import PolicyEntry, PolicyKind, WorkerHealth, now_ms
+from inferstream.schemas.records import (
+    PolicyEntry,
+    PolicyKind,
+    WorkerHealth,
+    now_ms,
+    plain_record,
+)
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 
 CODEC = Codec(None)
@@ -30,7 +36,8 @@ def entry(worker: str, share: float, health: WorkerHealth = WorkerHealth.HEALTHY
 def write(broker: MemoryBroker, *entries: PolicyEntry) -> None:
     for e in entries:
         key = e["pool"] if e["kind"] == PolicyKind.POOL else f"{e['pool']}/{e['worker']}"
-        broker.produce(CONFIG.topic("policy"), 0, key.encode(), CODEC.encode("PolicyEntry", e))
+        value = CODEC.encode("PolicyEntry", plain_record(PolicyEntry, e))
+        broker.produce(CONFIG.topic("policy"), 0, key.encode(), value)
 
 
 def wait_for(check: object, timeout_s: float = 5.0) -> None:
@@ -102,10 +109,9 @@ def test_the_model_ranges_of_a_pool_hold_while_the_policy_is_fresh() -> None:
     clock = [1_000_000.0]
     table = PolicyTable(CONFIG, codec=CODEC, max_age_s=90, clock=lambda: clock[0])
     assert table.model_ranges("default") == ()
-    ranges = [{"model": "efficientnet_lite0", "first": 0, "count": 3},
-              {"model": "sim:ms=2", "first": 3, "count": 9}]
+    ranges = [ModelRange("efficientnet_lite0", 0, 3), ModelRange("sim:ms=2", 3, 9)]
     pool = PolicyEntry(**{**entry("", 1.0, updated_at=999_990_000), "model_partitions": ranges})
-    table.apply(b"default", CODEC.encode("PolicyEntry", pool))
+    table.apply(b"default", CODEC.encode("PolicyEntry", plain_record(PolicyEntry, pool)))
     assert table.model_ranges("default") == (ModelRange("efficientnet_lite0", 0, 3),
                                              ModelRange("sim:ms=2", 3, 9))
     clock[0] += 200

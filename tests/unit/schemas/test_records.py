@@ -1,7 +1,9 @@
-"""The typed records of `schemas/records.py` agree with the `.avsc` files they stand for."""
+"""The typed records of `schemas/records/` agree with the `.avsc` files they stand for, and
+the typed read gives each field its type."""
 
 from __future__ import annotations
 
+import json
 import types
 import typing
 from enum import StrEnum
@@ -9,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from inferstream.schemas import SCHEMA_NAMES, Codec, load_schema
+from inferstream.schemas import SCHEMA_NAMES, Codec, SchemaError, load_schema
 from inferstream.schemas import records as rec
 
 
@@ -102,13 +104,60 @@ def test_records_built_here_encode_and_read_back_typed() -> None:
                   output_path=None)
     item = rec.TaskItem(index=0, name="/x.jpg", data=None)
     task = rec.new_task(job, 3, [item])
-    assert rec.read_task(codec, codec.encode("Task", task)) == task
+    assert rec.read_record(codec, codec.encode("Task", task), rec.Task) == task
     result = rec.TaskResult(
         job_id="j1", task_id=3, attempt=1, worker="w", model="sim:ms=1",
         items=[rec.ok_item(item, [rec.Prediction(class_id=1, label="a", score=0.5)])],
         started_at=1, finished_at=2, decode_seconds=0.0, inference_seconds=0.0)
-    back = rec.read_task_result(codec, codec.encode("TaskResult", result))
+    back = rec.read_record(codec, codec.encode("TaskResult", result), rec.TaskResult)
     assert back["items"][0]["status"] is rec.ItemStatus.OK
+    assert rec.read_result(codec, codec.encode("TaskResult", result)) == back
     entry = rec.new_ledger_entry("j1", -1, rec.LedgerKind.JOB, rec.LedgerStatus.ACTIVE)
-    read = rec.read_ledger_entry(codec, codec.encode("LedgerEntry", entry))
+    read = rec.read_record(codec, codec.encode("LedgerEntry", entry), rec.LedgerEntry)
     assert read["status"] is rec.LedgerStatus.ACTIVE and read["kind"] is rec.LedgerKind.JOB
+
+
+def test_a_record_of_another_kind_is_a_schema_error() -> None:
+    codec = Codec()
+    control = rec.TaskControl(job_id="j1", task_id=-1, attempt=0,
+                              reason=rec.TaskControlReason.CANCELLED, at=1)
+    with pytest.raises(SchemaError, match="expected a Task record, got a TaskControl"):
+        rec.read_record(codec, codec.encode("TaskControl", control), rec.Task)
+    with pytest.raises(SchemaError, match="TaskResult or TaskDeclined"):
+        rec.read_result(codec, codec.encode("TaskControl", control))
+
+
+def pool_entry(*ranges: rec.ModelRange) -> rec.PolicyEntry:
+    return rec.PolicyEntry(
+        worker="", pool="mixed", model=None, capacity_items_per_s=90.0, weight=1.0,
+        strategy="throughput", updated_at=1, kind=rec.PolicyKind.POOL, share=1.0,
+        health=rec.WorkerHealth.HEALTHY, batch_size=None, task_size=12,
+        models=[r.model for r in ranges], model_partitions=list(ranges))
+
+
+def test_a_policy_entry_carries_model_ranges_and_writes_them_as_model_partitions() -> None:
+    codec = Codec()
+    entry = pool_entry(rec.ModelRange("efficientnet_lite0", 0, 3), rec.ModelRange("sim:ms=2", 3, 9))
+    value = codec.encode("PolicyEntry", rec.plain_record(rec.PolicyEntry, entry))
+    assert codec.decode(value)["model_partitions"] == [
+        {"model": "efficientnet_lite0", "first": 0, "count": 3},
+        {"model": "sim:ms=2", "first": 3, "count": 9}]
+    back = rec.read_record(codec, value, rec.PolicyEntry)
+    assert back == entry and 5 in back["model_partitions"][1]
+    assert back["kind"] is rec.PolicyKind.POOL and back["health"] is rec.WorkerHealth.HEALTHY
+    assert entry["model_partitions"][0] == rec.ModelRange("efficientnet_lite0", 0, 3)  # unchanged
+
+
+def test_a_json_record_reads_typed_and_a_symbol_outside_its_enum_is_refused() -> None:
+    plain = json.loads(json.dumps(rec.plain_record(rec.PolicyEntry,
+                                                   pool_entry(rec.ModelRange("a", 0, 2)))))
+    assert rec.as_record(rec.PolicyEntry, plain) == pool_entry(rec.ModelRange("a", 0, 2))
+    with pytest.raises(ValueError, match="SLEEPY"):
+        rec.as_record(rec.PolicyEntry, {**plain, "health": "SLEEPY"})
+
+
+def test_a_sample_is_its_publisher_fields_and_one_group_per_kind_of_reading() -> None:
+    groups = [rec.PublisherFields, rec.CpuFields, rec.MemoryFields, rec.AcceleratorFields,
+              rec.PerformanceFields, rec.QueueFields, rec.SoftwareFields, rec.ExtraFields]
+    fields = [name for group in groups for name in typing.get_type_hints(group)]
+    assert sorted(fields) == sorted(typing.get_type_hints(rec.SysInfoSample))

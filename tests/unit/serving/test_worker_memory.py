@@ -19,7 +19,7 @@ from inferstream.jobs.output import job_results, output_lines
 from inferstream.kafka.topics import topic_specs
 from inferstream.models import load_model
 from inferstream.schemas import Codec
-from inferstream.schemas.records import Job, TaskItem, TaskResult, new_task, read_task_result
+from inferstream.schemas.records import Job, TaskItem, TaskResult, new_task, read_record
 from inferstream.serving.hooks import WorkerHooks
 from inferstream.serving.metrics import WorkerMetrics
 from inferstream.serving.worker import Worker, worker_group
@@ -65,7 +65,7 @@ def put_tasks(broker: MemoryBroker, config: Config, count: int, items: int = 2) 
 def results(broker: MemoryBroker, config: Config, read_committed: bool = True
             ) -> list[TaskResult]:
     values = broker.values(config.topic("results"), read_committed=read_committed)
-    return [read_task_result(CODEC, value) for value in values]
+    return [read_record(CODEC, value, TaskResult) for value in values]
 
 
 def task_counts(found: list[TaskResult]) -> Counter[int]:

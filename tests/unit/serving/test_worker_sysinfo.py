@@ -20,7 +20,7 @@ from inferstream.errors import ConfigError
 from inferstream.kafka.topics import topic_specs
 from inferstream.models import load_model
 from inferstream.schemas import Codec
-from inferstream.schemas.records import SysInfoSample, read_task_result
+from inferstream.schemas.records import SysInfoSample, TaskResult, read_record
 from inferstream.serving.collectors import (
     BUILTIN_COLLECTORS,
     PerformanceWindows,
@@ -110,7 +110,7 @@ def test_samples_are_keyed_by_worker_id_and_calibrated_before_the_first_task(
     first = found[0][1]
     assert first["queue_depth"] == 0 and first["assigned_partitions"] == []
     assert first["models"][0]["items"] == 0  # taken before any task
-    first_result = min(read_task_result(CODEC, v)["started_at"]
+    first_result = min(read_record(CODEC, v, TaskResult)["started_at"]
                        for v in broker.values(config.topic("results")))
     assert first["timestamp"] <= first_result
     calibration = first["calibration"]
@@ -159,7 +159,7 @@ def test_a_failing_collector_is_counted_and_the_worker_goes_on(
     metrics = WorkerMetrics(CollectorRegistry())
     worker = run_worker(config, broker, metrics)
 
-    assert {read_task_result(CODEC, v)["task_id"]
+    assert {read_record(CODEC, v, TaskResult)["task_id"]
             for v in broker.values(config.topic("results"))} == set(range(6))
     errors = metrics.registry.get_sample_value("inferstream_collector_errors_total",
                                                {"collector": "broken"})

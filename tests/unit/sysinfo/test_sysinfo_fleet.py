@@ -10,7 +10,14 @@ from inferstream.config import load_config
 from inferstream.config.sysinfo import SysinfoConfig
 from inferstream.errors import ConfigError
 from inferstream.schemas import Codec
-from inferstream.schemas.records import WorkerHealth, now_ms
+from inferstream.schemas.records import (
+    ModelRange,
+    PolicyEntry,
+    PolicyKind,
+    WorkerHealth,
+    as_record,
+    now_ms,
+)
 from inferstream.sysinfo.fleet import Fleet, record_of
 from inferstream.sysinfo.intake import read_sample
 from inferstream.sysinfo.workers import WorkerRecord, health
@@ -115,6 +122,20 @@ def test_fleet_policy_and_views_for_two_workers_and_a_silent_one() -> None:
         "assigned_partitions", "queue_depth", "consumer_lag", "calibration"}
     json.dumps([health_json, rows, policy, fleet.worker_json("fast", now)])
     assert fleet.policy_to_write(now + 1000) == []  # nothing moved: nothing rewritten
+
+
+def test_the_policy_view_serves_each_models_partitions_as_plain_json() -> None:
+    fleet = Fleet(SYSINFO, {}, task_partitions=lambda _pool: 8)
+    now = now_ms()
+    feed(fleet, sample("lite", 30.0, model="efficientnet_lite0"), sample("sim", 90.0))
+    fleet.mark_written(fleet.policy_to_write(now))
+    policy = fleet.policy_json("default")
+    assert policy is not None
+    (pool,) = [e for e in policy["entries"] if e["kind"] == PolicyKind.POOL]
+    assert pool["model_partitions"] == [{"model": "efficientnet_lite0", "first": 0, "count": 2},
+                                        {"model": "sim:ms=10", "first": 2, "count": 6}]
+    read = as_record(PolicyEntry, json.loads(json.dumps(pool)))  # as the client reads it
+    assert read["model_partitions"][1] == ModelRange("sim:ms=10", 2, 6)
 
 
 def test_after_a_rebalance_silence_is_counted_from_its_end() -> None:

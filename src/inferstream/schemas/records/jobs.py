@@ -1,0 +1,93 @@
+"""What a user asks for and hears back: a Job, the Tasks it is cut into, its JobEvents.
+
+A task names its model; `serves` says which models answer it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import TypedDict
+
+from inferstream.schemas.records.clock import now_ms
+
+#: Simulated models: `sim:ms=N,...`, whose parameters describe a node's speed, not a model.
+SIM_PREFIX = "sim:"
+#: The names of simulated models (parsed by `models.names.parse_sim_name`).
+SIM_SYNTAX = ("sim:ms=N[,jitter=F][,slow_after=K,slow_factor=X] (as=alexnet or as=googlenet "
+              "instead of ms; batch_ms=B, slower=S)")
+
+
+def serves(model: str, task_model: str) -> bool:
+    """Whether a result of `model` answers a Task asking for `task_model`: the same name,
+    or any simulated model for a simulated task."""
+    return model == task_model or (model.startswith(SIM_PREFIX)
+                                   and task_model.startswith(SIM_PREFIX))
+
+
+class InlineItem(TypedDict):
+    name: str
+    data: bytes
+
+
+class Job(TypedDict):
+    job_id: str
+    model: str
+    pool: str
+    top_k: int
+    chunk_size: int
+    inputs: list[str]
+    inline_items: list[InlineItem]
+    submitted_at: int
+    submitter: str
+    output_path: str | None
+
+
+class TaskItem(TypedDict):
+    index: int
+    name: str
+    data: bytes | None
+
+
+class Task(TypedDict):
+    job_id: str
+    task_id: int
+    attempt: int
+    pool: str
+    model: str
+    top_k: int
+    items: list[TaskItem]
+    issued_at: int
+    deadline_ms: int | None
+    home_partition: int | None
+
+
+def new_task(job: Job, task_id: int, items: list[TaskItem], attempt: int = 1,
+             home_partition: int | None = None) -> Task:
+    """Task `task_id` of `job`, issued now; its results go to `home_partition`."""
+    return Task(job_id=job["job_id"], task_id=task_id, attempt=attempt, pool=job["pool"],
+                model=job["model"], top_k=job["top_k"], items=items, issued_at=now_ms(),
+                deadline_ms=None, home_partition=home_partition)
+
+
+class JobEventType(StrEnum):
+    ACCEPTED = "ACCEPTED"
+    REJECTED = "REJECTED"
+    PROGRESS = "PROGRESS"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+class JobEvent(TypedDict):
+    job_id: str
+    type: JobEventType
+    timestamp: int
+    model: str | None
+    reason: str | None
+    total_items: int | None
+    total_tasks: int | None
+    done_items: int
+    ok_items: int
+    error_items: int
+    rate_items_per_s: float | None
+    home_partition: int | None
