@@ -14,9 +14,9 @@ import logging
 import socket
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
@@ -32,7 +32,6 @@ from inferstream.serving.collectors import (
     PerformanceWindows,
     QueueProbe,
     SampleContext,
-    SampleFields,
     ServedModel,
     load_collectors,
 )
@@ -223,16 +222,16 @@ class SysInfoPublisher:
 
 
 def run_collectors(collectors: dict[str, Collector], context: SampleContext
-                   ) -> tuple[SampleFields, list[str], float]:
+                   ) -> tuple[dict[str, Any], list[str], float]:
     """Every collector's fields merged in order (`extra` merged too), the names of those
     that raised, and the CPU seconds this thread spent on them."""
     started = time.thread_time()
-    fields = SampleFields()
+    fields: dict[str, Any] = {}
     extra: dict[str, float] = {}
     failed = []
     for name, collector in collectors.items():
         try:
-            got = collector.collect(context)
+            got: Mapping[str, Any] = collector.collect(context)
             extra.update({k: float(v) for k, v in got.get("extra", {}).items()})
         except Exception:
             log.exception("collector %s failed; the sample goes out without it", name)
@@ -243,7 +242,7 @@ def run_collectors(collectors: dict[str, Collector], context: SampleContext
     return fields, failed, time.thread_time() - started
 
 
-def build_sample(context: SampleContext, fields: SampleFields, host: str,
+def build_sample(context: SampleContext, fields: Mapping[str, Any], host: str,
                  calibration: Calibration | None) -> SysInfoSample:
     """The worker's identity, every field at its empty value, the collectors' fields on top."""
     names = [m.name for m in context.served]
@@ -256,8 +255,9 @@ def build_sample(context: SampleContext, fields: SampleFields, host: str,
         host_cpu_percent=None, host_memory_available_bytes=None, accelerator=None,
         gpu_memory_total_bytes=None, latency_seconds_p95=None, consumer_lag=None,
         served_models=names, models=[], calibration=calibration, software={})
-    sample.update(fields)  # SampleFields: a subset of the sample's fields
-    return sample
+    # Each collector's SampleFields is a group of the sample's fields, so the union is a
+    # sample; mypy cannot merge TypedDicts that hold different keys.
+    return cast(SysInfoSample, {**sample, **fields})
 
 
 def _device(served: ServedModels | None) -> str:

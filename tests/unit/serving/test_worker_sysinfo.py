@@ -8,6 +8,7 @@ import asyncio
 import sys
 import textwrap
 import types
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,13 @@ from inferstream.errors import ConfigError
 from inferstream.kafka.topics import topic_specs
 from inferstream.models import load_model
 from inferstream.schemas import Codec
-from inferstream.schemas.records import SysInfoSample, TaskResult, read_record
+from inferstream.schemas.records import (
+    ExtraFields,
+    PublisherFields,
+    SysInfoSample,
+    TaskResult,
+    read_record,
+)
 from inferstream.serving.collectors import (
     BUILTIN_COLLECTORS,
     PerformanceWindows,
@@ -74,7 +81,7 @@ class Thermometer:
     name = "thermometer"
 
     def collect(self, context: SampleContext) -> SampleFields:
-        return SampleFields(extra={"celsius": 41.5, "fans": 2})
+        return ExtraFields(extra={"celsius": 41.5, "fans": 2})
 
 
 class Broken:
@@ -193,8 +200,13 @@ def test_an_unknown_collector_is_a_one_line_error_at_start(
     assert "thermometer" in err  # the registered ones are listed
 
 
-def test_sample_fields_and_default_collectors_match_the_schema() -> None:
-    assert SampleFields.__annotations__.keys() == SysInfoSample.__annotations__.keys()
+def test_each_collector_fills_one_group_of_the_sample_and_the_groups_fill_the_schema() -> None:
+    groups = {frozenset(typing.get_type_hints(kind)) for kind in typing.get_args(SampleFields)}
+    fields = [*typing.get_type_hints(PublisherFields), *(f for g in groups for f in g)]
+    assert sorted(fields) == sorted(typing.get_type_hints(SysInfoSample))  # each field once
+    context = SampleContext(worker="w", pool="default", device="cpu", interval_s=2.0)
+    filled = {frozenset(c.collect(context)) for c in load_collectors(BUILTIN_COLLECTORS).values()}
+    assert filled == groups - {frozenset({"extra"})}  # `extra` is the custom collectors'
     assert set(DEFAULT_COLLECTORS) == set(BUILTIN_COLLECTORS)
 
 

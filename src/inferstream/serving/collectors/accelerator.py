@@ -6,12 +6,13 @@ import logging
 import sys
 from typing import Any
 
-from inferstream.serving.collectors.base import SampleContext, SampleFields
+from inferstream.schemas.records import AcceleratorFields
+from inferstream.serving.collectors.base import SampleContext
 
 log = logging.getLogger(__name__)
 
-_ABSENT = SampleFields(accelerator=None, gpu_utilization=None, gpu_memory_bytes=None,
-                       gpu_memory_total_bytes=None)
+_ABSENT = AcceleratorFields(accelerator=None, gpu_utilization=None, gpu_memory_bytes=None,
+                            gpu_memory_total_bytes=None)
 
 
 class AcceleratorCollector:
@@ -27,18 +28,18 @@ class AcceleratorCollector:
         self._names: dict[int, str] = {}
         self._utilization_known = True
 
-    def collect(self, context: SampleContext) -> SampleFields:
+    def collect(self, context: SampleContext) -> AcceleratorFields:
         torch: Any = sys.modules.get("torch")
         if torch is None or not context.device.startswith("cuda"):
-            return SampleFields(**_ABSENT)
+            return AcceleratorFields(**_ABSENT)
         index = _device_index(context.device)
         if index not in self._names:
             self._names[index] = str(torch.cuda.get_device_name(index))
         free, total = torch.cuda.mem_get_info(index)
-        return SampleFields(accelerator=self._names[index],
-                            gpu_utilization=self._utilization(torch, index),
-                            gpu_memory_bytes=int(total - free),
-                            gpu_memory_total_bytes=int(total))
+        return AcceleratorFields(accelerator=self._names[index],
+                                 gpu_utilization=self._utilization(torch, index),
+                                 gpu_memory_bytes=int(total - free),
+                                 gpu_memory_total_bytes=int(total))
 
     def _utilization(self, torch: Any, index: int) -> float | None:
         if not self._utilization_known:

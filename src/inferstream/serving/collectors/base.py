@@ -2,48 +2,32 @@
 
 The worker's sysinfo publisher takes a `SampleContext` on its event loop (what the worker
 knows: its models, their performance over the window, its queue), then runs the enabled
-collectors one after the other on its own thread. Each returns the `SampleFields` it knows;
-their union, over a base of the worker's identity, is one `SysInfoSample`. A custom collector
-puts its readings, by name, in `extra` (doubles only).
+collectors one after the other on its own thread. Each returns one group of a sample's fields
+(`SampleFields`, complete); their union, over the publisher's own fields, is one
+`SysInfoSample`. A custom collector puts its readings, by name, in `extra` (doubles only).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, TypedDict, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from inferstream.schemas.records import Calibration, ModelPerformance
+from inferstream.schemas.records import (
+    AcceleratorFields,
+    CpuFields,
+    ExtraFields,
+    MemoryFields,
+    ModelPerformance,
+    PerformanceFields,
+    QueueFields,
+    SoftwareFields,
+)
 
-
-class SampleFields(TypedDict, total=False):
-    """Any subset of the fields of a `SysInfoSample` (schemas/SysInfoSample.avsc)."""
-
-    worker: str
-    pool: str
-    host: str
-    timestamp: int
-    model: str | None
-    device: str
-    cpu_percent: float
-    memory_bytes: int
-    gpu_utilization: float | None
-    gpu_memory_bytes: int | None
-    throughput_items_per_s: float
-    latency_seconds_p50: float | None
-    queue_depth: int
-    assigned_partitions: list[int]
-    extra: dict[str, float]
-    interval_s: float
-    host_cpu_percent: float | None
-    host_memory_available_bytes: int | None
-    accelerator: str | None
-    gpu_memory_total_bytes: int | None
-    latency_seconds_p95: float | None
-    consumer_lag: int | None
-    served_models: list[str]
-    models: list[ModelPerformance]
-    calibration: Calibration | None
-    software: dict[str, str]
+#: What one collector returns: one group of a sample's fields, of those a `SysInfoSample` is
+#: made of besides its publisher's own (`schemas.records.readings`). A custom collector returns
+#: `ExtraFields(extra={...})`.
+SampleFields = (CpuFields | MemoryFields | AcceleratorFields | PerformanceFields | QueueFields
+                | SoftwareFields | ExtraFields)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import psutil
 
-from inferstream.serving.collectors.base import SampleContext, SampleFields
+from inferstream.schemas.records import CpuFields, MemoryFields
+from inferstream.serving.collectors.base import SampleContext
 
 
 class CpuCollector:
@@ -19,9 +20,9 @@ class CpuCollector:
         self._process.cpu_percent(interval=None)
         psutil.cpu_percent(interval=None)
 
-    def collect(self, context: SampleContext) -> SampleFields:
-        return SampleFields(cpu_percent=float(self._process.cpu_percent(interval=None)),
-                            host_cpu_percent=float(psutil.cpu_percent(interval=None)))
+    def collect(self, context: SampleContext) -> CpuFields:
+        return CpuFields(cpu_percent=float(self._process.cpu_percent(interval=None)),
+                         host_cpu_percent=float(psutil.cpu_percent(interval=None)))
 
 
 class MemoryCollector:
@@ -32,6 +33,6 @@ class MemoryCollector:
     def __init__(self) -> None:
         self._process = psutil.Process()
 
-    def collect(self, context: SampleContext) -> SampleFields:
-        return SampleFields(memory_bytes=int(self._process.memory_info().rss),
+    def collect(self, context: SampleContext) -> MemoryFields:
+        return MemoryFields(memory_bytes=int(self._process.memory_info().rss),
                             host_memory_available_bytes=int(psutil.virtual_memory().available))

@@ -12,13 +12,8 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from inferstream.schemas.records import ModelPerformance
-from inferstream.serving.collectors.base import (
-    Performance,
-    SampleContext,
-    SampleFields,
-    ServedModel,
-)
+from inferstream.schemas.records import ModelPerformance, PerformanceFields
+from inferstream.serving.collectors.base import Performance, SampleContext, ServedModel
 from inferstream.serving.hooks import WorkerHooks
 
 #: The shortest window; with a longer sysinfo interval the window is 5 intervals.
@@ -121,9 +116,9 @@ class ModelPerformanceCollector:
 
     name = "models"
 
-    def collect(self, context: SampleContext) -> SampleFields:
+    def collect(self, context: SampleContext) -> PerformanceFields:
         perf = context.performance
-        return SampleFields(models=list(perf.models),
-                            throughput_items_per_s=perf.items_per_s,
-                            latency_seconds_p50=perf.batch_latency_seconds_p50,
-                            latency_seconds_p95=perf.batch_latency_seconds_p95)
+        return PerformanceFields(models=list(perf.models),
+                                 throughput_items_per_s=perf.items_per_s,
+                                 latency_seconds_p50=perf.batch_latency_seconds_p50,
+                                 latency_seconds_p95=perf.batch_latency_seconds_p95)

@@ -16,7 +16,8 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
 from inferstream.kafka.clients import AsyncConsumer
-from inferstream.serving.collectors.base import QueueState, SampleContext, SampleFields
+from inferstream.schemas.records import QueueFields
+from inferstream.serving.collectors.base import QueueState, SampleContext
 from inferstream.serving.hooks import WorkerHooks
 
 log = logging.getLogger(__name__)
@@ -78,8 +79,8 @@ class QueueCollector:
 
     name = "queue"
 
-    def collect(self, context: SampleContext) -> SampleFields:
+    def collect(self, context: SampleContext) -> QueueFields:
         queue = context.queue
-        return SampleFields(queue_depth=queue.items_in_flight,
-                            assigned_partitions=list(queue.partitions),
-                            consumer_lag=queue.consumer_lag)
+        return QueueFields(queue_depth=queue.items_in_flight,
+                           assigned_partitions=list(queue.partitions),
+                           consumer_lag=queue.consumer_lag)

@@ -7,7 +7,8 @@ import sys
 from typing import Any
 
 from inferstream import __version__
-from inferstream.serving.collectors.base import SampleContext, SampleFields
+from inferstream.schemas.records import SoftwareFields
+from inferstream.serving.collectors.base import SampleContext
 
 #: Key prefix of a served model's version in `software` (`model:resnet50`).
 MODEL_KEY = "model:"
@@ -23,11 +24,11 @@ class SoftwareCollector:
     def __init__(self) -> None:
         self._base = _versions()
 
-    def collect(self, context: SampleContext) -> SampleFields:
+    def collect(self, context: SampleContext) -> SoftwareFields:
         software = dict(self._base)
         for model in context.served:
             software[MODEL_KEY + model.name] = model.version or "unknown"
-        return SampleFields(software=software)
+        return SoftwareFields(software=software)
 
 
 def _versions() -> dict[str, str]:
