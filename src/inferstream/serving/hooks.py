@@ -6,6 +6,9 @@ it stays small (the shape of dramatiq's middleware).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 
 class WorkerHooks:
     """Override what you need; every method is a cheap no-op here."""
@@ -65,73 +68,32 @@ class WorkerHooks:
         record, `latency_s` after the record's timestamp (None: it has none)."""
 
 
+def _forward(name: str) -> Callable[..., None]:
+    def forward(self: HookChain, *args: Any, **kwargs: Any) -> None:
+        for hooks in self.chain:
+            getattr(hooks, name)(*args, **kwargs)
 
+    forward.__name__ = name
+    return forward
+
+
+def _forwarding(cls: type[HookChain]) -> type[HookChain]:
+    """Give `cls` a method per hook of `WorkerHooks` that calls it on every chained hooks."""
+    for name, hook in vars(WorkerHooks).items():
+        if callable(hook) and not name.startswith("_"):
+            method = _forward(name)
+            method.__qualname__ = f"{cls.__qualname__}.{name}"
+            setattr(cls, name, method)
+    return cls
+
+
+@_forwarding
 class HookChain(WorkerHooks):
-    """Calls every hook of `chain` in order: the worker's own and the caller's."""
+    """Calls every hook of `chain` in order: the worker's own and the caller's.
+
+    Each hook method of `WorkerHooks` is forwarded (the methods are made when the class is),
+    so a hook added there reaches every chained hooks object with no change here.
+    """
 
     def __init__(self, *chain: WorkerHooks) -> None:
         self.chain = chain
-
-    def after_decode(self, model: str, seconds: float, ok: bool) -> None:
-        for hooks in self.chain:
-            hooks.after_decode(model, seconds, ok)
-
-    def after_batch(self, model: str, size: int, seconds: float) -> None:
-        for hooks in self.chain:
-            hooks.after_batch(model, size, seconds)
-
-    def after_task(self, model: str, ok_items: int, error_items: int) -> None:
-        for hooks in self.chain:
-            hooks.after_task(model, ok_items, error_items)
-
-    def after_skip(self, model: str) -> None:
-        for hooks in self.chain:
-            hooks.after_skip(model)
-
-    def after_decline(self, model: str) -> None:
-        for hooks in self.chain:
-            hooks.after_decline(model)
-
-    def after_dead_letter(self, reason: str) -> None:
-        for hooks in self.chain:
-            hooks.after_dead_letter(reason)
-
-    def after_commit(self, partition: int, offset: int, seconds: float) -> None:
-        for hooks in self.chain:
-            hooks.after_commit(partition, offset, seconds)
-
-    def after_transaction_failed(self, fenced: bool) -> None:
-        for hooks in self.chain:
-            hooks.after_transaction_failed(fenced)
-
-    def on_assignment(self, partitions: int) -> None:
-        for hooks in self.chain:
-            hooks.on_assignment(partitions)
-
-    def after_rebalance(self) -> None:
-        for hooks in self.chain:
-            hooks.after_rebalance()
-
-    def on_load(self, in_flight_items: int, lags: dict[int, int]) -> None:
-        for hooks in self.chain:
-            hooks.on_load(in_flight_items, lags)
-
-    def after_sysinfo_sample(self, published: bool) -> None:
-        for hooks in self.chain:
-            hooks.after_sysinfo_sample(published)
-
-    def after_collector_error(self, collector: str) -> None:
-        for hooks in self.chain:
-            hooks.after_collector_error(collector)
-
-    def after_collect(self, cpu_seconds: float) -> None:
-        for hooks in self.chain:
-            hooks.after_collect(cpu_seconds)
-
-    def after_stream_record(self, status: str, latency_s: float | None) -> None:
-        for hooks in self.chain:
-            hooks.after_stream_record(status, latency_s)
-
-    def after_model_prepared(self, model: str, compiled: bool, compile_seconds: float) -> None:
-        for hooks in self.chain:
-            hooks.after_model_prepared(model, compiled, compile_seconds)
