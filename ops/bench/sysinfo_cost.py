@@ -33,8 +33,8 @@ from inferstream.serving.collectors import (
     load_collectors,
 )
 from inferstream.serving.samples import build_sample, run_collectors
-from inferstream.serving.worker import Worker
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
+from inferstream.worker import new_worker
 
 CODEC = Codec(None)
 TOPIC = "inferstream.tasks.default"
@@ -96,8 +96,8 @@ def busy_worker(seconds: float) -> tuple[float, float, int]:
                  for i in range(32)]
         broker.produce(config.task_topic(), task_id % 4, job["job_id"].encode(),
                        CODEC.encode("Task", new_task(job, task_id, names)))
-    worker = Worker(config, load_model("sim:ms=1"), codec=CODEC,
-                    clients=MemoryKafkaClients(broker))
+    worker = new_worker(config, load_model("sim:ms=1"), codec=CODEC,
+                        clients=MemoryKafkaClients(broker))
     started = time.process_time()
     asyncio.run(worker.run())
     sent = len(broker.values(config.topic("sysinfo")))

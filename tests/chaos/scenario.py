@@ -35,7 +35,6 @@ from inferstream.kafka.reader import PartitionReader
 from inferstream.kafka.settings import partition_for
 from inferstream.kafka.topics import ensure_topics
 from inferstream.schemas import Codec, SchemaError
-from inferstream.serving.worker import worker_group
 from tests.chaos.diagnose import render_evidence, source_fingerprint
 from tests.chaos.faults import (
     ChaosCluster,
@@ -319,7 +318,7 @@ def run_scenario(options: ScenarioOptions) -> ScenarioResult:
         result.status = follower.status
         _verify(config, job.job_id, options, result, during)
         _check_outcome(result, fleet, controllers, follower)
-        result.evidence = render_evidence(config, worker_group(config), directory / "logs")
+        result.evidence = render_evidence(config, config.worker_group(), directory / "logs")
         if source_fingerprint() != source:
             result.warnings.append("src/inferstream changed during the run: processes started "
                                    "at different times may have run different code")

@@ -17,8 +17,8 @@ from inferstream.config import Config, WorkerConfig
 from inferstream.kafka.errors import KafkaSetupError
 from inferstream.kafka.topics import topic_specs
 from inferstream.models import load_model
-from inferstream.serving.worker import Worker
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
+from inferstream.worker import new_worker
 
 #: A child under StopSignals whose main thread hangs; `{graceful}` says how it reacts.
 CHILD = textwrap.dedent("""
@@ -132,7 +132,7 @@ def test_a_worker_stopped_while_it_connects_gives_up_the_start(broker: MemoryBro
     async def scenario() -> str:
         clients = _HungClients(broker)
         clients.connecting = asyncio.Event()
-        worker = Worker(config, load_model("sim:ms=0"), clients=clients)
+        worker = new_worker(config, load_model("sim:ms=0"), clients=clients)
         running = asyncio.create_task(worker.run())
         await clients.connecting.wait()
         asyncio.get_running_loop().call_soon_threadsafe(worker.request_stop)
@@ -145,6 +145,6 @@ def test_a_worker_stopped_while_it_connects_gives_up_the_start(broker: MemoryBro
 @pytest.mark.timeout(60)
 def test_a_worker_whose_clients_cannot_start_raises_one_setup_error(
         broker: MemoryBroker) -> None:
-    worker = Worker(CONFIG, load_model("sim:ms=0"), clients=_RefusedClients(broker))
+    worker = new_worker(CONFIG, load_model("sim:ms=0"), clients=_RefusedClients(broker))
     with pytest.raises(KafkaSetupError, match="cannot start the worker's Kafka clients at mem:1"):
         asyncio.run(worker.run())

@@ -1,27 +1,33 @@
-"""The worker's data-path metrics (what a worker and a stream member both report), fed
-through its hooks and built as one bundle from an injected registry."""
+"""The data path's metrics: what a worker and a stream member both report, fed through their
+hooks. Each role's bundle adds its own to these (`worker.metrics`, `stream.metrics`)."""
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Self
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from inferstream.metrics import SECONDS_BUCKETS, reason_label, set_by_partition
+from inferstream.metrics import SECONDS_BUCKETS, set_by_partition
 from inferstream.serving.hooks import WorkerHooks
 
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 _SECONDS_BUCKETS = SECONDS_BUCKETS
 
 
-class WorkerMetrics(WorkerHooks):
-    """The worker's metrics, fed through its hooks; those that add up across a pool carry
-    the `worker` and `pool` labels (the worker id of its results)."""
+class ServingMetrics(WorkerHooks):
+    """The data path's metrics, fed through the worker's hooks; those that add up across a
+    pool carry the `worker` and `pool` labels (the worker id of its results)."""
 
     def __init__(self, registry: CollectorRegistry, worker: str = "", pool: str = "") -> None:
         self.registry = registry
         self.worker, self.pool = worker, pool
+        self._count_work(registry)
+        self._count_membership(registry)
+        self._count_models_and_samples(registry)
+
+    def _count_work(self, registry: CollectorRegistry) -> None:
+        """Items, tasks, batches, decoding and commits."""
         who = ["worker", "pool"]
         self.items = Counter(
             "inferstream_items_processed_total", "Items processed, by outcome",
@@ -30,10 +36,6 @@ class WorkerMetrics(WorkerHooks):
         self.tasks = Counter(
             "inferstream_tasks_committed_total", "Tasks whose result and offset were committed",
             [*who, "model"], registry=registry,
-        )
-        self.dead_letters = Counter(
-            "inferstream_dead_letters_total", "Task records sent to the dead-letter topic",
-            ["reason"], registry=registry,
         )
         self.batch_size = Histogram(
             "inferstream_batch_size_items", "Items per model batch",
@@ -47,6 +49,15 @@ class WorkerMetrics(WorkerHooks):
             "inferstream_decode_duration_seconds", "Fetch and preprocess time per item",
             ["model"], buckets=_SECONDS_BUCKETS, registry=registry,
         )
+        self.commit = Histogram(
+            "inferstream_commit_duration_seconds",
+            "Time of one partition's commit (results and offset in one transaction)",
+            buckets=_SECONDS_BUCKETS, registry=registry,
+        )
+
+    def _count_membership(self, registry: CollectorRegistry) -> None:
+        """The group member's partitions, lag, rebalances and transactions."""
+        who = ["worker", "pool"]
         #: the families labelled by worker and pool, by attribute: `for_worker` takes
         #: another worker's children of them
         self._families: dict[str, Any] = {
@@ -71,26 +82,9 @@ class WorkerMetrics(WorkerHooks):
             "transaction's commit marker counts, as in kafka-consumer-groups)",
             [*who, "partition"], registry=registry,
         )
-        self.commit = Histogram(
-            "inferstream_commit_duration_seconds",
-            "Time of one partition's commit (results and offset in one transaction)",
-            buckets=_SECONDS_BUCKETS, registry=registry,
-        )
-        self.declined = Counter(
-            "inferstream_tasks_declined_total",
-            "Tasks declined because the worker does not serve their model", ["model"],
-            registry=registry,
-        )
-        self.skipped = Counter(
-            "inferstream_tasks_skipped_total",
-            "Tasks not run: their job had finished or a later attempt superseded them",
-            ["model"], registry=registry,
-        )
-        self.sysinfo_samples = Counter(
-            "inferstream_worker_sysinfo_samples_total",
-            "System-information samples, by outcome (published, failed: lost)", ["outcome"],
-            registry=registry,
-        )
+
+    def _count_models_and_samples(self, registry: CollectorRegistry) -> None:
+        """How each model was prepared, and the system-information samples."""
         self.compiled = Gauge(
             "inferstream_model_compiled",
             "1 where the model's forward pass runs compiled (torch.compile), 0 where eager",
@@ -100,6 +94,11 @@ class WorkerMetrics(WorkerHooks):
             "inferstream_model_compile_seconds",
             "Time spent compiling the model's forward pass at load (0: not compiled)",
             ["model"], registry=registry,
+        )
+        self.sysinfo_samples = Counter(
+            "inferstream_worker_sysinfo_samples_total",
+            "System-information samples, by outcome (published, failed: lost)", ["outcome"],
+            registry=registry,
         )
         self.collector_errors = Counter(
             "inferstream_collector_errors_total",
@@ -120,7 +119,7 @@ class WorkerMetrics(WorkerHooks):
         self.aborted = families["aborted"].labels(self.worker, self.pool)
         self._lagging: set[str] = set()
 
-    def for_worker(self, worker: str) -> WorkerMetrics:
+    def for_worker(self, worker: str) -> Self:
         """The same families, as another worker of this process (`--members`)."""
         other = copy.copy(self)
         other.become(worker)
@@ -142,15 +141,6 @@ class WorkerMetrics(WorkerHooks):
         self.tasks.labels(self.worker, self.pool, model).inc()
         self.items.labels(self.worker, self.pool, model, "ok").inc(ok_items)
         self.items.labels(self.worker, self.pool, model, "error").inc(error_items)
-
-    def after_decline(self, model: str) -> None:
-        self.declined.labels(model).inc()
-
-    def after_skip(self, model: str) -> None:
-        self.skipped.labels(model).inc()
-
-    def after_dead_letter(self, reason: str) -> None:
-        self.dead_letters.labels(reason_label(reason)).inc()
 
     def on_assignment(self, partitions: int) -> None:
         self.partitions.set(partitions)
@@ -181,5 +171,3 @@ class WorkerMetrics(WorkerHooks):
     def after_model_prepared(self, model: str, compiled: bool, compile_seconds: float) -> None:
         self.compiled.labels(model).set(1 if compiled else 0)
         self.compile.labels(model).set(compile_seconds)
-
-

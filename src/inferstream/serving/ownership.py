@@ -167,3 +167,27 @@ class Ownership:
         async with self._lock:
             for tp in list(self.committers):
                 await self._drop(tp)
+
+
+class GroupOwner:
+    """What a partition's committer asks of the group member that owns it
+    (`committers.base.Owner`): the group's view of the partition, through the consumer."""
+
+    def __init__(self, ownership: Ownership,
+                 on_transaction_failed: Callable[[bool], None]) -> None:
+        self.ownership = ownership
+        self.on_transaction_failed = on_transaction_failed
+
+    def owns(self, tp: TopicPartition) -> bool:
+        return self.ownership.assigned(tp) and not self.ownership.rebalancing
+
+    async def committed_offset(self, tp: TopicPartition) -> int | None:
+        offset: int | None = await self.ownership.consumer.committed(tp)
+        return offset
+
+    async def commit_offset(self, tp: TopicPartition, offset: int) -> None:
+        await self.ownership.consumer.commit({tp: offset})
+
+    def transaction_failed(self, tp: TopicPartition, fenced: bool) -> None:
+        log.debug("transaction on %s %s", tp, "fenced" if fenced else "aborted")
+        self.on_transaction_failed(fenced)

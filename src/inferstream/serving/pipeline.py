@@ -54,6 +54,8 @@ class TaskRun:
     started: bool = False
     #: the model that runs the task (set by the pipeline it is submitted to)
     model: str = ""
+    #: why the task was not run after all (its model could not load); None: it was run
+    refusal: str | None = None
 
     def __post_init__(self) -> None:
         self.outcomes = [None] * len(self.task["items"])
@@ -66,6 +68,13 @@ class TaskRun:
         if self.remaining == 0:
             self.finished_at = time.time()
             self.on_done(self)
+
+    def refuse(self, reason: str) -> None:
+        """End the run without running it, for `reason`."""
+        self.refusal = reason
+        self.remaining = 0
+        self.finished_at = time.time()
+        self.on_done(self)
 
     @property
     def done(self) -> bool:

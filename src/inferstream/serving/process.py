@@ -19,7 +19,7 @@ from inferstream.errors import ConfigError
 from inferstream.signals import when_stopping
 
 if TYPE_CHECKING:
-    from inferstream.serving.worker import Worker
+    from inferstream.serving.loop import Worker
 
 log = logging.getLogger(__name__)
 

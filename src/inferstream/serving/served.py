@@ -18,7 +18,7 @@ from inferstream.models import LoadedModel, ModelError, get_model_spec
 from inferstream.schemas.records import serves
 from inferstream.serving.hooks import WorkerHooks
 from inferstream.serving.loader import ModelLoader
-from inferstream.serving.pipeline import BatchingPipeline
+from inferstream.serving.pipeline import BatchingPipeline, TaskRun
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,7 @@ class ServedModels:
         self._loops: dict[str, asyncio.Task[None]] = {}
         self._loading: dict[str, asyncio.Future[BatchingPipeline]] = {}
         self._unloadable: dict[str, str] = {}
+        self._waiting: set[asyncio.Task[None]] = set()
         for model in models:
             self.pipelines[model.name] = BatchingPipeline(model, settings, hooks)
 
@@ -66,6 +67,27 @@ class ServedModels:
         except ModelError as exc:
             return str(exc)
         return self._unloadable.get(task_model)
+
+    def submit(self, run: TaskRun) -> None:
+        """Run `run` on the pipeline of its task's model, loading the model first where it
+        is not loaded (see `refusal`); a model that cannot load refuses the run."""
+        pipeline = self.find(run.task["model"])
+        if pipeline is not None:
+            pipeline.submit(run)
+            return
+        waiting = asyncio.get_running_loop().create_task(self._load_then_submit(run))
+        self._waiting.add(waiting)
+        waiting.add_done_callback(self._waiting.discard)
+
+    async def _load_then_submit(self, run: TaskRun) -> None:
+        model = run.task["model"]
+        try:
+            pipeline = await self.load(model)
+        except ModelError as exc:
+            run.refuse(f"cannot load {model}: {exc}")
+            return
+        if not run.cancelled:
+            pipeline.submit(run)
 
     async def load(self, task_model: str) -> BatchingPipeline:
         """The pipeline of `task_model`, loading the model first (ModelError if it fails)."""
@@ -115,6 +137,8 @@ class ServedModels:
             self.pipelines[name].run_forever(), name=f"batch-loop-{name}")
 
     def close(self) -> None:
+        for waiting in list(self._waiting):
+            waiting.cancel()
         for loop in self._loops.values():
             loop.cancel()
         for pipeline in self.pipelines.values():

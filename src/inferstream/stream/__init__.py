@@ -1,5 +1,5 @@
-"""Stream inference: the worker's pipeline on a topic that anyone writes (`member.py`), with
-the record formats it reads and writes (`formats.py`).
+"""Stream inference: the worker with another source, a topic that anyone writes
+(`source.py`), with the record formats it reads and writes (`formats.py`).
 
 From Python, `open_stream` builds a member; `await member.run()` runs it until
 `member.request_stop()` (or, with `idle_exit_s`, until the input is quiet):
@@ -15,11 +15,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from inferstream.stream.member import StreamMember
     from inferstream.stream.open import open_stream
+    from inferstream.stream.source import StreamSource, new_member
 
-__all__ = ["StreamMember", "open_stream"]
-_HOMES = {"StreamMember": "member", "open_stream": "open"}
+__all__ = ["StreamSource", "new_member", "open_stream"]
+_HOMES = {"StreamSource": "source", "new_member": "source", "open_stream": "open"}
 
 
 def __getattr__(name: str) -> Any:

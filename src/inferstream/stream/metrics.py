@@ -5,13 +5,13 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from inferstream.metrics import set_by_partition
-from inferstream.serving.metrics import WorkerMetrics
+from inferstream.serving.metrics import ServingMetrics
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
 
-class StreamMetrics(WorkerMetrics):
-    """A stream member's metrics: the worker's, and records, latency and lag."""
+class StreamMetrics(ServingMetrics):
+    """A stream member's metrics: the data path's, and records, latency and lag."""
 
     def __init__(self, registry: CollectorRegistry, worker: str = "", pool: str = "") -> None:
         super().__init__(registry, worker, pool)
@@ -40,5 +40,3 @@ class StreamMetrics(WorkerMetrics):
     def on_load(self, in_flight_items: int, lags: dict[int, int]) -> None:
         super().on_load(in_flight_items, lags)
         self._stream_lagging = set_by_partition(self.stream_lag, self._stream_lagging, lags)
-
-

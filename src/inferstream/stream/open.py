@@ -9,13 +9,15 @@ from typing import Any
 from inferstream.config import Config
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
 from inferstream.models import LoadedModel
+from inferstream.schemas import Codec
 from inferstream.serving.hooks import WorkerHooks
-from inferstream.stream.member import StreamMember
+from inferstream.serving.loop import Worker
+from inferstream.stream.source import new_member
 
 
 def open_stream(config: Config, model: str | LoadedModel | None = None, *,
-                hooks: WorkerHooks | None = None, clients: KafkaClients = REAL_CLIENTS,
-                **settings: Any) -> StreamMember:
+                hooks: WorkerHooks | None = None, codec: Codec | None = None,
+                clients: KafkaClients = REAL_CLIENTS, **settings: Any) -> Worker:
     """A stream member of `config` with `settings` (fields of `StreamConfig`: input_topic,
     output_topic, input_format, ...) applied; `model` by name (loaded on the worker's
     `device`) or loaded, else the config's `worker.models[0]`."""
@@ -32,4 +34,4 @@ def open_stream(config: Config, model: str | LoadedModel | None = None, *,
             raise ConfigError("open_stream needs a model: model=NAME or worker.models")
         model = model_loader(config.worker, resolve_device(config.worker.device),
                              hooks=hooks)(name)
-    return StreamMember(config, model, hooks=hooks, clients=clients)
+    return new_member(config, model, hooks=hooks, codec=codec, clients=clients)

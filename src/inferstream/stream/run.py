@@ -44,16 +44,16 @@ def run(_args: argparse.Namespace, config: Config) -> int:
 
     from inferstream.metrics import serve_metrics
     from inferstream.serving.loader import model_loader
-    from inferstream.serving.worker import default_worker_id
-    from inferstream.stream.member import StreamMember, stream_config
+    from inferstream.serving.loop import default_worker_id
     from inferstream.stream.metrics import StreamMetrics
+    from inferstream.stream.source import new_member, stream_config
 
     dump_stacks_on_usr1()
     metrics = StreamMetrics(CollectorRegistry(), settings.worker_id or default_worker_id(),
                            stream_config(config).pool)
     load = model_loader(settings, device, metrics)
     model = load(settings.models[0])
-    member = StreamMember(config, model, hooks=metrics)
+    member = new_member(config, model, hooks=metrics)
     if settings.metrics_port:
         # the port was checked free by preflight
         serve_metrics(metrics.registry, settings.metrics_port, settings.metrics_addr)

@@ -2,7 +2,7 @@
 
     broker = MemoryBroker()
     broker.create_topic("t.tasks.default", partitions=4)
-    worker = Worker(config, model, clients=MemoryKafkaClients(broker))
+    worker = new_worker(config, model, clients=MemoryKafkaClients(broker))
 
 `MemoryKafkaClients` implements `inferstream.kafka.clients.KafkaClients`, so the
 worker, controller and client run on it unchanged (the shape of dramatiq's `StubBroker`),

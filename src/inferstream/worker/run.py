@@ -30,9 +30,10 @@ def run(args: argparse.Namespace, config: Config) -> int:
 
     from inferstream.metrics import serve_metrics
     from inferstream.serving.loader import model_loader
-    from inferstream.serving.metrics import WorkerMetrics
+    from inferstream.serving.loop import default_worker_id
     from inferstream.serving.process import serve_until_stopped
-    from inferstream.serving.worker import Worker, default_worker_id
+    from inferstream.worker.metrics import WorkerMetrics
+    from inferstream.worker.source import new_worker
 
     dump_stacks_on_usr1()
     worker_id = settings.worker_id or default_worker_id()
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     loader = model_loader(settings, device, metrics)
     if settings.members == 1:
         models = [loader(name) for name in dict.fromkeys(settings.models)]
-        worker = Worker(config, models, hooks=metrics, loader=loader)
+        worker = new_worker(config, models, hooks=metrics, loader=loader)
     if settings.metrics_port:
         # the port was checked free by preflight
         serve_metrics(metrics.registry, settings.metrics_port, settings.metrics_addr)
@@ -50,8 +51,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
     from inferstream.worker.members import member_configs, run_members, tag_logs
 
     tag_logs()
-    members = [Worker(member, [loader(name) for name in dict.fromkeys(settings.models)],
-                      hooks=metrics.for_worker(member.worker.worker_id), loader=loader)
+    members = [new_worker(member, [loader(name) for name in dict.fromkeys(settings.models)],
+                          hooks=metrics.for_worker(member.worker.worker_id), loader=loader)
                for member in member_configs(config, worker_id)]
     asyncio.run(run_members(members, when_stopping))
     return 0

@@ -45,9 +45,9 @@ from inferstream.schemas.records import (
     read_record,
 )
 from inferstream.schemas.records import Job as JobRecord
-from inferstream.serving.worker import Worker
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from inferstream.testing.clients.sync_producer import MemoryProducer
+from inferstream.worker import new_worker
 from tests.unit.promtool import check_metrics, sample
 
 MODEL = "sim:ms=0"
@@ -175,7 +175,7 @@ def respond(responders: list[Responder], *args: Any, **kwargs: Any) -> Responder
 
 def run_with_a_worker(clients: MemoryKafkaClients, config: Config) -> None:
     """A real worker on its own event loop thread, and a controller here until idle."""
-    worker = Worker(config, load_model(MODEL), codec=CODEC, clients=clients)
+    worker = new_worker(config, load_model(MODEL), codec=CODEC, clients=clients)
     runner = asyncio.Runner()
     thread = threading.Thread(target=runner.run, args=(worker.run(),), name="worker")
     thread.start()

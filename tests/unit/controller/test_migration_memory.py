@@ -27,8 +27,8 @@ from inferstream.schemas.records import (
     read_record,
     read_result,
 )
-from inferstream.serving.worker import Worker
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
+from inferstream.worker import new_worker
 from tests.unit.policy_views import FixedPolicy
 
 CODEC = Codec(None)
@@ -62,8 +62,8 @@ def both_workers_equal(_pool: str) -> dict[str, WorkerPolicy]:
 def run(clients: MemoryKafkaClients, config: Config, submit: Callable[[], Job]) -> Job:
     """The fast and the slow worker on one event loop in a thread; once each owns a task
     partition, `submit` and the controller here."""
-    pool = [Worker(make_config("fast"), load_model(FAST), codec=CODEC, clients=clients),
-            Worker(make_config("slow"), load_model(SLOW), codec=CODEC, clients=clients)]
+    pool = [new_worker(make_config("fast"), load_model(FAST), codec=CODEC, clients=clients),
+            new_worker(make_config("slow"), load_model(SLOW), codec=CODEC, clients=clients)]
 
     async def serve() -> None:
         await asyncio.gather(*(worker.run() for worker in pool))

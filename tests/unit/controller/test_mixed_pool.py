@@ -22,8 +22,8 @@ from inferstream.kafka.topics import topic_specs
 from inferstream.models import LoadedModel, load_model
 from inferstream.schemas import Codec
 from inferstream.schemas.records import read_result
-from inferstream.serving.worker import Worker
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
+from inferstream.worker import new_worker
 
 CODEC = Codec(None)
 LITE0 = "efficientnet_lite0"
@@ -65,7 +65,8 @@ def write_photos(folder: Path) -> list[str]:
 
 def run_pool(clients: MemoryKafkaClients, workers: Sequence[tuple[str, LoadedModel]]) -> None:
     """The workers on one event loop in a thread, the controller here, until all are idle."""
-    pool = [Worker(make_config(worker_id, (model.name,)), model, codec=CODEC, clients=clients)
+    pool = [new_worker(make_config(worker_id, (model.name,)), model, codec=CODEC,
+                       clients=clients)
             for worker_id, model in workers]
 
     async def serve() -> None:
@@ -128,8 +129,8 @@ def test_a_worker_loads_another_model_on_demand_and_unloads_the_idle_one(
     config = make_config("flex-1")
     config = dataclasses.replace(config, worker=dataclasses.replace(
         config.worker, load_on_demand=True, max_loaded_models=1))
-    worker = Worker(config, load_model("sim:ms=0"), codec=CODEC, clients=clients,
-                    loader=loader)
+    worker = new_worker(config, load_model("sim:ms=0"), codec=CODEC, clients=clients,
+                        loader=loader)
     thread = threading.Thread(target=asyncio.run, args=(worker.run(),), name="worker")
     thread.start()
     try:

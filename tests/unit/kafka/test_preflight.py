@@ -165,7 +165,7 @@ def test_metrics_listen_on_loopback_by_default_and_a_foreign_address_is_one_line
 
     from inferstream.config import WorkerConfig
     from inferstream.metrics import serve_metrics
-    from inferstream.serving.metrics import WorkerMetrics
+    from inferstream.worker.metrics import WorkerMetrics
 
     assert WorkerConfig().metrics_addr == "127.0.0.1"
     metrics = WorkerMetrics(CollectorRegistry())

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from inferstream.controller.metrics import ControllerMetrics
 from inferstream.stream.metrics import StreamMetrics
 from inferstream.sysinfo.metrics import SysinfoMetrics
+from inferstream.worker.metrics import WorkerMetrics
 from tests.unit.prometheus_binaries import REPO, RULES, require
 
 PROMETHEUS = REPO / "ops" / "prometheus"
@@ -25,11 +26,13 @@ def exported_series() -> set[str]:
     """Every series name the roles' metric bundles can export (histograms with their
     _bucket, _sum and _count), from the bundles themselves: prometheus_client's registry
     keeps each collector's names in `_names_to_collectors`."""
-    registry = CollectorRegistry()
-    StreamMetrics(registry)  # the worker's families and the stream's
-    ControllerMetrics(registry)
-    SysinfoMetrics(registry)
-    return set(registry._names_to_collectors)
+    series: set[str] = set()
+    # one registry each: the worker's and the stream's bundles share the data path's families
+    for bundle in (WorkerMetrics, StreamMetrics, ControllerMetrics, SysinfoMetrics):
+        registry = CollectorRegistry()
+        bundle(registry)
+        series |= set(registry._names_to_collectors)
+    return series
 
 
 SERIES = exported_series()

@@ -17,8 +17,8 @@ from inferstream.models.sim import SimModel, parse_sim_name
 from inferstream.policy.table import PolicyTable
 from inferstream.schemas import Codec
 from inferstream.schemas.records import ModelRange, PolicyEntry, read_result
-from inferstream.serving.worker import Worker
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
+from inferstream.worker import new_worker
 from tests.unit.policy.test_policy_table import entry, write
 from tests.unit.policy_views import FixedPolicy
 
@@ -67,7 +67,7 @@ def test_two_models_each_on_its_own_partitions_and_no_task_declined() -> None:
     models: list[tuple[str, LoadedModel]] = [
         ("other-1", SimModel(OTHER, parse_sim_name("sim:ms=0"))),
         ("sim-1", load_model("sim:ms=0")), ("sim-2", load_model("sim:ms=0"))]
-    pool = [Worker(make_config(w, (m.name,)), m, codec=CODEC, clients=clients)
+    pool = [new_worker(make_config(w, (m.name,)), m, codec=CODEC, clients=clients)
             for w, m in models]
 
     async def serve() -> None:

@@ -10,8 +10,8 @@ from inferstream.config import Config, WorkerConfig
 from inferstream.kafka.topics import topic_specs
 from inferstream.models import load_model
 from inferstream.schemas import Codec
-from inferstream.serving.worker import Worker
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
+from inferstream.worker import new_worker
 from tests.unit.policy.test_policy_table import entry, write
 
 CODEC = Codec(None)
@@ -45,8 +45,8 @@ def test_the_policy_shares_the_partitions_and_a_new_policy_rebalances() -> None:
     broker = MemoryBroker()
     broker.create_topics(topic_specs(config))
     write(broker, entry("fast", 0.75), entry("slow", 0.25), entry("", 1.0))
-    workers = [Worker(worker_config(name), load_model("sim:ms=0"), codec=CODEC,
-                      clients=MemoryKafkaClients(broker)) for name in ("fast", "slow")]
+    workers = [new_worker(worker_config(name), load_model("sim:ms=0"), codec=CODEC,
+                          clients=MemoryKafkaClients(broker)) for name in ("fast", "slow")]
 
     async def scenario() -> None:
         runs = [asyncio.create_task(w.run()) for w in workers]

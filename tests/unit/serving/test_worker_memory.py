@@ -21,9 +21,10 @@ from inferstream.models import load_model
 from inferstream.schemas import Codec
 from inferstream.schemas.records import Job, TaskItem, TaskResult, new_task, read_record
 from inferstream.serving.hooks import WorkerHooks
-from inferstream.serving.metrics import WorkerMetrics
-from inferstream.serving.worker import Worker, worker_group
+from inferstream.serving.loop import Worker
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
+from inferstream.worker import new_worker as build_worker
+from inferstream.worker.metrics import WorkerMetrics
 from tests.unit.fencing import fenced_mid_commit
 from tests.unit.promtool import check_metrics, sample
 
@@ -74,8 +75,8 @@ def task_counts(found: list[TaskResult]) -> Counter[int]:
 
 def new_worker(config: Config, broker: MemoryBroker, hooks: WorkerHooks | None = None
                ) -> Worker:
-    return Worker(config, load_model(MODEL), hooks=hooks, codec=CODEC,
-                  clients=MemoryKafkaClients(broker))
+    return build_worker(config, load_model(MODEL), hooks=hooks, codec=CODEC,
+                        clients=MemoryKafkaClients(broker))
 
 
 def transactional_id(config: Config, partition: int) -> str:
@@ -116,7 +117,7 @@ def test_an_unknown_commit_outcome_is_resolved_from_the_committed_offset(
 
     assert fault.reached.is_set()
     assert task_counts(results(broker, config)) == dict.fromkeys(range(8), 1)
-    group = worker_group(config)
+    group = config.worker_group()
     assert [broker.committed_offset(group, config.task_topic(), p) for p in (0, 1)] == [4, 4]
 
 
@@ -162,7 +163,7 @@ def test_at_least_once_redoes_a_task_whose_offset_was_never_committed(
     results topic holds duplicates; the job's output has each item once."""
     config = make_config(guarantee="at-least-once")
     put_tasks(broker, config, 10)
-    group = worker_group(config)
+    group = config.worker_group()
     stall = threading.Event()
     fault = broker.inject(group, "offset_commit", fail=None, stall=stall)
     paused = new_worker(config, broker)

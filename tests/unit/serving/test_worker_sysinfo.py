@@ -38,9 +38,10 @@ from inferstream.serving.collectors import (
 )
 from inferstream.serving.collectors.accelerator import AcceleratorCollector
 from inferstream.serving.hooks import WorkerHooks
-from inferstream.serving.metrics import WorkerMetrics
-from inferstream.serving.worker import Worker
+from inferstream.serving.loop import Worker
+from inferstream.serving.metrics import ServingMetrics
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
+from inferstream.worker import new_worker
 from tests.unit.serving.test_worker_memory import put_tasks
 
 CODEC = Codec(None)
@@ -63,8 +64,8 @@ def broker() -> MemoryBroker:
 
 def run_worker(config: Config, broker: MemoryBroker, hooks: WorkerHooks | None = None
                ) -> Worker:
-    worker = Worker(config, load_model(config.worker.models[0]), hooks=hooks, codec=CODEC,
-                    clients=MemoryKafkaClients(broker))
+    worker = new_worker(config, load_model(config.worker.models[0]), hooks=hooks, codec=CODEC,
+                        clients=MemoryKafkaClients(broker))
     asyncio.run(worker.run())
     return worker
 
@@ -163,7 +164,7 @@ def test_a_failing_collector_is_counted_and_the_worker_goes_on(
         broker: MemoryBroker, plugins: None) -> None:
     config = make_config(collectors=("broken", "queue"))
     put_tasks(broker, config, 6)
-    metrics = WorkerMetrics(CollectorRegistry())
+    metrics = ServingMetrics(CollectorRegistry())
     worker = run_worker(config, broker, metrics)
 
     assert {read_record(CODEC, v, TaskResult)["task_id"]

@@ -27,8 +27,8 @@ from inferstream.kafka.topics import topic_specs
 from inferstream.models import LoadedModel, load_model
 from inferstream.schemas import Codec
 from inferstream.schemas.codec import schema_fingerprint
-from inferstream.stream.member import ORIGIN_OFFSET, ORIGIN_TOPIC, StreamMember
 from inferstream.stream.metrics import StreamMetrics
+from inferstream.stream.source import ORIGIN_OFFSET, ORIGIN_TOPIC, new_member
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from inferstream.testing.log import StoredRecord
 from tests.unit.fencing import fenced_mid_commit
@@ -68,7 +68,7 @@ def png(image: Any) -> bytes:
 def run_members(config: Config, broker: MemoryBroker, model: LoadedModel, count: int = 1,
                 metrics: StreamMetrics | None = None) -> None:
     clients = MemoryKafkaClients(broker)
-    members = [StreamMember(dataclasses.replace(config, worker=dataclasses.replace(
+    members = [new_member(dataclasses.replace(config, worker=dataclasses.replace(
         config.worker, worker_id=f"s{i}")), model, codec=CODEC, clients=clients, hooks=metrics)
         for i in range(count)]
 
@@ -212,8 +212,8 @@ def test_avro_input_in_single_object_encoding(tmp_path: Path) -> None:
 
 def test_avro_input_needs_a_schema_source() -> None:
     with pytest.raises(ConfigError, match="--input-schema"):
-        StreamMember(make_config(input_format="avro", field="image"), load_model("sim:ms=0"),
-                     codec=CODEC, clients=MemoryKafkaClients(MemoryBroker()))
+        new_member(make_config(input_format="avro", field="image"), load_model("sim:ms=0"),
+                   codec=CODEC, clients=MemoryKafkaClients(MemoryBroker()))
 
 
 def test_on_error_dlq_sends_bad_records_to_the_dead_letter_topic_only(

@@ -11,8 +11,8 @@ from prometheus_client import CollectorRegistry
 
 from inferstream.config import Config, WorkerConfig
 from inferstream.errors import ConfigError
-from inferstream.serving.metrics import WorkerMetrics
 from inferstream.worker.members import MemberLogFilter, member_configs, run_members
+from inferstream.worker.metrics import WorkerMetrics
 from tests.unit.promtool import sample
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from aiokafka.errors import CommitFailedError, KafkaError
@@ -23,7 +22,6 @@ from inferstream.serving.committers.base import (
     COMMIT_TIMEOUT_S,
     Owner,
     PartitionCommitter,
-    PendingTask,
 )
 
 log = logging.getLogger(__name__)
@@ -32,21 +30,18 @@ log = logging.getLogger(__name__)
 class AtLeastOnceCommitter(PartitionCommitter):
     """Sends results through a shared producer, then commits the consumer offset."""
 
-    def __init__(self, tp: Any, group_id: str, render: Callable[[PendingTask], list[Outgoing]],
-                 owner: Owner, producer: AsyncProducer) -> None:
-        super().__init__(tp, group_id, render, owner)
+    def __init__(self, tp: Any, group_id: str, owner: Owner, producer: AsyncProducer) -> None:
+        super().__init__(tp, group_id, owner)
         self._shared = producer
 
     async def start(self) -> None:
         """Nothing to fence: the shared producer is started by the worker."""
 
-    async def _commit(self, tasks: list[PendingTask]) -> None:
-        records = [record for task in tasks for record in self.render(task)]
-        target = tasks[-1].offset + 1
+    async def _commit(self, records: list[Outgoing], offset: int) -> None:
         for attempt in range(1, self.max_attempts + 1):
             try:
                 await asyncio.wait_for(self._send(records), COMMIT_TIMEOUT_S)
-                await asyncio.wait_for(self.owner.commit_offset(self.tp, target),
+                await asyncio.wait_for(self.owner.commit_offset(self.tp, offset),
                                        COMMIT_TIMEOUT_S)
                 return
             except CommitFailedError as exc:  # the group moved the partition: redone there

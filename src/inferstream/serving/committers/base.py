@@ -1,9 +1,11 @@
 """What every committer shares: the per-partition queue of tasks, in offset order, and the
 rule that a partition's tasks commit in that order, results together with the offset.
 
-`PartitionCommitter` holds the queue and the lock; its subclasses say how one batch of
-finished tasks is committed (`exactly_once.TransactionalCommitter`,
-`at_least_once.AtLeastOnceCommitter`). The worker and `Ownership` see only this class.
+`PartitionCommitter` holds the queue and the lock; its subclasses say how the records of one
+batch of finished tasks are committed with their offset (`exactly_once.TransactionalCommitter`,
+`at_least_once.AtLeastOnceCommitter`). A task carries the records it writes, rendered by the
+worker's source when its run is done; what a committer asks of the group member that owns its
+partition comes through `Owner`. The worker and `Ownership` see only this class.
 """
 
 from __future__ import annotations
@@ -12,11 +14,10 @@ import asyncio
 import logging
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from inferstream.kafka.clients import Outgoing
+from inferstream.kafka.clients import Outgoing, Record
 from inferstream.serving.pipeline import TaskRun
 
 log = logging.getLogger(__name__)
@@ -27,21 +28,25 @@ COMMIT_TIMEOUT_S = 30.0
 
 @dataclass
 class PendingTask:
-    """A task record consumed from the partition, in offset order, with what it will write."""
+    """A record consumed from the partition, in offset order, with what it will write."""
 
-    offset: int
-    run: TaskRun | None  # None for a record that goes straight to the dead-letter topic
-    outgoing: list[Outgoing]
-    #: the record it was read from, for a renderer that echoes it (a stream's output)
-    record: Any = None
+    record: Record
+    #: its run through the pipeline; None for a record answered at once
+    run: TaskRun | None = None
+    #: the records to write with its offset, once rendered (None: not yet)
+    outgoing: list[Outgoing] | None = None
+
+    @property
+    def offset(self) -> int:
+        return self.record.offset
 
     @property
     def ready(self) -> bool:
-        return self.run is None or self.run.done
+        return self.outgoing is not None
 
 
 class Owner(Protocol):
-    """What a committer asks of the worker that owns it."""
+    """What a committer asks of the group member that owns its partition."""
 
     def owns(self, tp: Any) -> bool:
         """Whether the consumer group still assigns `tp` to this worker."""
@@ -59,11 +64,9 @@ class Owner(Protocol):
 class PartitionCommitter(ABC):
     """Commits the finished tasks of one partition, in offset order, results with offsets."""
 
-    def __init__(self, tp: Any, group_id: str, render: Callable[[PendingTask], list[Outgoing]],
-                 owner: Owner, max_attempts: int = 8) -> None:
+    def __init__(self, tp: Any, group_id: str, owner: Owner, max_attempts: int = 8) -> None:
         self.tp = tp
         self.group_id = group_id
-        self.render = render
         self.owner = owner
         self.max_attempts = max_attempts
         self._pending: deque[PendingTask] = deque()
@@ -75,8 +78,9 @@ class PartitionCommitter(ABC):
         """Make the partition ours to commit (fencing any earlier owner where it can)."""
 
     @abstractmethod
-    async def _commit(self, tasks: list[PendingTask]) -> None:
-        """Commit `tasks` (the head of the queue); PartitionLostError when it cannot."""
+    async def _commit(self, records: list[Outgoing], offset: int) -> None:
+        """Write `records` and commit `offset` (the next one to read) with them;
+        PartitionLostError when it cannot."""
 
     @abstractmethod
     async def _stop_producer(self) -> None:
@@ -97,7 +101,8 @@ class PartitionCommitter(ABC):
             while self._pending and self._pending[0].ready and not self.lost:
                 ready.append(self._pending.popleft())
             if ready:
-                await self._commit(ready)
+                records = [record for task in ready for record in task.outgoing or ()]
+                await self._commit(records, ready[-1].offset + 1)
             return ready
 
     def shed_unstarted(self) -> int:
@@ -107,7 +112,8 @@ class PartitionCommitter(ABC):
         worker's window took 8.7 s); the next owner reads the rest from the committed offset.
         Returns how many were dropped."""
         cut = next((i for i, task in enumerate(self._pending)
-                    if task.run is not None and not task.run.started), len(self._pending))
+                    if task.run is not None and not task.run.started and not task.run.done),
+                   len(self._pending))
         shed = len(self._pending) - cut
         for _ in range(shed):
             task = self._pending.pop()

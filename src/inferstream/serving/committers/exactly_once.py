@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -31,7 +30,6 @@ from inferstream.serving.committers.base import (
     COMMIT_TIMEOUT_S,
     Owner,
     PartitionCommitter,
-    PendingTask,
 )
 
 log = logging.getLogger(__name__)
@@ -43,9 +41,8 @@ class TransactionalCommitter(PartitionCommitter):
     """Commits a partition's finished tasks with their offset in one transaction each."""
 
     def __init__(self, config: Config, clients: KafkaClients, tp: Any, group_id: str,
-                 render: Callable[[PendingTask], list[Outgoing]], owner: Owner,
-                 max_attempts: int = 8) -> None:
-        super().__init__(tp, group_id, render, owner, max_attempts)
+                 owner: Owner, max_attempts: int = 8) -> None:
+        super().__init__(tp, group_id, owner, max_attempts)
         self.transactional_id = f"{config.topic_prefix}{config.pool}.{tp.topic}.{tp.partition}"
         self._config = config
         self._clients = clients
@@ -73,7 +70,7 @@ class TransactionalCommitter(PartitionCommitter):
             raise
         self._producer = producer
 
-    async def _commit(self, tasks: list[PendingTask]) -> None:
+    async def _commit(self, records: list[Outgoing], offset: int) -> None:
         """Commit, or find out that the commit happened; never commit the same tasks twice.
 
         Fenced: another worker owns the partition. Anything else (a timeout, a broker gone,
@@ -81,13 +78,11 @@ class TransactionalCommitter(PartitionCommitter):
         which aborts our transaction if it is still open and waits for it if it was
         committing, and the committed offset then says whether the tasks are in.
         """
-        records = [record for task in tasks for record in self.render(task)]
-        target = tasks[-1].offset + 1
         for attempt in range(1, self.max_attempts + 1):
             if self.lost:
                 raise PartitionLostError(f"{self.tp}: closed")
             try:
-                await asyncio.wait_for(self._transaction(records, {self.tp: target}),
+                await asyncio.wait_for(self._transaction(records, {self.tp: offset}),
                                        COMMIT_TIMEOUT_S)
                 return
             except _FENCED as exc:
@@ -98,7 +93,7 @@ class TransactionalCommitter(PartitionCommitter):
                 self.owner.transaction_failed(self.tp, fenced=False)
                 log.warning("commit outcome unknown tp=%s attempt=%d error=%r",
                             self.tp, attempt, exc)
-            if await self._committed_after_restart(target):
+            if await self._committed_after_restart(offset):
                 return
             await asyncio.sleep(min(0.2 * 2**attempt, 5))
         self._mark_lost()

@@ -1,0 +1,319 @@
+"""The worker: a member of a consumer group that runs what it consumes through its models.
+
+One record goes: its source's topic -> `Worker._accept` -> `Source.admit` (a task, or the
+records that answer it at once) -> `ServedModels.submit` -> `BatchingPipeline` (decode, batch,
+infer) -> `Source.render` -> `PartitionCommitter` (the records and the offset in one
+transaction) -> the source's output topics. What the worker consumes and writes is its source's
+(`serving.source`): a pool's tasks (`worker.source.TaskSource`) or any topic
+(`stream.source.StreamSource`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections.abc import Coroutine, Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import (
+    GroupAuthorizationFailedError,
+    InconsistentGroupProtocolError,
+    KafkaError,
+)
+
+from inferstream.config import Config
+from inferstream.kafka.clients import (
+    REAL_CLIENTS,
+    AsyncConsumer,
+    AsyncProducer,
+    KafkaClients,
+    Record,
+)
+from inferstream.kafka.errors import KafkaSetupError, PartitionLostError
+from inferstream.kafka.settings import aiokafka_kwargs, worker_consumer_kwargs
+from inferstream.models import LoadedModel
+from inferstream.policy.membership import PoolMembership
+from inferstream.schemas import Codec
+from inferstream.schemas.records import ItemStatus
+from inferstream.serving.committers.at_least_once import AtLeastOnceCommitter
+from inferstream.serving.committers.base import PartitionCommitter, PendingTask
+from inferstream.serving.committers.exactly_once import (
+    TransactionalCommitter,
+    quiet_fenced_futures,
+)
+from inferstream.serving.fetch import Fetcher
+from inferstream.serving.hooks import HookChain, WorkerHooks
+from inferstream.serving.loader import ModelLoader
+from inferstream.serving.ownership import GroupOwner, Ownership
+from inferstream.serving.pipeline import TaskRun
+from inferstream.serving.samples import SysInfoPublisher
+from inferstream.serving.served import ServedModels
+from inferstream.serving.source import Source, WorkerContext
+
+log = logging.getLogger(__name__)
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class Worker:
+    """Consumes its source's topic, runs the data path, commits the answers exactly once.
+
+    Settings: `config.worker`. `run()` returns after SIGTERM (or `request_stop`) once the
+    in-flight records are committed, or in bounded mode after `idle_exit_s` with nothing to
+    do. From calibration at start to shutdown it publishes samples to `sysinfo`
+    (`self.sysinfo`). `codec` and `clients` should be those the source was built with.
+    """
+
+    def __init__(self, config: Config, models: LoadedModel | Sequence[LoadedModel],
+                 source: Source, *, hooks: WorkerHooks | None = None, codec: Codec | None = None,
+                 clients: KafkaClients = REAL_CLIENTS, loader: ModelLoader | None = None
+                 ) -> None:
+        self.config = config
+        self.options = config.worker
+        self.source = source
+        self.group_id = source.group_id
+        self.worker_id = self.options.worker_id or default_worker_id()
+        self.codec = codec or Codec(config.schema_registry_url)
+        self.clients = clients
+        self.sysinfo = SysInfoPublisher(config, self.worker_id, clients, self.codec)
+        self.hooks = HookChain(hooks or WorkerHooks(), self.sysinfo.performance,
+                               self.sysinfo.queue)
+        loaded = [models] if isinstance(models, LoadedModel) else list(models)
+        self.served = ServedModels(self.options, loaded, self.hooks, loader)
+        self.membership = PoolMembership(config, self.worker_id, clients, self.codec,
+                                         lambda: self.served.names,
+                                         lambda: self.sysinfo.calibration)
+        self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._consumer: AsyncConsumer | None = None
+        self._commit_tasks: set[asyncio.Task[None]] = set()
+        self._shared_producer: AsyncProducer | None = None
+        self._run_task: asyncio.Task[Any] | None = None
+        self._started = False
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """Finish what is in flight, commit it, leave the group (SIGTERM does this); before
+        the worker has joined its group, give up the start (a connect can hang)."""
+        self._stopping.set()
+        self._wake.set()
+        if not self._started and self._run_task is not None:
+            self._run_task.cancel()
+
+    async def run(self) -> None:
+        self._run_task = asyncio.current_task()
+        quiet_fenced_futures(asyncio.get_running_loop())
+        try:
+            await self._connect()
+            self._started = True
+            await self._consume_loop()
+            await self._drain()
+        except asyncio.CancelledError:
+            if self._started or not self._stopping.is_set():
+                raise
+            log.info("stopped before joining the group")
+        finally:
+            await self._shutdown()
+
+    async def _connect(self) -> None:
+        """Start the clients; a cluster that cannot be used is one KafkaSetupError."""
+        try:
+            await self._start()
+        except (InconsistentGroupProtocolError, GroupAuthorizationFailedError) as exc:
+            raise self._refused(exc) from exc
+        except KafkaError as exc:  # aiokafka: KafkaConnectionError, UnsupportedVersion, ...
+            raise KafkaSetupError(f"cannot start the worker's Kafka clients at "
+                                  f"{self.config.bootstrap_servers}: {exc!r}") from exc
+
+    def _refused(self, exc: KafkaError) -> KafkaSetupError:
+        """The one-line error for a group that will not have this worker (fatal in aiokafka:
+        its consumer raises the same error on every later call)."""
+        if isinstance(exc, InconsistentGroupProtocolError):
+            return KafkaSetupError(
+                f"the workers of pool {self.config.pool} (group {self.group_id}) use another "
+                f"assignor than this one's {self.options.assignor!r}: start every worker of "
+                "a pool with the same --assignor (INFERSTREAM_WORKER_ASSIGNOR)")
+        return KafkaSetupError(f"not authorised to join group {self.group_id}: {exc}")
+
+    async def _start(self) -> None:
+        if self.options.guarantee == "at-least-once":
+            self._shared_producer = self.clients.aio_producer(aiokafka_kwargs(
+                self.config, AIOKafkaProducer, enable_idempotence=True,
+                max_request_size=16 * 1024 * 1024))
+            await self._shared_producer.start()
+        await self.sysinfo.start(self.served, lambda: self._consumer, self.hooks)
+        self.membership.start()
+        partitions = await partition_counts(self.config, self.clients, self.source.outputs)
+        await self.source.start(WorkerContext(self.worker_id, self.hooks, self.served,
+                                              partitions))
+        self._consumer = consumer = self.clients.aio_consumer(worker_consumer_kwargs(
+            self.config, self.group_id, self.worker_id, self.membership.strategies()))
+        consumer.subscribe([self.source.topic], listener=_Rebalance(self))
+        self.membership.watch(consumer)
+        self.ownership = Ownership(consumer, self._new_committer, self.hooks.on_assignment,
+                                   self._stopping, start_at_end=self.source.start_at_end,
+                                   on_rebalance=self.hooks.after_rebalance)
+        self.fetcher = Fetcher(self.ownership, self.served, self.hooks)
+        await consumer.start()
+        self.served.start()
+
+    def _new_committer(self, tp: TopicPartition) -> PartitionCommitter:
+        owner = GroupOwner(self.ownership, self.hooks.after_transaction_failed)
+        if self._shared_producer is not None:
+            return AtLeastOnceCommitter(tp, self.group_id, owner, self._shared_producer)
+        return TransactionalCommitter(self.config, self.clients, tp, self.group_id, owner)
+
+    # -- the consume loop -------------------------------------------------------------------
+    async def _consume_loop(self) -> None:
+        idle_since = time.monotonic()
+        while not self._stopping.is_set():
+            room = self.options.max_in_flight_items - self.served.items_in_flight
+            if room <= 0:
+                self._wake.clear()
+                await _wait(self._wake, 0.2)
+                continue
+            try:
+                batches = await self.fetcher.fetch(room, self.options.idle_exit_s)
+            except (InconsistentGroupProtocolError, GroupAuthorizationFailedError) as exc:
+                raise self._refused(exc) from exc
+            except KafkaError as exc:  # a broker restarting: the client reconnects by itself
+                log.warning("fetch failed: %r", exc)
+                await asyncio.sleep(0.5)
+                continue
+            for tp, records in batches.items():
+                for record in records:
+                    self._accept(tp, record)
+            if batches or self._busy():
+                idle_since = time.monotonic()
+            elif self._idle_for(idle_since):
+                log.info("idle for %.1fs: exiting (bounded mode)", self.options.idle_exit_s)
+                return
+
+    def _busy(self) -> bool:
+        return self.served.items_in_flight > 0 or any(
+            c.busy for c in self.ownership.committers.values()
+        )
+
+    def _idle_for(self, since: float) -> bool:
+        limit = self.options.idle_exit_s
+        return limit is not None and time.monotonic() - since >= limit
+
+    def _accept(self, tp: TopicPartition, record: Record) -> None:
+        """Queue `record` for its commit, in offset order, and run its task (or answer it at
+        once, as its source says)."""
+        committer = self.ownership.active(tp)
+        if committer is None:
+            # Revoked while the fetch was in flight (the new owner reads it again), or our
+            # producer was fenced: take the partition back, from its committed offset.
+            self.ownership.retake_later(tp)
+            return
+        admitted = self.source.admit(record)
+        pending = PendingTask(record)
+        committer.append(pending)
+        if isinstance(admitted, list):
+            pending.outgoing = admitted
+            self._schedule_commit(committer)
+            return
+        pending.run = TaskRun(admitted, on_done=lambda run: self._done(committer, pending))
+        self.served.submit(pending.run)
+
+    def _done(self, committer: PartitionCommitter, pending: PendingTask) -> None:
+        """The task of `pending` is done: render what answers it, and commit."""
+        assert pending.run is not None  # noqa: S101 - called by its run
+        pending.outgoing = self.source.render(pending.run, pending.record)
+        self._schedule_commit(committer)
+
+    # -- commits ----------------------------------------------------------------------------
+    def _schedule_commit(self, committer: PartitionCommitter) -> None:
+        self._spawn(self.commit_partition(committer))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._commit_tasks.add(task)
+        task.add_done_callback(self._commit_tasks.discard)
+
+    async def commit_partition(self, committer: PartitionCommitter) -> None:
+        """Commit what is ready in `committer`; a lost partition is retaken if still ours."""
+        started = time.monotonic()
+        try:
+            committed = await committer.commit_ready()
+        except PartitionLostError as exc:
+            log.warning("partition lost, its uncommitted tasks go to its next owner: %s", exc)
+            self.ownership.retake_later(committer.tp)
+            return
+        if committed and self.ownership.committers.get(committer.tp) is committer:
+            # (a partition dropped while its commit ran keeps no offset here)
+            self.ownership.offsets[committer.tp] = committed[-1].offset + 1
+            self.hooks.after_commit(committer.tp.partition, committed[-1].offset + 1,
+                                    time.monotonic() - started)
+        for pending in committed:
+            run = pending.run
+            if run is not None and run.refusal is None:
+                ok = sum(1 for o in run.outcomes if o and o["status"] == ItemStatus.OK)
+                self.hooks.after_task(run.model, ok, len(run.outcomes) - ok)
+        self.source.after_commit(committed)
+        self._wake.set()
+
+    # -- stopping ---------------------------------------------------------------------------
+    async def _drain(self) -> None:
+        """Graceful stop: finish every in-flight task and commit it."""
+        await self.ownership.release(set(self.ownership.committers),
+                                     self.options.max_poll_interval_ms / 1000,
+                                     self.commit_partition,
+                                     rebalance=False)
+
+    async def _shutdown(self) -> None:
+        await self.sysinfo.stop()
+        await self.membership.stop()
+        await self.source.stop()
+        if self._consumer is not None:  # built with its ownership, after no await
+            await self.ownership.close()
+            await self._consumer.stop()  # leaves the group
+        if self._shared_producer is not None:
+            await self._shared_producer.stop()
+        self.served.close()
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        await self.worker.ownership.release(set(revoked), self.worker.options.revoke_grace_s,
+                                            self.worker.commit_partition)
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        await self.worker.ownership.acquire(set(assigned))
+
+
+async def partition_counts(config: Config, clients: KafkaClients,
+                           topics: Sequence[str]) -> dict[str, int]:
+    """Partitions of each topic, asked through one short-lived plain producer."""
+    probe = clients.aio_producer(aiokafka_kwargs(config, AIOKafkaProducer))
+    await probe.start()
+    try:
+        counts = {}
+        for topic in topics:
+            try:
+                partitions = await asyncio.wait_for(probe.partitions_for(topic), 30)
+            except (TimeoutError, KafkaError) as exc:  # aiokafka: KafkaTimeoutError
+                raise KafkaSetupError(
+                    f"topic {topic} not found; run `inferstream topics create`"
+                ) from exc
+            counts[topic] = len(partitions)
+        return counts
+    finally:
+        await probe.stop()
+
+
+async def _wait(event: asyncio.Event, timeout_s: float) -> None:
+    try:
+        await asyncio.wait_for(event.wait(), timeout_s)
+    except TimeoutError:
+        pass

@@ -1,0 +1,81 @@
+"""What a worker consumes and what it writes: its source.
+
+The consume loop (`loop.Worker`) is one for every kind of worker; its source says what it
+consumes and from where, how a record becomes work for the pipeline and how the outcome
+becomes output records. `worker.source.TaskSource` reads a pool's tasks and answers them with
+task results; `stream.source.StreamSource` reads any topic and writes one output record per
+input record. A record goes:
+
+    consumed -> `Source.admit` (a Task for the pipeline, or the records that answer it at once)
+    -> the pipeline of the task's model -> `Source.render` (the records that answer it)
+    -> committed with its offset -> `Source.after_commit`
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from inferstream.kafka.clients import Outgoing, Record
+from inferstream.schemas.records import Task
+from inferstream.serving.committers.base import PendingTask
+from inferstream.serving.hooks import WorkerHooks
+from inferstream.serving.pipeline import TaskRun
+from inferstream.serving.served import ServedModels
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    """What a source may use of the worker that consumes it (given to `Source.start`)."""
+
+    worker_id: str
+    hooks: WorkerHooks
+    served: ServedModels
+    #: the partition count of each topic that the source named in `Source.outputs`
+    partitions: Mapping[str, int]
+
+
+class Source(ABC):
+    """What a worker consumes, and how each record becomes the records that answer it.
+
+    A source sets `group_id`, `topic` and `outputs` (and `start_at_end` where it reads new
+    records only) when it is made; the worker it feeds is `self.worker` from `start` on.
+    """
+
+    #: the consumer group of the workers that share the topic
+    group_id: str
+    #: the topic consumed
+    topic: str
+    #: the topics whose partition counts the worker learns at start, for `render`
+    outputs: tuple[str, ...] = ()
+    #: whether a partition with no committed offset is read from its end (else its beginning)
+    start_at_end: bool = False
+    _worker: WorkerContext | None = None
+
+    @property
+    def worker(self) -> WorkerContext:
+        """The worker this source feeds (from `start` on)."""
+        if self._worker is None:
+            raise RuntimeError(f"{type(self).__name__} used before its worker started it")
+        return self._worker
+
+    async def start(self, worker: WorkerContext) -> None:
+        """Called once the output topics are known, before the worker joins its group."""
+        self._worker = worker
+
+    async def stop(self) -> None:  # noqa: B027 - a no-op that a source may override
+        """Called once at shutdown, also where the start failed."""
+
+    @abstractmethod
+    def admit(self, record: Record) -> Task | list[Outgoing]:
+        """The task that `record` asks for, or the records that answer it at once (none: it
+        is committed with no output)."""
+
+    @abstractmethod
+    def render(self, run: TaskRun, record: Record) -> list[Outgoing]:
+        """The records that answer `record`, whose task's `run` is done, or was refused
+        (`run.refusal`: its model could not load)."""
+
+    def after_commit(self, committed: Sequence[PendingTask]) -> None:  # noqa: B027 - as stop
+        """`committed` (in offset order) were committed with the records that answer them."""

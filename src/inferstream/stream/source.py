@@ -1,0 +1,162 @@
+"""The stream's source: any topic in, one output record per input record out.
+
+One input record goes: input topic -> `StreamSource.admit` (`formats.InputReader`: the
+record's item, or at once the error outcome of a record that cannot be read) -> the worker's
+`BatchingPipeline` (decode, batch, infer) -> `StreamSource.render` (`formats.OutputWriter`: one
+output record, keyed like the input, with origin headers; or, with `--on-error dlq`, a failed
+record's dead letter) -> the partition's `TransactionalCommitter` (the output and the input
+offset in one transaction) -> output topic. The group, its assignor, the committers, sysinfo
+and the drain on SIGTERM are the worker's own (`serving.loop.Worker`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+
+from inferstream.config import Config
+from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients, Outgoing, Record
+from inferstream.kafka.deadletters import dead_letter
+from inferstream.kafka.settings import partition_of_key
+from inferstream.models import LoadedModel
+from inferstream.schemas import Codec
+from inferstream.schemas.records import (
+    ItemResult,
+    ItemStatus,
+    StreamOrigin,
+    Task,
+    error_item,
+    now_ms,
+)
+from inferstream.serving.committers.base import PendingTask
+from inferstream.serving.hooks import WorkerHooks
+from inferstream.serving.loop import Worker
+from inferstream.serving.pipeline import TaskRun
+from inferstream.serving.source import Source, WorkerContext
+from inferstream.stream.errors import RecordError
+from inferstream.stream.formats import (
+    InputReader,
+    OutputWriter,
+    item_name,
+    stream_result,
+)
+
+log = logging.getLogger(__name__)
+
+#: Headers every output record carries, naming the input record it labels.
+ORIGIN_TOPIC, ORIGIN_PARTITION, ORIGIN_OFFSET = (
+    "inferstream.origin.topic", "inferstream.origin.partition", "inferstream.origin.offset")
+
+
+def stream_config(config: Config) -> Config:
+    """`config` with the stream's pool: sysinfo and the policy table see its members as the
+    pool named after its group (and its transactional ids are the group's own)."""
+    return dataclasses.replace(config, pool=config.stream.pool(config.topic_prefix))
+
+
+def new_member(config: Config, model: LoadedModel, *, hooks: WorkerHooks | None = None,
+               codec: Codec | None = None, clients: KafkaClients = REAL_CLIENTS) -> Worker:
+    """One member of the stream of `config.stream`: one output record per input record,
+    exactly once. Settings: `config.stream` (topics, formats, errors) and `config.worker`
+    (batching, group timeouts, bounded mode)."""
+    config = stream_config(config)
+    codec = codec or Codec(config.schema_registry_url)
+    return Worker(config, model, StreamSource(config, codec), hooks=hooks, codec=codec,
+                  clients=clients)
+
+
+class StreamSource(Source):
+    """The stream's input topic, each record answered on its output topic (or dead-letter
+    topic) by the worker's one model."""
+
+    def __init__(self, config: Config, codec: Codec) -> None:
+        self.config = config
+        self.stream = stream = config.stream
+        self.group_id = stream.group_id(config.topic_prefix)
+        self.topic = stream.input_topic
+        self.start_at_end = stream.start_from == "latest"
+        self.dlq = stream.dead_letter_topic or config.topic("dlq")
+        self.outputs = (stream.input_topic, stream.output_topic, self.dlq)
+        self.codec = codec
+        self.reader = InputReader(config)
+        self.writer = OutputWriter(config, codec)
+        self.model = ""
+
+    async def start(self, worker: WorkerContext) -> None:
+        await super().start(worker)
+        self.model = worker.served.names[0]
+        stream, partitions = self.stream, worker.partitions
+        log.info("stream group=%s: %s (%d partitions, %s) -> %s (%d partitions, %s), model %s",
+                 self.group_id, stream.input_topic, partitions[stream.input_topic],
+                 stream.input_format, stream.output_topic, partitions[stream.output_topic],
+                 stream.output_format, self.model)
+
+    def admit(self, record: Record) -> Task | list[Outgoing]:
+        """The record's item as a task of one; a record that cannot be read gets its error
+        outcome (or dead letter) at once, in offset order with the others."""
+        origin = _origin(record)
+        try:
+            item = self.reader.item(record.value, origin)
+        except RecordError as exc:
+            log.debug("unreadable record %s: %s", item_name(origin), exc)
+            return [self._output(record, _failed(origin, str(exc)))]
+        return Task(job_id=self.group_id, task_id=record.offset, attempt=1,
+                    pool=self.config.pool, model=self.model, top_k=self.stream.top_k,
+                    items=[item], issued_at=now_ms(), deadline_ms=None, home_partition=None)
+
+    def render(self, run: TaskRun, record: Record) -> list[Outgoing]:
+        outcome = run.outcomes[0]
+        if outcome is None:  # refused: the model could not load
+            outcome = _failed(_origin(record), run.refusal or "not run")
+        return [self._output(record, outcome)]
+
+    def after_commit(self, committed: Sequence[PendingTask]) -> None:
+        """Each committed record's outcome, and its latency from the input's timestamp."""
+        now = time.time()
+        for pending in committed:
+            record = pending.record
+            latency = now - record.timestamp / 1000 if record.timestamp > 0 else None
+            self.worker.hooks.after_stream_record(self._status(pending), latency)
+
+    def _status(self, pending: PendingTask) -> str:
+        outcome = pending.run.outcomes[0] if pending.run is not None else None
+        if outcome is not None and outcome["status"] == ItemStatus.OK:
+            return "ok"
+        return "dead_letter" if self.stream.on_error == "dlq" else "error"
+
+    def _output(self, record: Record, outcome: ItemResult) -> Outgoing:
+        """The output record of `outcome`: keyed like the input, on the input's partition
+        index when the output has as many partitions, else on the key's; or, with
+        `--on-error dlq`, the dead letter of a failed record."""
+        partitions = self.worker.partitions
+        if outcome["status"] == ItemStatus.ERROR and self.stream.on_error == "dlq":
+            return dead_letter(self.codec, self.dlq, partitions[self.dlq], topic=record.topic,
+                               partition=record.partition, offset=record.offset,
+                               reason=outcome["error"] or "error", value=record.value,
+                               consumer=self.worker.worker_id, key=record.key,
+                               origin_timestamp_ms=record.timestamp)
+        result = stream_result(outcome, self.model, self.worker.worker_id, _origin(record),
+                               now_ms())
+        outputs = partitions[self.stream.output_topic]
+        if outputs == partitions[self.stream.input_topic] or record.key is None:
+            partition = record.partition % outputs
+        else:
+            partition = partition_of_key(record.key, outputs)
+        headers = (*((k, bytes(v)) for k, v in record.headers or ()),
+                   (ORIGIN_TOPIC, record.topic.encode()),
+                   (ORIGIN_PARTITION, str(record.partition).encode()),
+                   (ORIGIN_OFFSET, str(record.offset).encode()))
+        return Outgoing(self.stream.output_topic, partition, record.key,
+                        self.writer.value(result), headers)
+
+
+def _origin(record: Record) -> StreamOrigin:
+    return StreamOrigin(topic=record.topic, partition=record.partition, offset=record.offset,
+                        timestamp=record.timestamp if record.timestamp >= 0 else None)
+
+
+def _failed(origin: StreamOrigin, reason: str) -> ItemResult:
+    return error_item({"index": origin["offset"], "name": item_name(origin), "data": None},
+                      reason)
