@@ -71,8 +71,8 @@ def main() -> int:
         subprocess.run([*INFERSTREAM, "topics", "create"], env=env, check=True,
                        stdout=subprocess.DEVNULL)
         photos = write_photos(VAR / "photos")
-        # A dozen photos take less than compiling the forward pass would (README, "Worker
-        # speed"): the demo's workers run eager.
+        # A dozen photos take less than compiling the forward pass would (docs/models.md):
+        # the demo's workers run eager.
         worker = ["worker", "--model", MODEL, "--compile", "off"]
         for name, args in (("controller", ["controller"]),
                            ("worker-1", [*worker, "--worker-id", "worker-1"]),

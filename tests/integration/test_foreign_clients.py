@@ -1,6 +1,6 @@
 """For foreign clients, on a real broker (issue 14.5): `inferstream dump` shows a job's events
-and results, and a job produced with plain confluent-kafka and fastavro (the README's example,
-which imports no inferstream module) completes with its results."""
+and results, and a job produced with plain confluent-kafka and fastavro (the example of
+docs/wire-format.md, which imports no inferstream module) completes with its results."""
 
 from __future__ import annotations
 

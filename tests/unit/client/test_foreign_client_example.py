@@ -1,4 +1,4 @@
-"""The README's foreign-client example: the README shows the file as it is, the file imports no
+"""The foreign-client example: docs/wire-format.md shows the file as it is, the file imports no
 inferstream code, and what it writes and reads is what inferstream's codec writes and reads."""
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ def imported_modules(source: str) -> set[str]:
     return names
 
 
-def test_the_readme_shows_the_example_file_as_it_is() -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert f"```python\n{EXAMPLE.read_text(encoding='utf-8')}```\n" in readme
+def test_the_wire_format_page_shows_the_example_file_as_it_is() -> None:
+    page = (REPO / "docs" / "wire-format.md").read_text(encoding="utf-8")
+    assert f"```python\n{EXAMPLE.read_text(encoding='utf-8')}```\n" in page
 
 
 def test_the_example_imports_only_confluent_kafka_fastavro_and_the_standard_library() -> None:
