@@ -97,8 +97,6 @@ class Deadlines:
         self._member_cache: dict[str, tuple[float, dict[str, list[int]] | None]] = {}
         #: seconds per item each worker's results showed, smoothed
         self._observed: dict[str, float] = {}
-        #: results dropped because their task had been done already (a late attempt)
-        self.dropped_late = 0
 
     def __len__(self) -> int:
         return len(self._tasks)

@@ -9,8 +9,8 @@ describe, so replaying the partition rebuilds exactly the state those offsets be
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from inferstream.controller.expansion import JobExpansion
 from inferstream.schemas import Codec
 from inferstream.schemas.records import (
     Job,
@@ -23,6 +23,9 @@ from inferstream.schemas.records import (
     now_ms,
     read_record,
 )
+
+if TYPE_CHECKING:
+    from inferstream.controller.expansion import JobExpansion
 
 
 @dataclass
@@ -39,6 +42,7 @@ class JobState:
     done: set[int] = field(default_factory=set)
     ok_items: int = 0
     error_items: int = 0
+    #: where cutting the job's input into tasks stands; the issuer's (`issuing.cursor`)
     expansion: JobExpansion | None = None
     last_event_ms: int = 0
     changed: bool = True
@@ -92,12 +96,6 @@ class JobState:
         self.last_event_ms = event["timestamp"]
         self.changed = False
         return event
-
-    def cursor(self) -> JobExpansion:
-        """The expansion cursor, resumed after the tasks already issued."""
-        if self.expansion is None:
-            self.expansion = JobExpansion(self.job, skip_tasks=self.issued_tasks)
-        return self.expansion
 
     def record_result(self, task_id: int, ok: int, errors: int) -> bool:
         """Count a task's first result; False for a task already done (a duplicate)."""

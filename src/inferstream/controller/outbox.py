@@ -8,13 +8,14 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
 
+from inferstream.config import Config
 from inferstream.controller.hooks import Tally
 from inferstream.kafka.clients import Message, Outgoing, SyncConsumer
 from inferstream.kafka.deadletters import dead_letter
 from inferstream.kafka.errors import KafkaSetupError
 from inferstream.kafka.settings import partition_for
 from inferstream.schemas import Codec
-from inferstream.schemas.records import JobEvent
+from inferstream.schemas.records import JobEvent, TaskControl, TaskControlReason, now_ms
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,12 @@ class ControllerTopics:
     ledger: str
     dlq: str
     controls: str
+
+    @classmethod
+    def of(cls, config: Config) -> ControllerTopics:
+        return cls(jobs=config.topic("jobs"), results=config.topic("results"),
+                   events=config.topic("job-events"), ledger=config.topic("controller-ledger"),
+                   dlq=config.topic("dlq"), controls=config.topic("task-control"))
 
 
 class PartitionCounts:
@@ -97,6 +104,17 @@ class Outbox:
         partition = partition_for(event["job_id"], self.partitions(topic))
         self.add(home, topic, partition, event["job_id"].encode(),
                  self.codec.encode("JobEvent", event))
+
+    def control(self, home: int, job_id: str, task_id: int, attempt: int,
+                reason: TaskControlReason) -> None:
+        """A task-control entry: workers skip the job's tasks (`task_id` -1), or the task's
+        attempts before `attempt`."""
+        topic = self.topics.controls
+        key = job_id if task_id < 0 else f"{job_id}/{task_id}"
+        control = TaskControl(job_id=job_id, task_id=task_id, attempt=attempt, reason=reason,
+                              at=now_ms())
+        self.add(home, topic, partition_for(key, self.partitions(topic)), key.encode(),
+                 self.codec.encode("TaskControl", control))
 
     def dead_letter(self, message: Message, reason: str) -> None:
         """The unreadable record, with where it came from, to the dead-letter topic, in the

@@ -1,16 +1,16 @@
-"""The controller: accepts jobs, issues their tasks, collects one result per task.
+"""The controller replica: the Kafka loop around the job book.
 
 Jobs, results and the ledger are co-partitioned by job id (the same partition index in each
 topic), and the controller group uses the range assignor, so the replica that owns a job's
-partition also owns its results and its ledger. Every round's output (tasks, events, ledger
-entries) is committed in one transaction with the consumed offsets.
+partition also owns its results and its ledger. Each round consumes, hands the records to the
+`JobBook`, which decides, and commits each home partition's output (tasks, events, ledger
+entries) in one transaction with the offsets consumed there.
 """
 
 from __future__ import annotations
 
 import faulthandler
 import logging
-import queue
 import threading
 import time
 from collections import Counter
@@ -20,19 +20,12 @@ from typing import Any, cast
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from inferstream.config import Config
-from inferstream.controller.admission import rejection_reason
-from inferstream.controller.deadlines import Deadlines
-from inferstream.controller.declines import PoolView, failed_result, redirect
-from inferstream.controller.expansion import Item
-from inferstream.controller.hooks import ControllerHooks, JobProgress, RoundState
-from inferstream.controller.ledger import JobState, LedgerCodec
-from inferstream.controller.outbox import ControllerTopics, Outbox, PartitionCounts
-from inferstream.controller.pacing import Pacing
-from inferstream.controller.placement import task_partition
+from inferstream.controller.book import JobBook
+from inferstream.controller.hooks import ControllerHooks
+from inferstream.controller.outbox import Outbox, PartitionCounts
+from inferstream.controller.outputs import OutputFiles
 from inferstream.controller.replay import LedgerStandby, read_ledger
-from inferstream.controller.sizing import choose_task_size, sized
 from inferstream.controller.transactions import PartitionProducers
-from inferstream.jobs.output import write_job_output
 from inferstream.kafka.clients import (
     REAL_CLIENTS,
     KafkaClients,
@@ -47,28 +40,18 @@ from inferstream.kafka.groups import describe_with
 from inferstream.kafka.settings import (
     LIBRDKAFKA_LOG,
     consumer_config,
-    partition_for,
     poll_timeout_s,
     producer_config,
 )
 from inferstream.kafka.stuck_calls import call_with_deadline
-from inferstream.policy.view import NO_POLICY, ModelRange, PolicyView, model_range
+from inferstream.policy.view import NO_POLICY, PolicyView
 from inferstream.schemas import Codec, SchemaError
 from inferstream.schemas.records import (
-    ItemStatus,
     Job,
-    JobEvent,
-    JobEventType,
-    LedgerStatus,
-    Task,
     TaskControl,
-    TaskControlReason,
     TaskDeclined,
-    TaskResult,
     as_record,
-    new_task,
     now_ms,
-    read_record,
     read_result,
 )
 
@@ -96,15 +79,12 @@ class Controller:
         self.config = config
         self.hooks = hooks or ControllerHooks()
         self.options = config.controller
-        self.policy = policy
         self.codec = codec or Codec(config.schema_registry_url)
         self.clients = clients
-        self.ledger = LedgerCodec(self.codec)
-        self.jobs: dict[str, JobState] = {}
-        self.topics = ControllerTopics(
-            jobs=config.topic("jobs"), results=config.topic("results"),
-            events=config.topic("job-events"), ledger=config.topic("controller-ledger"),
-            dlq=config.topic("dlq"), controls=config.topic("task-control"))
+        admin = clients.admin(config.confluent_config(logger=LIBRDKAFKA_LOG))
+        self.book = JobBook(config, codec=self.codec, policy=policy,
+                            describe=describe_with(admin), partitions=self.partitions)
+        self.topics = self.book.topics
         self._stop = threading.Event()
         self._consumer: SyncConsumer = clients.consumer(consumer_config(
             config, controller_group(config), **{
@@ -119,19 +99,10 @@ class Controller:
             self._new_producer, self._stop)
         #: partition index -> when to take it back (monotonic): its producer was fenced
         self._retakes: dict[int, float] = {}
-        #: output files being written, by job id, and those written (ms), for the ledger
-        self._writing: dict[str, threading.Thread] = {}
-        self._written: queue.SimpleQueue[tuple[str, int | None]] = queue.SimpleQueue()
+        self.outputs = OutputFiles(config, clients)
         self._counts = PartitionCounts(self._consumer, self.topics)
         #: a warm copy of the whole ledger: a takeover reads only what came after it
         self.standby = LedgerStandby(config, self.topics.ledger, clients)
-        admin = clients.admin(config.confluent_config(logger=LIBRDKAFKA_LOG))
-        self.pools = PoolView(describe_with(admin))
-        self.deadlines = Deadlines(self.pools, policy, config.worker_group,
-                                   self.options.migration_slack, self.options.migration_floor_s,
-                                   self.options.max_attempts)
-        self.pacing = Pacing(self.deadlines, self.pools, policy, self.options.issue_ahead_s)
-        self._checked_late = 0.0
 
     def _new_producer(self, transactional_id: str) -> SyncProducer:
         return self.clients.producer(producer_config(self.config, **{
@@ -152,8 +123,7 @@ class Controller:
                     faulthandler.dump_traceback_later(self.options.watchdog_s)
                 busy = self._round()
                 faulthandler.cancel_dump_traceback_later()
-                if busy or any(j.status == LedgerStatus.ACTIVE or (
-                        j.output_due and not j.output_failed) for j in self.jobs.values()):
+                if busy or self.book.busy:
                     idle_since = time.monotonic()
                 elif self._idle(idle_since):
                     break
@@ -175,7 +145,7 @@ class Controller:
         messages = consume_ready(self._consumer, 500, poll_timeout_s(self.options.idle_exit_s))
         started = time.monotonic()  # deciding and committing, not the wait for records
         self._retake_due()
-        out = Outbox(self.topics, self.codec, self.partitions)
+        out = self.book.outbox()
         # A partition revoked during the fetch (the rebalance callbacks run inside it) or
         # fenced since has no producer here: its owner reads these records again from the
         # committed offset.
@@ -186,285 +156,45 @@ class Controller:
             if index in owned:
                 consumed.add(index)
                 self._dispatch(message, out)
-        self._issue_tasks(out)
-        self._migrate_late(out)
-        self._emit_events(out)
-        self._record_outputs(out)
+        self.book.tick(out, now_ms())
+        for job_id, at_ms in self.outputs.finished():
+            self.book.output_written(job_id, at_ms, out)
         if consumed or len(out):
             self._commit(out, consumed)
-        self._write_outputs()
-        self._forget_finished()
-        self.hooks.after_round(time.monotonic() - started, self._round_state())
+        # after the commit: a file is read back from committed results
+        self.outputs.start(self.book.outputs_due(self.producers.owned))
+        self.book.forget_finished(now_ms())
+        self.hooks.after_round(time.monotonic() - started,
+                               self.book.round_state(len(self.producers.owned)))
         return bool(messages) or bool(len(out))
 
-    def _round_state(self) -> RoundState:
-        by_state = Counter(str(state.status) for state in self.jobs.values())
-        active = [JobProgress(state.job_id, state.done_items, state.total_items)
-                  for state in self.jobs.values() if state.status == LedgerStatus.ACTIVE]
-        return RoundState(dict(by_state), len(self.producers.owned), active)
-
     def _dispatch(self, message: Message, out: Outbox) -> None:
+        """The record decoded and handed to the book; one that cannot be decoded to the
+        dead-letter topic."""
         if message.error() is not None:
             log.warning("consume error: %s", message.error())
             return
+        partition = message.partition() or 0
         try:
             if message.topic() == self.topics.jobs:
                 name, named = self.codec.decode_named(message.value() or b"")
                 if name == "TaskControl":  # a cancel (Job.cancel)
-                    self._on_cancel(as_record(TaskControl, named),
-                                    message.partition() or 0, out)
+                    self.book.on_cancel(as_record(TaskControl, named),
+                                        partition, out)
                 elif name == "Job":
-                    self._on_job(cast(Job, named), message.partition() or 0, out)
+                    self.book.on_job(cast(Job, named), partition, out)
                 else:
                     raise SchemaError(f"a {name} record, not a Job, on {self.topics.jobs}")
                 return
             record = read_result(self.codec, message.value() or b"")
             if "served_models" in record:
-                self._on_declined(cast(TaskDeclined, record), out)
+                self.book.on_declined(cast(TaskDeclined, record), out)
             else:
-                self._on_result(record, out)
+                self.book.on_result(record, out)
         except SchemaError as exc:
             out.dead_letter(message, f"undecodable record: {exc}")
             if message.topic() == self.topics.jobs:
-                self._reject_unreadable(message, str(exc), out)
-
-    def _reject_unreadable(self, message: Message, reason: str, out: Outbox) -> None:
-        """A job record that cannot be read, keyed by what looks like a job id: tell whoever
-        waits for that job, with a REJECTED event, instead of leaving it SUBMITTED forever."""
-        job_id = _job_id_of(message.key())
-        if job_id is None or job_id in self.jobs:
-            return
-        out.event(JobEvent(
-            job_id=job_id, type=JobEventType.REJECTED, timestamp=now_ms(), model=None,
-            reason=f"the job record could not be read: {reason}", total_items=None,
-            total_tasks=None, done_items=0, ok_items=0, error_items=0, rate_items_per_s=None,
-            home_partition=message.partition() or 0), message.partition() or 0)
-        log.info("job %s rejected: its record could not be read (%s)", job_id, reason)
-
-    def _on_job(self, job: Job, partition: int, out: Outbox) -> None:
-        if job["job_id"] in self.jobs:
-            log.info("job %s seen again: ignored", job["job_id"])
-            return
-        size = choose_task_size(job, self.policy, self.options.default_chunk_size)
-        state = JobState(sized(job, size), partition)
-        self.jobs[state.job_id] = state
-        reason = rejection_reason(job, self.partitions, self.config.task_topic(job["pool"]))
-        if reason is None and state.cursor().finished:
-            reason = "empty input: the job names no items"
-        if reason is not None:
-            state.status = LedgerStatus.REJECTED
-            out.event(state.event(JobEventType.REJECTED, reason), partition)
-            out.ledger(*self.ledger.job_entry(state), partition)
-            log.info("job %s rejected: %s", state.job_id, reason)
-            return
-        out.event(state.event(JobEventType.ACCEPTED), partition)
-        out.count(partition, ("jobs_accepted",))
-        self._issue_first(state, out)
-        log.info("job %s accepted model=%s task_size=%d (%s)", state.job_id, job["model"],
-                 size.items, size.source)
-
-    def _on_cancel(self, control: TaskControl, partition: int, out: Outbox) -> None:
-        """`inferstream cancel`: the job ends CANCELLED with what was done; workers skip
-        the rest of its tasks. A job that is not active here (finished, or unknown) stays
-        as it is."""
-        state = self.jobs.get(control["job_id"])
-        if control["reason"] != TaskControlReason.CANCELLED or control["task_id"] >= 0:
-            log.warning("unexpected control record on %s: %s", self.topics.jobs, control)
-            return
-        if state is None or state.status != LedgerStatus.ACTIVE:
-            log.info("cancel of job %s ignored: %s", control["job_id"],
-                     "not active" if state else "not a job of this replica's partitions")
-            return
-        state.status = LedgerStatus.CANCELLED
-        out.event(state.event(JobEventType.CANCELLED, "cancelled on request"), partition)
-        out.ledger(*self.ledger.job_entry(state), state.partition)
-        self._control(out, state.partition, state.job_id, -1, 0, TaskControlReason.CANCELLED)
-        self.deadlines.forget_job(state.job_id)
-        log.info("job %s cancelled at %d/%s items", state.job_id, state.done_items,
-                 state.total_items if state.total_items is not None else "?")
-
-    def _issue_first(self, state: JobState, out: Outbox) -> None:
-        """A job's first tasks, when it is accepted: all of them, or up to
-        `tasks_per_round`, without pacing; with it, the first task whatever the workers
-        hold (the rest follow in `_issue_tasks`)."""
-        if self.options.issue_ahead_s <= 0:
-            self._produce_tasks(state, self._round_robin(state), out)
-            return
-        self._produce_tasks(state, self._paced(state, force=True), out)
-        self.pacing.begin()  # what it planned is outstanding now
-
-    def _issue_tasks(self, out: Outbox) -> None:
-        """More tasks of the jobs not fully issued: up to `tasks_per_round` per job; with
-        pacing, as far as the workers have room (see `pacing`), one task per job in turn,
-        so that a long job does not hold a later one back."""
-        waiting = [state for state in self.jobs.values()
-                   if state.status == LedgerStatus.ACTIVE and not state.expanded]
-        if self.options.issue_ahead_s <= 0:
-            for state in waiting:
-                self._produce_tasks(state, self._round_robin(state), out)
-            return
-        self.pacing.begin()
-        placed: dict[str, list[tuple[int, list[Item], int]]] = {s.job_id: [] for s in waiting}
-        turn = waiting
-        while turn:
-            again = []
-            for state in turn:
-                task = self._paced(state)
-                placed[state.job_id].extend(task)
-                if task and len(placed[state.job_id]) < self.options.tasks_per_round:
-                    again.append(state)
-            turn = again
-        for state in waiting:
-            if placed[state.job_id]:
-                self._produce_tasks(state, placed[state.job_id], out)
-
-    def _round_robin(self, state: JobState) -> list[tuple[int, list[Item], int]]:
-        topic = self.config.task_topic(state.job["pool"])
-        tasks = state.cursor().next_tasks(self.options.tasks_per_round)
-        n = self.partitions(topic)
-        within = self._model_range(state.job) if tasks else None
-        return [(task_id, items, task_partition(state.job_id, task_id, n, within))
-                for task_id, items in tasks]
-
-    def _paced(self, state: JobState, *, force: bool = False
-               ) -> list[tuple[int, list[Item], int]]:
-        """The job's next task and its partition, if a worker has room for it (`force`:
-        even if none has)."""
-        cursor = state.cursor()
-        if cursor.finished:
-            return []
-        pool = state.job["pool"]
-        partition = self.pacing.place(
-            pool, state.job["model"], self._model_range(state.job),
-            self.partitions(self.config.task_topic(pool)), state.job_id, cursor.next_task_id,
-            cursor.next_size, force=force)
-        if partition is None:
-            return []
-        return [(task_id, items, partition) for task_id, items in cursor.next_tasks(1)]
-
-    def _produce_tasks(self, state: JobState, tasks: list[tuple[int, list[Item], int]],
-                       out: Outbox) -> None:
-        topic = self.config.task_topic(state.job["pool"])
-        now = now_ms()
-        for task_id, items, partition in tasks:
-            task = new_task(state.job, task_id, [i.as_record() for i in items],
-                            home_partition=state.partition)
-            encoded = self.codec.encode("Task", task)
-            out.add(state.partition, topic, partition, state.job_id.encode(), encoded)
-            self._track(task, encoded, state.partition, partition, now)
-            state.issued_tasks += 1
-            state.issued_items += len(items)
-        out.count(state.partition, ("tasks_issued", state.job["pool"]), len(tasks))
-        state.expanded = state.cursor().finished
-        state.changed = True
-        out.ledger(*self.ledger.job_entry(state), state.partition)
-
-    # -- deadlines and migration ------------------------------------------------------------
-    def _track(self, task: Task, encoded: bytes, home: int, partition: int, now: int) -> None:
-        if self.options.migration_slack > 0 or self.options.issue_ahead_s > 0:
-            self.deadlines.issued(task, encoded, home, partition, now)
-
-    def _migrate_late(self, out: Outbox) -> None:
-        """Issue the late tasks again elsewhere (at most every `migration_check_s`), telling
-        workers to skip the attempt they hold; fail those out of attempts."""
-        now = time.monotonic()
-        if (self.options.migration_slack <= 0 or not len(self.deadlines)
-                or now - self._checked_late < self.options.migration_check_s):
-            return
-        self._checked_late = now
-        for late in self.deadlines.late(now_ms()):
-            task, home = late.outstanding.task, late.outstanding.home
-            if self.jobs.get(task["job_id"]) is None:
-                continue
-            if late.partition is None:
-                reason = f"task {task['task_id']} {late.reason}"
-                log.warning("job %s: %s: its items fail", task["job_id"], reason)
-                out.add(home, self.topics.results, home, task["job_id"].encode(),
-                        self.codec.encode("TaskResult", failed_result(task, reason)))
-                continue
-            again = Task(**{**task, "attempt": task["attempt"] + 1, "issued_at": now_ms()})
-            encoded = self.codec.encode("Task", again)
-            out.add(home, self.config.task_topic(task["pool"]), late.partition,
-                    task["job_id"].encode(), encoded)
-            self._control(out, home, task["job_id"], task["task_id"], again["attempt"],
-                          TaskControlReason.MIGRATED)
-            self._track(again, encoded, home, late.partition, now_ms())
-            out.count(home, ("tasks_reissued", task["pool"], "migrated"))
-            log.info("job %s task %d %s: re-issued as attempt %d on partition %d",
-                     task["job_id"], task["task_id"], late.reason, again["attempt"],
-                     late.partition)
-
-    def _control(self, out: Outbox, home: int, job_id: str, task_id: int, attempt: int,
-                 reason: TaskControlReason) -> None:
-        """A task-control entry: workers skip the job's tasks, or the task's earlier
-        attempts."""
-        topic = self.topics.controls
-        key = job_id if task_id < 0 else f"{job_id}/{task_id}"
-        control = TaskControl(job_id=job_id, task_id=task_id, attempt=attempt, reason=reason,
-                              at=now_ms())
-        out.add(home, topic, partition_for(key, self.partitions(topic)), key.encode(),
-                self.codec.encode("TaskControl", control))
-
-    def _model_range(self, job: Job) -> ModelRange | None:
-        try:
-            return model_range(job["model"], self.policy.model_ranges(job["pool"]))
-        except Exception as exc:  # a policy table that cannot answer: all partitions
-            log.warning("no model range from the policy for pool %s: %r", job["pool"], exc)
-            return None
-
-    def _on_declined(self, declined: TaskDeclined, out: Outbox) -> None:
-        state = self.jobs.get(declined["job_id"])
-        if (state is None or state.status != LedgerStatus.ACTIVE
-                or declined["task_id"] in state.done):
-            return
-        again = redirect(self.pools, self.config, self.codec, declined, self.partitions)
-        out.append(state.partition, again)
-        if again.topic != self.topics.results:  # re-issued, not failed: it gets a deadline
-            self._track(read_record(self.codec, again.value, Task), again.value,
-                        state.partition, again.partition, now_ms())
-            out.count(state.partition, ("tasks_reissued", state.job["pool"], "declined"))
-
-    def _on_result(self, result: TaskResult, out: Outbox) -> None:
-        self.pools.record_result(result["worker"], result["model"])
-        self.deadlines.observe(result["worker"], len(result["items"]),
-                               result["inference_seconds"])
-        state = self.jobs.get(result["job_id"])
-        if state is None:
-            return  # a job of another replica's partition, or long finished
-        ok = sum(1 for item in result["items"] if item["status"] == ItemStatus.OK)
-        errors = len(result["items"]) - ok
-        if not state.record_result(result["task_id"], ok, errors):
-            self.deadlines.dropped_late += 1
-            out.count(state.partition, ("late_results_dropped",))
-            log.info("duplicate result dropped job=%s task=%d attempt=%d worker=%s",
-                     state.job_id, result["task_id"], result["attempt"], result["worker"])
-            return
-        self.deadlines.done(state.job_id, result["task_id"])
-        out.count(state.partition, ("tasks_done", state.job["pool"]))
-        out.count(state.partition, ("items_done", "ok"), ok)
-        out.count(state.partition, ("items_done", "error"), errors)
-        key, value = self.ledger.task_entry(
-            state.job_id, result["task_id"], LedgerStatus.DONE, ok=ok, errors=errors,
-            worker=result["worker"], attempt=result["attempt"])
-        out.ledger(key, value, state.partition)
-
-    def _emit_events(self, out: Outbox) -> None:
-        now = now_ms()
-        interval_ms = self.options.progress_interval_s * 1000
-        for state in self.jobs.values():
-            if state.complete:
-                state.status = LedgerStatus.COMPLETED
-                out.event(state.event(JobEventType.COMPLETED), state.partition)
-                self._control(out, state.partition, state.job_id, -1, 0,
-                              TaskControlReason.FINISHED)
-                self.deadlines.forget_job(state.job_id)
-                out.ledger(*self.ledger.job_entry(state), state.partition)
-                log.info("job %s completed ok=%d error=%d", state.job_id, state.ok_items,
-                         state.error_items)
-            elif state.status == LedgerStatus.ACTIVE and state.changed and (
-                    now - state.last_event_ms >= interval_ms):
-                out.event(state.event(JobEventType.PROGRESS), state.partition)
-                out.ledger(*self.ledger.job_entry(state), state.partition)
+                self.book.on_unreadable_job(message.key(), partition, str(exc), out)
 
     def _commit(self, out: Outbox, consumed: set[int]) -> set[int]:
         """Commit each home partition's records with its jobs and results offsets, one
@@ -568,7 +298,6 @@ class Controller:
         while not self._stop.is_set():
             attempt += 1
             try:
-                self._forget(indexes)
                 self._rebuild(indexes)
                 partitions = [tp for i in sorted(indexes) for tp in self._home(i)]
                 for tp in self._consumer.committed(partitions, timeout=30):
@@ -588,10 +317,9 @@ class Controller:
         self._drop(self.producers.owned - owned)
         self.producers.open(owned)
         opened = time.monotonic()
-        self._forget(owned)
         self._rebuild(owned)
         log.info("owning job partitions=%s active jobs rebuilt=%d (producers %.2f s, "
-                 "rebuild %.2f s)", sorted(owned), len(self.jobs), opened - started,
+                 "rebuild %.2f s)", sorted(owned), len(self.book.jobs), opened - started,
                  time.monotonic() - opened)
 
     def _on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
@@ -605,79 +333,15 @@ class Controller:
         self._drop({tp.partition for tp in partitions if tp.topic == self.topics.jobs})
 
     def _rebuild(self, indexes: set[int]) -> None:
-        """The active jobs of `indexes` from the ledger, and the completed ones whose output
-        file the ledger does not show as written (the next rounds write it)."""
+        """The jobs of `indexes` forgotten, then read again from the standby's copy of the
+        ledger and what was committed after it."""
+        self.book.forget(indexes)
         held, start = self.standby.records(sorted(indexes))
         records = held + read_ledger(self.config, self.topics.ledger, sorted(indexes),
                                      self.clients, start=start)
-        recent = now_ms() - self.options.retain_finished_s * 1000
-        for job_id, state in self.ledger.rebuild(records).items():
-            if state.status == LedgerStatus.ACTIVE or (
-                    state.output_due and state.last_event_ms >= recent):
-                self.jobs[job_id] = state
-
-    def _forget(self, indexes: set[int]) -> None:
-        for job_id in [j for j, s in self.jobs.items() if s.partition in indexes]:
-            del self.jobs[job_id]
-        self.deadlines.forget_homes(indexes)
+        self.book.adopt(records, now_ms())
 
     def _drop(self, indexes: set[int]) -> None:
         """No longer own `indexes`: their jobs and producers go."""
-        self._forget(indexes)
+        self.book.forget(indexes)
         self.producers.close(indexes)
-
-    def _forget_finished(self) -> None:
-        horizon = now_ms() - self.options.retain_finished_s * 1000
-        for job_id in [j for j, s in self.jobs.items()
-                       if s.status != LedgerStatus.ACTIVE
-                       and not (s.output_due and not s.output_failed)
-                       and s.last_event_ms < horizon]:
-            del self.jobs[job_id]
-
-    # -- output files: part of a job's state -----------------------------------------------
-    def _write_outputs(self) -> None:
-        """Start writing the file of every committed, completed job that has one due (on
-        threads: a large output takes a while); the ledger records each when it is done."""
-        for state in self.jobs.values():
-            if (state.output_due and not state.output_failed
-                    and state.job_id not in self._writing
-                    and state.partition in self.producers.owned):
-                thread = threading.Thread(target=self._write_output, args=(state,),
-                                          name=f"output-{state.job_id}", daemon=True)
-                self._writing[state.job_id] = thread
-                thread.start()
-
-    def _write_output(self, state: JobState) -> None:
-        path = str(state.job.get("output_path"))
-        try:
-            count = write_job_output(self.config, state.job_id, path, clients=self.clients,
-                                     partition=state.partition)
-        except Exception as exc:  # a bad path must not stop the controller
-            log.error("job %s: cannot write its output to %s: %s", state.job_id, path, exc)
-            self._written.put((state.job_id, None))
-            return
-        log.info("job %s: output written to %s (%d lines)", state.job_id, path, count)
-        self._written.put((state.job_id, now_ms()))
-
-    def _record_outputs(self, out: Outbox) -> None:
-        """Ledger entries for the output files written since the last round."""
-        while not self._written.empty():
-            job_id, at = self._written.get()
-            self._writing.pop(job_id, None)
-            state = self.jobs.get(job_id)
-            if state is None or state.output_written_at is not None:
-                continue
-            if at is None:
-                state.output_failed = True
-            else:
-                state.output_written_at = at
-                out.ledger(*self.ledger.job_entry(state), state.partition)
-
-
-def _job_id_of(key: bytes | None) -> str | None:
-    """The job id a jobs record is keyed by, if its key is one (printable text)."""
-    try:
-        text = (key or b"").decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    return text if 0 < len(text) <= 256 and text.isprintable() else None

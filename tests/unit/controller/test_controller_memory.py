@@ -11,7 +11,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from inferstream.client.client import Client, Job
 from inferstream.config import Config, ControllerConfig, WorkerConfig
 from inferstream.controller import replica as controller_module
+from inferstream.controller.ledger import JobState
 from inferstream.controller.metrics import ControllerMetrics
+from inferstream.controller.outputs import OutputFiles
 from inferstream.controller.replica import Controller, controller_group
 from inferstream.jobs.errors import JobCancelledError
 from inferstream.jobs.ids import new_job_id
@@ -282,12 +284,17 @@ def test_a_cancelled_job_ends_with_the_counts_of_what_was_done(
         (job.job_id, -1, "CANCELLED")]
 
 
-class DiesBeforeTheOutput(Controller):
-    """A replica killed after committing COMPLETED, before its output file was written."""
+class DiesBeforeTheOutput(OutputFiles):
+    """The output files of a replica killed after committing COMPLETED, before its output
+    file was written."""
 
-    def _write_outputs(self) -> None:
-        if any(s.output_due for s in self.jobs.values()):
-            self.request_stop()
+    def __init__(self, replica: Controller) -> None:
+        super().__init__(replica.config, replica.clients)
+        self.replica = replica
+
+    def start(self, due: Iterable[JobState]) -> None:
+        if any(state.output_due for state in due):
+            self.replica.request_stop()
 
 
 def test_a_replica_that_died_before_the_output_file_leaves_it_to_the_next(
@@ -299,7 +306,9 @@ def test_a_replica_that_died_before_the_output_file_leaves_it_to_the_next(
     names = [f"item-{i:02d}" for i in range(6)]
     Client(config, CODEC, clients).submit(MODEL, names, chunk_size=2, output_path=str(output))
     respond(responders, clients, config)
-    DiesBeforeTheOutput(config, codec=CODEC, clients=clients).run()
+    dies = Controller(config, codec=CODEC, clients=clients)
+    dies.outputs = DiesBeforeTheOutput(dies)
+    dies.run()
     assert events(clients.broker, config, JobEventType.COMPLETED) and not output.exists()
 
     Controller(config, codec=CODEC, clients=clients).run()

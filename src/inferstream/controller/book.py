@@ -1,0 +1,269 @@
+"""The job book: every decision the controller takes about the jobs of its partitions.
+
+Fed decoded records (jobs, cancels, results, declines) and the time, it writes what follows
+from them into a round's `Outbox` (tasks, task controls, events, ledger entries, failed
+results) and keeps each job's `JobState`. It holds no Kafka client and starts no thread: the
+replica (`replica`) consumes, hands the records here, and commits each home partition's
+share of the outbox with the offsets it consumed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Container
+
+from inferstream.config import Config
+from inferstream.controller.admission import rejection_reason
+from inferstream.controller.deadlines import Deadlines
+from inferstream.controller.declines import PoolView, redirect
+from inferstream.controller.hooks import JobProgress, RoundState
+from inferstream.controller.issuing import TaskIssuer, cursor
+from inferstream.controller.ledger import JobState, LedgerCodec
+from inferstream.controller.migration import Migration
+from inferstream.controller.outbox import ControllerTopics, Outbox
+from inferstream.controller.pacing import Pacing
+from inferstream.controller.sizing import choose_task_size, sized
+from inferstream.policy.view import PolicyView
+from inferstream.schemas import Codec
+from inferstream.schemas.records import (
+    ItemStatus,
+    Job,
+    JobEvent,
+    JobEventType,
+    LedgerStatus,
+    Task,
+    TaskControl,
+    TaskControlReason,
+    TaskDeclined,
+    TaskResult,
+    now_ms,
+    read_record,
+)
+
+log = logging.getLogger(__name__)
+
+
+class JobBook:
+    """The jobs of the partitions this replica owns, and what happens to them.
+
+    `describe(group)` gives a consumer group's members and the task partitions each owns
+    (or raises); `partitions(topic)` a topic's partition count (KafkaSetupError for a
+    topic that does not exist); `policy` is read for task sizes, model ranges and the
+    workers' speeds and health."""
+
+    def __init__(self, config: Config, *, codec: Codec, policy: PolicyView,
+                 describe: Callable[[str], dict[str, list[int]]],
+                 partitions: Callable[[str], int]) -> None:
+        self.config = config
+        self.options = options = config.controller
+        self.codec = codec
+        self.policy = policy
+        self.partitions = partitions
+        self.topics = ControllerTopics.of(config)
+        self.ledger = LedgerCodec(codec)
+        self.jobs: dict[str, JobState] = {}
+        self.pools = PoolView(describe)
+        self.deadlines = Deadlines(self.pools, policy, config.worker_group,
+                                   options.migration_slack, options.migration_floor_s,
+                                   options.max_attempts)
+        pacing = Pacing(self.deadlines, self.pools, policy, options.issue_ahead_s)
+        self.issuer = TaskIssuer(config, codec, policy, self.deadlines, pacing, partitions)
+        self.migration = Migration(config, codec, self.issuer)
+
+    def outbox(self) -> Outbox:
+        """An empty outbox for one round."""
+        return Outbox(self.topics, self.codec, self.partitions)
+
+    # -- records ----------------------------------------------------------------------------
+    def on_job(self, job: Job, partition: int, out: Outbox) -> None:
+        """A job arrived on `partition` (its home): accepted with its first tasks, or
+        rejected with the reason; seen before, ignored."""
+        if job["job_id"] in self.jobs:
+            log.info("job %s seen again: ignored", job["job_id"])
+            return
+        size = choose_task_size(job, self.policy, self.options.default_chunk_size)
+        state = JobState(sized(job, size), partition)
+        self.jobs[state.job_id] = state
+        reason = rejection_reason(job, self.partitions, self.config.task_topic(job["pool"]))
+        if reason is None and cursor(state).finished:
+            reason = "empty input: the job names no items"
+        if reason is not None:
+            state.status = LedgerStatus.REJECTED
+            out.event(state.event(JobEventType.REJECTED, reason), partition)
+            out.ledger(*self.ledger.job_entry(state), partition)
+            log.info("job %s rejected: %s", state.job_id, reason)
+            return
+        out.event(state.event(JobEventType.ACCEPTED), partition)
+        out.count(partition, ("jobs_accepted",))
+        self.issuer.first(state, out)
+        log.info("job %s accepted model=%s task_size=%d (%s)", state.job_id, job["model"],
+                 size.items, size.source)
+
+    def on_unreadable_job(self, key: bytes | None, partition: int, reason: str,
+                          out: Outbox) -> None:
+        """A job record that cannot be read, keyed by what looks like a job id: tell whoever
+        waits for that job, with a REJECTED event, instead of leaving it SUBMITTED forever."""
+        job_id = _job_id_of(key)
+        if job_id is None or job_id in self.jobs:
+            return
+        out.event(JobEvent(
+            job_id=job_id, type=JobEventType.REJECTED, timestamp=now_ms(), model=None,
+            reason=f"the job record could not be read: {reason}", total_items=None,
+            total_tasks=None, done_items=0, ok_items=0, error_items=0, rate_items_per_s=None,
+            home_partition=partition), partition)
+        log.info("job %s rejected: its record could not be read (%s)", job_id, reason)
+
+    def on_cancel(self, control: TaskControl, partition: int, out: Outbox) -> None:
+        """`inferstream cancel`: the job ends CANCELLED with what was done; workers skip
+        the rest of its tasks. A job that is not active here (finished, or unknown) stays
+        as it is."""
+        state = self.jobs.get(control["job_id"])
+        if control["reason"] != TaskControlReason.CANCELLED or control["task_id"] >= 0:
+            log.warning("unexpected control record on %s: %s", self.topics.jobs, control)
+            return
+        if state is None or state.status != LedgerStatus.ACTIVE:
+            log.info("cancel of job %s ignored: %s", control["job_id"],
+                     "not active" if state else "not a job of this replica's partitions")
+            return
+        state.status = LedgerStatus.CANCELLED
+        out.event(state.event(JobEventType.CANCELLED, "cancelled on request"), partition)
+        out.ledger(*self.ledger.job_entry(state), state.partition)
+        out.control(state.partition, state.job_id, -1, 0, TaskControlReason.CANCELLED)
+        self.deadlines.forget_job(state.job_id)
+        log.info("job %s cancelled at %d/%s items", state.job_id, state.done_items,
+                 state.total_items if state.total_items is not None else "?")
+
+    def on_result(self, result: TaskResult, out: Outbox) -> None:
+        """A task's result: the first of each task counts, later ones are dropped."""
+        self.pools.record_result(result["worker"], result["model"])
+        self.deadlines.observe(result["worker"], len(result["items"]),
+                               result["inference_seconds"])
+        state = self.jobs.get(result["job_id"])
+        if state is None:
+            return  # a job of another replica's partition, or long finished
+        ok = sum(1 for item in result["items"] if item["status"] == ItemStatus.OK)
+        errors = len(result["items"]) - ok
+        if not state.record_result(result["task_id"], ok, errors):
+            out.count(state.partition, ("late_results_dropped",))
+            log.info("duplicate result dropped job=%s task=%d attempt=%d worker=%s",
+                     state.job_id, result["task_id"], result["attempt"], result["worker"])
+            return
+        self.deadlines.done(state.job_id, result["task_id"])
+        out.count(state.partition, ("tasks_done", state.job["pool"]))
+        out.count(state.partition, ("items_done", "ok"), ok)
+        out.count(state.partition, ("items_done", "error"), errors)
+        key, value = self.ledger.task_entry(
+            state.job_id, result["task_id"], LedgerStatus.DONE, ok=ok, errors=errors,
+            worker=result["worker"], attempt=result["attempt"])
+        out.ledger(key, value, state.partition)
+
+    def on_declined(self, declined: TaskDeclined, out: Outbox) -> None:
+        """A worker declined a task of a model it does not serve: the task again on a
+        worker that may serve it, or its items failed when none will (see `declines`)."""
+        state = self.jobs.get(declined["job_id"])
+        if (state is None or state.status != LedgerStatus.ACTIVE
+                or declined["task_id"] in state.done):
+            return
+        again = redirect(self.pools, self.config, self.codec, declined, self.partitions)
+        out.append(state.partition, again)
+        if again.topic != self.topics.results:  # re-issued, not failed: it gets a deadline
+            self.issuer.track(read_record(self.codec, again.value, Task), again.value,
+                              state.partition, again.partition, now_ms())
+            out.count(state.partition, ("tasks_reissued", state.job["pool"], "declined"))
+
+    # -- the round --------------------------------------------------------------------------
+    def tick(self, out: Outbox, now: int) -> None:
+        """What a round decides beyond its records, at `now` (ms): more tasks of the jobs
+        not fully issued, late tasks moved, progress and completion events."""
+        self.issuer.more([state for state in self.jobs.values()
+                          if state.status == LedgerStatus.ACTIVE and not state.expanded], out)
+        self.migration.migrate(out, now, self.jobs)
+        self._emit_events(out, now)
+
+    def _emit_events(self, out: Outbox, now: int) -> None:
+        interval_ms = self.options.progress_interval_s * 1000
+        for state in self.jobs.values():
+            if state.complete:
+                self._complete(state, out)
+            elif state.status == LedgerStatus.ACTIVE and state.changed and (
+                    now - state.last_event_ms >= interval_ms):
+                out.event(state.event(JobEventType.PROGRESS), state.partition)
+                out.ledger(*self.ledger.job_entry(state), state.partition)
+
+    def _complete(self, state: JobState, out: Outbox) -> None:
+        state.status = LedgerStatus.COMPLETED
+        out.event(state.event(JobEventType.COMPLETED), state.partition)
+        out.control(state.partition, state.job_id, -1, 0, TaskControlReason.FINISHED)
+        self.deadlines.forget_job(state.job_id)
+        out.ledger(*self.ledger.job_entry(state), state.partition)
+        log.info("job %s completed ok=%d error=%d", state.job_id, state.ok_items,
+                 state.error_items)
+
+    # -- output files -----------------------------------------------------------------------
+    def outputs_due(self, homes: Container[int]) -> list[JobState]:
+        """The completed jobs of `homes` whose output file is to be written (not yet
+        written, nor failed here)."""
+        return [state for state in self.jobs.values()
+                if state.output_due and not state.output_failed and state.partition in homes]
+
+    def output_written(self, job_id: str, at_ms: int | None, out: Outbox) -> None:
+        """A job's output file was written at `at_ms` (None: writing it failed here, a
+        later owner tries again): the ledger records it."""
+        state = self.jobs.get(job_id)
+        if state is None or state.output_written_at is not None:
+            return
+        if at_ms is None:
+            state.output_failed = True
+        else:
+            state.output_written_at = at_ms
+            out.ledger(*self.ledger.job_entry(state), state.partition)
+
+    # -- what the book holds ----------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        """A job is active, or has an output file still to write."""
+        return any(state.status == LedgerStatus.ACTIVE or (
+            state.output_due and not state.output_failed) for state in self.jobs.values())
+
+    def round_state(self, owned_partitions: int) -> RoundState:
+        by_state = Counter(str(state.status) for state in self.jobs.values())
+        active = [JobProgress(state.job_id, state.done_items, state.total_items)
+                  for state in self.jobs.values() if state.status == LedgerStatus.ACTIVE]
+        return RoundState(dict(by_state), owned_partitions, active)
+
+    def adopt(self, records: list[tuple[bytes, int]], now: int) -> None:
+        """The jobs of some partitions from their ledger records (value, partition), in
+        offset order: the active ones, and the completed ones whose output file the ledger
+        does not show as written (the next rounds write it), finished within
+        `retain_finished_s` of `now` (ms)."""
+        recent = now - self.options.retain_finished_s * 1000
+        for job_id, state in self.ledger.rebuild(records).items():
+            if state.status == LedgerStatus.ACTIVE or (
+                    state.output_due and state.last_event_ms >= recent):
+                self.jobs[job_id] = state
+
+    def forget(self, homes: set[int]) -> None:
+        """Drop the jobs of `homes` (partitions no longer owned, or to be rebuilt)."""
+        for job_id in [j for j, s in self.jobs.items() if s.partition in homes]:
+            del self.jobs[job_id]
+        self.deadlines.forget_homes(homes)
+
+    def forget_finished(self, now: int) -> None:
+        """Drop the jobs finished more than `retain_finished_s` before `now` (ms) whose
+        output file is written (or failed here); the ledger keeps them."""
+        horizon = now - self.options.retain_finished_s * 1000
+        for job_id in [j for j, s in self.jobs.items()
+                       if s.status != LedgerStatus.ACTIVE
+                       and not (s.output_due and not s.output_failed)
+                       and s.last_event_ms < horizon]:
+            del self.jobs[job_id]
+
+
+def _job_id_of(key: bytes | None) -> str | None:
+    """The job id a jobs record is keyed by, if its key is one (printable text)."""
+    try:
+        text = (key or b"").decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return text if 0 < len(text) <= 256 and text.isprintable() else None
