@@ -122,13 +122,13 @@ def _walk(hint: Any, leaf: Callable[[Any], Convert | None],
 
 def _fields(hints: dict[str, Any], inner: Callable[[Any], Convert | None], *,
             copy: bool) -> Convert | None:
-    fields = {name: found for name, hint in hints.items() if (found := inner(hint))}
+    fields = tuple((name, found) for name, hint in hints.items() if (found := inner(hint)))
     if not fields:
         return None
 
     def convert(record: dict[str, Any]) -> dict[str, Any]:
         converted = dict(record) if copy else record
-        for name, field in fields.items():
+        for name, field in fields:
             converted[name] = field(record[name])
         return converted
 
