@@ -74,7 +74,7 @@ def events_from_now(servers, topic):
     return consumer
 
 
-def main():
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("inputs", nargs="+", help="paths the controller and workers can read")
     parser.add_argument("--bootstrap-servers", default="localhost:9092")
@@ -83,13 +83,11 @@ def main():
     parser.add_argument("--model", default="efficientnet_lite0")
     parser.add_argument("--pool", default="default")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds")
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    schemas, by_fingerprint = load_schemas(args.schemas)
-    job_id = new_job_id()
-    # The job's events go to partition murmur2(job id) % N of job-events; this reads them
-    # all from their current end, taken before the job exists, so no event is missed.
-    events = events_from_now(args.bootstrap_servers, args.topic_prefix + "job-events")
+
+def submit(args, schemas, job_id):
+    """Produce the Job record, keyed by its id, as inferstream's client does."""
     job = {
         "job_id": job_id, "model": args.model, "pool": args.pool, "top_k": 5,
         "chunk_size": 0,  # 0: the controller sizes the tasks
@@ -106,25 +104,39 @@ def main():
         sys.exit(f"job {job_id} not delivered within 30 s")
     print(f"submitted {job_id}", flush=True)
 
-    deadline = time.monotonic() + args.timeout
+
+def follow(events, schemas, by_fingerprint, job_id, timeout_s):
+    """Print the job's events until a final one: its exit code, or 2 after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        message = events.poll(0.5)
+        if message is None or message.error() or message.value() is None:
+            continue
+        name, event = decode(schemas, by_fingerprint, message.value())
+        if name != "JobEvent" or event["job_id"] != job_id:
+            continue
+        print(f"{event['type']}: {event['done_items']}/{event['total_items']} items, "
+              f"{event['ok_items']} ok, {event['error_items']} errors", flush=True)
+        if event["type"] in FINAL:
+            if event["reason"]:
+                print(f"reason: {event['reason']}")
+            return 0 if event["type"] == "COMPLETED" else 1
+    print(f"job {job_id} not finished after {timeout_s:g} s", file=sys.stderr)
+    return 2
+
+
+def main():
+    args = parse_args()
+    schemas, by_fingerprint = load_schemas(args.schemas)
+    job_id = new_job_id()
+    # The job's events go to partition murmur2(job id) % N of job-events; this reads them
+    # all from their current end, taken before the job exists, so no event is missed.
+    events = events_from_now(args.bootstrap_servers, args.topic_prefix + "job-events")
     try:
-        while time.monotonic() < deadline:
-            message = events.poll(0.5)
-            if message is None or message.error() or message.value() is None:
-                continue
-            name, event = decode(schemas, by_fingerprint, message.value())
-            if name != "JobEvent" or event["job_id"] != job_id:
-                continue
-            print(f"{event['type']}: {event['done_items']}/{event['total_items']} items, "
-                  f"{event['ok_items']} ok, {event['error_items']} errors", flush=True)
-            if event["type"] in FINAL:
-                if event["reason"]:
-                    print(f"reason: {event['reason']}")
-                return 0 if event["type"] == "COMPLETED" else 1
+        submit(args, schemas, job_id)
+        return follow(events, schemas, by_fingerprint, job_id, args.timeout)
     finally:
         events.close()
-    print(f"job {job_id} not finished after {args.timeout:g} s", file=sys.stderr)
-    return 2
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from p1_cpu import machine_cpu_s
 from p1_photos import make_images
 
-from inferstream.models import TorchModel, load_model
+from inferstream.models import LoadedModel, TorchModel, load_model
 from inferstream.models.forward import prepare_forward
 
 
@@ -54,7 +54,7 @@ def _background(kind: str, count: int, preprocess: Callable[[bytes], torch.Tenso
     return threads
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="efficientnet_lite0")
     parser.add_argument("--background", choices=["none", "decode", "python"], default="none")
@@ -70,14 +70,12 @@ def main() -> None:
                         help="plain: the module as loaded (float32, contiguous); eager and "
                         "compiled: the worker's forward pass with --compile off or on (float32, "
                         "channels-last)")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    if args.switch_interval:
-        sys.setswitchinterval(args.switch_interval)
-    model = load_model(args.model, random_weights=True)
-    workdir = Path(tempfile.gettempdir()) / "inferstream-bench-p1"
-    images = [p.read_bytes() for p in make_images(workdir / "images-64-seed0", 64)]
-    batch = torch.stack([model.preprocess(b) for b in images[: args.batch]])
+    return parser.parse_args()
+
+
+def forward_of(args: argparse.Namespace, model: LoadedModel, batch: torch.Tensor
+               ) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor]:
+    """The forward pass `--forward` and `--graph` ask for, and the batch it takes."""
     module: Callable[[torch.Tensor], torch.Tensor] = model.module  # type: ignore[attr-defined]
     if args.forward != "plain":
         assert isinstance(model, TorchModel)  # noqa: S101 - registry models are
@@ -89,6 +87,19 @@ def main() -> None:
         with warnings.catch_warnings(), torch.inference_mode():
             warnings.simplefilter("ignore")
             module = torch.jit.freeze(torch.jit.trace(module, batch))  # type: ignore[no-untyped-call]
+    return module, batch
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
+    model = load_model(args.model, random_weights=True)
+    workdir = Path(tempfile.gettempdir()) / "inferstream-bench-p1"
+    images = [p.read_bytes() for p in make_images(workdir / "images-64-seed0", 64)]
+    module, batch = forward_of(args, model, torch.stack(
+        [model.preprocess(b) for b in images[: args.batch]]))
 
     def forward() -> None:
         with torch.inference_mode():

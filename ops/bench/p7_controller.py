@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from failover_common import Fleet, source_version, start_broker, wait_for_group, write_listing
 from p1_stack import BenchError
 
+from inferstream.client.client import Job
 from inferstream.kafka.settings import partition_for
 
 SESSION_S = 6.0
@@ -74,6 +75,30 @@ def settled(fleet: Fleet, replicas: list[str], timeout_s: float = 120) -> None:
     raise BenchError(f"the replicas {replicas} did not settle in {timeout_s:g} s")
 
 
+def hit(fleet: Fleet, replicas: list[str], victim: str, kind: str) -> None:
+    """kill -9 the victim and start a replacement, or SIGSTOP it."""
+    if kind == "kill9":
+        fleet.procs[victim].send_signal(signal.SIGKILL)
+        fleet.procs[victim].wait(timeout=30)
+        replicas.remove(victim)
+        replacement = f"c{len(fleet.procs)}"
+        fleet.start(replacement, "controller")
+        replicas.append(replacement)
+    else:
+        fleet.procs[victim].send_signal(signal.SIGSTOP)
+
+
+def progress_after(job: Job, done_then: int, signalled: float) -> tuple[int, float | None]:
+    """The items done before the signal, and the seconds until the job's next progress."""
+    for status in job.events(timeout_s=300):
+        # events() reads the job's events from the start: only one written after the signal
+        if status.updated_at_ms < signalled * 1000:
+            done_then = max(done_then, status.done_items)
+        elif status.done_items > done_then or status.finished:
+            return done_then, time.time() - signalled
+    return done_then, None
+
+
 def one_fault(fleet: Fleet, replicas: list[str], kind: str, items: int, n: int
               ) -> dict[str, object]:
     settled(fleet, replicas)
@@ -87,24 +112,8 @@ def one_fault(fleet: Fleet, replicas: list[str], kind: str, items: int, n: int
     if victim is None:
         raise BenchError(f"no replica owns partition {home}")
     done_then, signalled = status.done_items, time.time()
-    signalled_ms = signalled * 1000
-    if kind == "kill9":
-        fleet.procs[victim].send_signal(signal.SIGKILL)
-        fleet.procs[victim].wait(timeout=30)
-        replicas.remove(victim)
-        replacement = f"c{len(fleet.procs)}"
-        fleet.start(replacement, "controller")
-        replicas.append(replacement)
-    else:
-        fleet.procs[victim].send_signal(signal.SIGSTOP)
-    resumed = None
-    for status in job.events(timeout_s=300):
-        # events() reads the job's events from the start: only one written after the signal
-        if status.updated_at_ms < signalled_ms:
-            done_then = max(done_then, status.done_items)
-        elif status.done_items > done_then or status.finished:
-            resumed = time.time() - signalled
-            break
+    hit(fleet, replicas, victim, kind)
+    done_then, resumed = progress_after(job, done_then, signalled)
     if kind == "sigstop":
         time.sleep(max(0.0, signalled + 1.5 * SESSION_S - time.time()))
         fleet.procs[victim].send_signal(signal.SIGCONT)
@@ -144,9 +153,14 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             fleet.stop_all()
             broker.clean()
+    print(table(rows, args.items))
+    return 0
+
+
+def table(rows: list[dict[str, object]], items: int) -> str:
     lines = [f"P7 (controller) at {source_version()}: 1 broker, 2 controller replicas (session "
              f"timeout {SESSION_S:g} s), 2 workers sim:ms=2, {PARTITIONS} job partitions; a job "
-             f"of {args.items} items per fault, hit at 10%", "",
+             f"of {items} items per fault, hit at 10%", "",
              "| fault | (a) takeover | (b) progress resumed | counts equal the output | runs |",
              "|---|---:|---:|---|---:|"]
     for kind in ("kill9", "sigstop"):
@@ -163,8 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         exact = sum(1 for r in mine if r["exact"])
         lines.append(f"| {kind} | {cell(takeovers)} | {cell(resumes)} | {exact}/{len(mine)} | "
                      f"{len(mine)} |")
-    print("\n".join(lines))
-    return 0
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -146,7 +146,7 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=2000)
     parser.add_argument("--model", default="efficientnet_lite0")
@@ -154,7 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-wait-ms", type=float, default=10.0)
     parser.add_argument("--seconds", type=float, default=20.0,
                         help="length of each latency run")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     worker_args = ["--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms),
                    "--sysinfo-interval", "0"]
     with tempfile.TemporaryDirectory(prefix="p8-") as tmp:
@@ -166,27 +170,44 @@ def main(argv: list[str] | None = None) -> int:
             print(f"job: {args.images} images in {job_s:.1f} s", flush=True)
             case = StreamCase(broker.bootstrap, Path(tmp), args.model, worker_args)
             try:
-                started = time.monotonic()
-                sent = case.produce(payloads)
-                stream_s = case.outputs.wait_for(list(sent), 3600) - started
-                print(f"stream: {args.images} images in {stream_s:.1f} s", flush=True)
-                saturation = args.images / stream_s
-                latencies = {}
-                for fraction in FRACTIONS:
-                    rate = fraction * saturation
-                    count = max(10, int(rate * args.seconds))
-                    sent = case.produce([payloads[i % len(payloads)] for i in range(count)],
-                                        rate)
-                    case.outputs.wait_for(list(sent), 600)
-                    waits = [case.outputs.seen[k] - t for k, t in sent.items()]
-                    latencies[fraction] = (rate, percentile(waits, 50), percentile(waits, 95))
-                    print(f"latency at {fraction:.2f} x saturation ({rate:.1f}/s): "
-                          f"p50 {latencies[fraction][1] * 1000:.0f} ms, "
-                          f"p95 {latencies[fraction][2] * 1000:.0f} ms", flush=True)
+                stream_s, latencies = measure_stream(case, payloads, args.seconds)
             finally:
                 case.close()
         finally:
             broker.clean()
+    print(table(args, job_s, stream_s, latencies))
+    return 0
+
+
+Latencies = dict[float, tuple[float, float, float]]
+
+
+def measure_stream(case: StreamCase, payloads: list[bytes], seconds: float
+                   ) -> tuple[float, Latencies]:
+    """The seconds the member takes for `payloads` at once, and its latency (rate, p50,
+    p95) for `seconds` at each fraction of that rate."""
+    started = time.monotonic()
+    sent = case.produce(payloads)
+    stream_s = case.outputs.wait_for(list(sent), 3600) - started
+    print(f"stream: {len(payloads)} images in {stream_s:.1f} s", flush=True)
+    saturation = len(payloads) / stream_s
+    latencies: Latencies = {}
+    for fraction in FRACTIONS:
+        rate = fraction * saturation
+        count = max(10, int(rate * seconds))
+        sent = case.produce([payloads[i % len(payloads)] for i in range(count)], rate)
+        case.outputs.wait_for(list(sent), 600)
+        waits = [case.outputs.seen[k] - t for k, t in sent.items()]
+        latencies[fraction] = (rate, percentile(waits, 50), percentile(waits, 95))
+        print(f"latency at {fraction:.2f} x saturation ({rate:.1f}/s): "
+              f"p50 {latencies[fraction][1] * 1000:.0f} ms, "
+              f"p95 {latencies[fraction][2] * 1000:.0f} ms", flush=True)
+    return stream_s, latencies
+
+
+def table(args: argparse.Namespace, job_s: float, stream_s: float, latencies: Latencies
+          ) -> str:
+    saturation = args.images / stream_s
     batch_s = args.max_batch / saturation
     goal_s = 2 * args.max_wait_ms / 1000 + batch_s
     job_rate = args.images / job_s
@@ -204,8 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Goal at 0.5 x saturation: p95 < 2 x max-wait + one batch time = "
         f"{goal_s * 1000:.0f} ms (batch time {batch_s * 1000:.0f} ms = {args.max_batch} "
         f"images at {saturation:.1f}/s)."]
-    print("\n".join(lines))
-    return 0
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -33,49 +33,24 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from subprocess import Popen
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from failover_common import Fleet, start_broker
 from p1_cpu import process_cpu_s as cpu_s
+from scale_report import Point, with_speedups, write_plot, write_table
 from tests.chaos.verifier import ResultsReader, verify
 
 from inferstream.models.names import GPU_PROFILES
 
 REPO = Path(__file__).resolve().parents[2]
 
-#: The source system's speed-ups at 100 nodes (seed abstract: 37.7x to 90.6x).
-SOURCE_AT_100 = (37.7, 90.6)
 _ASSIGNED = re.compile(r"(?:\[([\w.-]+)\] )?assigned partitions=\[([\d, ]*)\]")
-
-
-@dataclass
-class Point:
-    """One job of the study."""
-
-    profile: str
-    nodes: int
-    run: str  # "sweep", "kill 10% of members", "kill a member process", "mix policy", ...
-    items: int
-    seconds: float
-    rate: float
-    ideal_rate: float
-    exactly_once: bool
-    lost: int = 0
-    duplicates: int = 0
-    speedup: float | None = None
-    efficiency: float | None = None
-    time_lost_s: float | None = None
-    join_s: float = 0.0
-    controller_cpu_s: float = 0.0
-    broker_cpu_s: float = 0.0
-    tasks: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def node_model(profile: str, node_rate: float, batch: int, factor: float = 1.0) -> str:
@@ -181,6 +156,22 @@ class Study:
 
     def _run(self, fleet: Fleet, profile: str, nodes: int, run: str,
              packs: list[tuple[int, float]], kill: str | None, policy: bool) -> Point:
+        ports, controller, names, join_s = self._start(fleet, profile, nodes, run, packs,
+                                                       policy)
+        time.sleep(self.args.settle_s)
+        point = self._job(fleet, profile, nodes, run, packs, kill, ports, controller, names)
+        point.join_s = join_s
+        self.points.append(point)
+        print(json.dumps(asdict(point)), flush=True)
+        with (self.args.out / "scale_study.jsonl").open("a") as saved:  # kept if a later run fails
+            saved.write(json.dumps(asdict(point)) + "\n")
+        return point
+
+    def _start(self, fleet: Fleet, profile: str, nodes: int, run: str,
+               packs: list[tuple[int, float]], policy: bool
+               ) -> tuple[dict[str, int], Popen[bytes], list[str], float]:
+        """The controller and the members (sysinfo too with `policy`), once every node owns
+        partitions: their metrics ports, the controller, the processes' names, the join time."""
         args = self.args
         if policy:
             fleet.start("sysinfo", "sysinfo", "--port", str(free_port()), "--advertised-host",
@@ -205,8 +196,13 @@ class Study:
                 raise SystemExit(f"{nodes} nodes did not all own partitions in "
                                  f"{args.join_timeout_s}s ({members_owning(fleet, names)} do)")
             time.sleep(1)
-        join_s = time.monotonic() - started
-        time.sleep(args.settle_s)
+        return ports, controller, names, time.monotonic() - started
+
+    def _job(self, fleet: Fleet, profile: str, nodes: int, run: str,
+             packs: list[tuple[int, float]], kill: str | None, ports: dict[str, int],
+             controller: Popen[bytes], names: list[str]) -> Point:
+        """One job on the started fleet, checked exactly once, with its costs."""
+        args = self.args
         capacity = sum(m / f for m, f in packs)  # node-equivalents
         ideal_rate = capacity * args.node_rate
         items = max(args.batch, round(args.job_s * ideal_rate))
@@ -233,20 +229,15 @@ class Study:
         expected = [line.strip() for line in listing.read_text().splitlines()]
         report = verify(job.job_id, expected, reader.snapshot(), list(job.results()))
         reader.close()
-        point = Point(profile=profile, nodes=nodes, run=run, items=items, seconds=seconds,
-                      rate=status.ok_items / seconds, ideal_rate=ideal_rate,
-                      exactly_once=not report.problems() and status.ok_items == items,
-                      lost=report.lost, duplicates=report.duplicates, join_s=join_s,
-                      controller_cpu_s=cpu_after[0] - cpu_before[0],
-                      broker_cpu_s=cpu_after[1] - cpu_before[1],
-                      tasks=math.ceil(items / args.task_items),
-                      extra={"partitions": fleet.config.task_partitions_for(),
-                             "transactions": transactions_after - transactions_before})
-        self.points.append(point)
-        print(json.dumps(asdict(point)), flush=True)
-        with (self.args.out / "scale_study.jsonl").open("a") as saved:  # kept if a later run fails
-            saved.write(json.dumps(asdict(point)) + "\n")
-        return point
+        return Point(profile=profile, nodes=nodes, run=run, items=items, seconds=seconds,
+                     rate=status.ok_items / seconds, ideal_rate=ideal_rate,
+                     exactly_once=not report.problems() and status.ok_items == items,
+                     lost=report.lost, duplicates=report.duplicates,
+                     controller_cpu_s=cpu_after[0] - cpu_before[0],
+                     broker_cpu_s=cpu_after[1] - cpu_before[1],
+                     tasks=math.ceil(items / args.task_items),
+                     extra={"partitions": fleet.config.task_partitions_for(),
+                            "transactions": transactions_after - transactions_before})
 
     def _rebalance_time(self, fleet: Fleet, profile: str, packs: list[tuple[int, float]]
                         ) -> float:
@@ -320,81 +311,6 @@ class Study:
 def packs_model(profile: str) -> str:
     """The model a job asks for: every `sim:` worker serves any `sim:` job."""
     return f"sim:as={profile}"
-
-
-def with_speedups(points: list[Point]) -> list[Point]:
-    """The sweep points' speed-up and efficiency against the profile's smallest-N sweep point,
-    an outage's time lost against the mean rate of the sweep jobs of its N, a mix's
-    efficiency against its ideal rate (jobs of several runs read back from
-    scale_study.jsonl)."""
-    for profile in {p.profile for p in points}:
-        sweep = [p for p in points if p.profile == profile and p.run == "sweep"]
-        if not sweep:
-            continue
-        base = min(sweep, key=lambda p: p.nodes)
-        for point in sweep:
-            point.speedup = point.rate / base.rate * base.nodes
-            point.efficiency = point.speedup / point.nodes
-        for point in (p for p in points if p.profile == profile and p.run != "sweep"):
-            clean = [p.rate for p in sweep if p.nodes == point.nodes]
-            if point.run.startswith("kill") and clean:
-                point.time_lost_s = point.seconds - point.items / (sum(clean) / len(clean))
-            elif point.run.startswith("mix"):
-                point.efficiency = point.rate / point.ideal_rate
-    return points
-
-
-def write_table(points: list[Point], path: Path, command: str) -> str:
-    lines = [f"Command: `{command}`", "",
-             "| profile | N | run | partitions | items | s | items/s | ideal items/s | speed-up | "
-             "efficiency | exactly once | time lost | join s | controller CPU ms/task | "
-             "broker CPU ms/task | broker CPU ms/transaction |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for p in points:
-        speedup = f"{p.speedup:.1f}x" if p.speedup is not None else ""
-        efficiency = f"{p.efficiency:.2f}" if p.efficiency is not None else ""
-        lost = f"{p.time_lost_s:.1f} s" if p.time_lost_s is not None else ""
-        per_task = 1000 / max(p.tasks, 1)
-        txns = p.extra.get("transactions")
-        per_transaction = f"{p.broker_cpu_s * 1000 / txns:.1f}" if txns else ""
-        lines.append(
-            f"| {p.profile} | {p.nodes} | {p.run} | {p.extra.get('partitions', max(4, p.nodes))} | "
-            f"{p.items} | {p.seconds:.1f} | "
-            f"{p.rate:.0f} | {p.ideal_rate:.0f} | {speedup} | {efficiency} | "
-            f"{'yes' if p.exactly_once else f'NO (lost {p.lost}, dup {p.duplicates})'} | "
-            f"{lost} | {p.join_s:.0f} | {p.controller_cpu_s * per_task:.1f} | "
-            f"{p.broker_cpu_s * per_task:.1f} | {per_transaction} |")
-    text = "\n".join(lines) + "\n"
-    path.write_text(text)
-    return text
-
-
-def write_plot(points: list[Point], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 5))
-    largest = max(p.nodes for p in points)
-    axes.plot([0, largest], [0, largest], "k--", linewidth=1, label="ideal (N)")
-    axes.plot([0, largest], [0, 0.95 * largest], ":", color="grey", linewidth=1,
-              label="goal (0.95 N)")
-    for profile in sorted({p.profile for p in points}):
-        sweep = sorted((p for p in points if p.profile == profile and p.run == "sweep"),
-                       key=lambda p: p.nodes)
-        axes.plot([p.nodes for p in sweep], [p.speedup or 0 for p in sweep], "o-",
-                  label=f"inferstream, {profile}")
-    axes.plot([100, 100], list(SOURCE_AT_100), "s", color="red",
-              label="source system at 100 nodes (37.7x, 90.6x)")
-    axes.set_xlabel("nodes (N)")
-    axes.set_ylabel("speed-up over one node")
-    axes.set_title("inferstream scale study (simulated P40 nodes)")
-    axes.grid(True, alpha=0.3)
-    axes.legend(loc="upper left")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from inferstream.client import admin, dump_command, top
-from inferstream.client import commands as client
+from inferstream.client import job_commands as client
 from inferstream.config import Config
 from inferstream.controller import run as controller
 from inferstream.kafka.preflight import Needs

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -46,11 +45,7 @@ def dump(args: argparse.Namespace, config: Config) -> int:
     from inferstream.client.dump import dump_topic
 
     options = dump_options(args)
-    try:
-        dump_topic(config, args.topic, options, _print_line(options.follow))
-    except BrokenPipeError:  # `inferstream dump ... | head`: the reader has what it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    dump_topic(config, args.topic, options, _print_line(options.follow))
     return 0
 
 

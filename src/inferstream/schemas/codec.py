@@ -30,7 +30,7 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 from fastavro.validation import ValidationError, validate
 
 from inferstream.schemas.errors import SchemaError
-from inferstream.schemas.registry import SchemaRegistryClient
+from inferstream.schemas.schema_registry import SchemaRegistryClient
 
 NAMESPACE = "inferstream"
 SCHEMA_NAMES: tuple[str, ...] = (

@@ -27,7 +27,7 @@ from inferstream.errors import ConfigError
 from inferstream.schemas import Codec, SchemaError
 from inferstream.schemas.codec import schema_fingerprint
 from inferstream.schemas.records import ItemResult, StreamOrigin, StreamResult, TaskItem
-from inferstream.schemas.registry import SchemaRegistryClient
+from inferstream.schemas.schema_registry import SchemaRegistryClient
 from inferstream.stream.errors import RecordError
 
 #: Strings made only of the base64 alphabet, padded to a multiple of 4: read as image bytes.
