@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from inferstream.controller.hooks import Tally
 from inferstream.kafka.clients import Message, Outgoing, SyncConsumer
 from inferstream.kafka.deadletters import dead_letter
 from inferstream.kafka.errors import KafkaSetupError
+from inferstream.kafka.preflight import absent
 from inferstream.kafka.settings import partition_for
 from inferstream.schemas import Codec
 from inferstream.schemas.records import JobEvent, TaskControl, TaskControlReason, now_ms
@@ -44,12 +46,19 @@ class PartitionCounts:
         self.topics = topics
         self._counts: dict[str, int] = {}
 
-    def load(self) -> None:
-        """Check the controller's own topics exist and are co-partitioned."""
-        metadata = self.consumer.list_topics(timeout=30).topics
+    def load(self, wait_s: float = 10.0) -> None:
+        """Check the controller's own topics exist and are co-partitioned; a topic the
+        cluster does not show is asked for again for up to `wait_s` (created a moment ago,
+        it may not be on every broker's metadata yet)."""
         t = self.topics
-        for name in {t.jobs, t.results, t.events, t.ledger, t.dlq, t.controls}:
-            if name not in metadata or metadata[name].error is not None:
+        names = (t.jobs, t.results, t.events, t.ledger, t.dlq, t.controls)
+        deadline = time.monotonic() + wait_s
+        metadata = self.consumer.list_topics(timeout=30).topics
+        while absent(metadata, names) and time.monotonic() < deadline:
+            time.sleep(0.25)
+            metadata = self.consumer.list_topics(timeout=30).topics
+        for name in names:
+            if name in absent(metadata, names):
                 raise KafkaSetupError(f"topic {name} is missing; run `inferstream topics create`")
             self._counts[name] = len(metadata[name].partitions)
         if len({self._counts[name] for name in (t.jobs, t.results, t.ledger)}) != 1:

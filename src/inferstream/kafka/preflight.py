@@ -11,6 +11,8 @@ import errno
 import logging
 import re
 import socket
+import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +31,8 @@ SERVERS_SETTING = "--bootstrap-servers or INFERSTREAM_BOOTSTRAP_SERVERS"
 #: librdkafka's errors for "no broker answered"
 _UNREACHABLE = {KafkaError._TRANSPORT, KafkaError._TIMED_OUT,  # noqa: SLF001
                 KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}  # noqa: SLF001
+#: Seconds between two looks for a topic that the cluster does not show yet.
+TOPIC_RETRY_S = 0.25
 #: The reason in a librdkafka connection log line, without its thread and timing decoration.
 _REASON = re.compile(r"/bootstrap: (?P<reason>.+?)(?: \(after \d+ms in state \w+\))?$")
 
@@ -72,22 +76,17 @@ def check_cluster(config: Config, topics: tuple[str, ...] = (),
                   clients: KafkaClients = REAL_CLIENTS, user_topics: tuple[str, ...] = ()
                   ) -> None:
     """KafkaSetupError unless the cluster answers within `connect_timeout_s` and has
-    every topic of `topics` and `user_topics`."""
+    every topic of `topics` and `user_topics` within that time."""
     log.debug("checking the Kafka cluster at %s (waiting up to %gs)", config.bootstrap_servers,
               config.connect_timeout_s)
-    metadata = _metadata(config, clients)
-
-    def absent(names: tuple[str, ...]) -> list[str]:
-        return [t for t in names if t not in metadata.topics
-                or metadata.topics[t].error is not None]
-
-    theirs = absent(user_topics)
+    metadata = cluster_metadata(config, (*user_topics, *topics), clients)
+    theirs = absent(metadata.topics, user_topics)
     if theirs:
         raise KafkaSetupError(
             f"{_plural(theirs, 'topic')} {', '.join(theirs)} missing at "
             f"{config.bootstrap_servers}: create {'them' if len(theirs) > 1 else 'it'} "
             "first (kafka-topics.sh --create, or your platform's way)")
-    missing = absent(topics)
+    missing = absent(metadata.topics, topics)
     if missing:
         raise KafkaSetupError(
             f"{_plural(missing, 'topic')} {', '.join(missing)} missing at "
@@ -95,12 +94,30 @@ def check_cluster(config: Config, topics: tuple[str, ...] = (),
             f"(with --topic-prefix {config.topic_prefix!r} and --pool {config.pool})")
 
 
-def _metadata(config: Config, clients: KafkaClients) -> Any:
-    """The cluster's metadata, or KafkaSetupError saying why there is none."""
+def absent(topics: Mapping[str, Any], names: Iterable[str]) -> list[str]:
+    """The topics of `names` that `topics` (a cluster metadata's topics) does not show, or
+    shows with an error or without partitions."""
+    return [name for name in names if name not in topics or topics[name].error is not None
+            or not topics[name].partitions]
+
+
+def cluster_metadata(config: Config, topics: tuple[str, ...] = (),
+                     clients: KafkaClients = REAL_CLIENTS) -> Any:
+    """The cluster's metadata once it shows every topic of `topics`, or as it is when
+    `connect_timeout_s` has passed; KafkaSetupError when no broker answers.
+
+    A topic created a moment ago is not on every broker's metadata yet, and each request may
+    go to another broker: it is asked again, every `TOPIC_RETRY_S`, before it is called
+    missing."""
+    deadline = time.monotonic() + config.connect_timeout_s
     captured = _CapturedLog()
     consumer = clients.consumer(consumer_config(config, None, logger=captured.logger))
     try:
-        return consumer.list_topics(timeout=config.connect_timeout_s)
+        metadata = consumer.list_topics(timeout=config.connect_timeout_s)
+        while absent(metadata.topics, topics) and time.monotonic() + TOPIC_RETRY_S < deadline:
+            time.sleep(TOPIC_RETRY_S)
+            metadata = consumer.list_topics(timeout=max(0.1, deadline - time.monotonic()))
+        return metadata
     except KafkaException as exc:
         failure = exc
     finally:

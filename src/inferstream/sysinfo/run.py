@@ -15,10 +15,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Seconds the broker has to answer the start-up probe before the command gives up.
-PROBE_TIMEOUT_S = 10.0
-
-
 def needs(config: Config) -> Needs:
     """The sysinfo app (Faust, on aiokafka) gets no pass-through settings: librdkafka's check
     covers the cluster and topics; its HTTP port must be free; its strategies must load."""
@@ -46,27 +42,19 @@ def run(args: argparse.Namespace, config: Config) -> int:
 def probe(config: Config) -> Topology:
     """The partition counts of the topics the app needs; KafkaSetupError (one line) when the
     broker does not answer or a topic is missing."""
-    from confluent_kafka import KafkaException
-
-    from inferstream.kafka.topics import admin_client
+    from inferstream.kafka.preflight import absent, cluster_metadata
     from inferstream.sysinfo.app import Topology
 
-    admin = admin_client(config)
-    try:
-        topics = admin.list_topics(timeout=PROBE_TIMEOUT_S).topics
-    except KafkaException as exc:
-        raise KafkaSetupError(f"cannot reach Kafka at {config.bootstrap_servers}: "
-                              f"{exc.args[0].str()}") from exc
-    counts, replicas = {}, 1
-    for name in ("sysinfo", "policy", "dlq"):
-        meta = topics.get(config.topic(name))
-        if meta is None or not meta.partitions:
-            raise KafkaSetupError(f"topic {config.topic(name)} does not exist: run "
-                                  "`inferstream topics create`")
-        counts[name] = len(meta.partitions)
-        replicas = max(replicas, len(meta.partitions[0].replicas))
-    return Topology(sysinfo_partitions=counts["sysinfo"], dlq_partitions=counts["dlq"],
-                    replication=replicas)
+    names = {name: config.topic(name) for name in ("sysinfo", "policy", "dlq")}
+    metadata = cluster_metadata(config, tuple(names.values()))
+    missing = absent(metadata.topics, names.values())
+    if missing:
+        raise KafkaSetupError(f"topic {missing[0]} does not exist: run "
+                              "`inferstream topics create`")
+    partitions = {name: metadata.topics[topic].partitions for name, topic in names.items()}
+    replicas = max(len(next(iter(p.values())).replicas) for p in partitions.values())
+    return Topology(sysinfo_partitions=len(partitions["sysinfo"]),
+                    dlq_partitions=len(partitions["dlq"]), replication=max(1, replicas))
 
 
 def _quiet_libraries() -> None:

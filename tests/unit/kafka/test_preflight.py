@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -127,13 +128,26 @@ def test_no_broker_is_one_line_naming_the_address_and_the_setting() -> None:
 
 def test_missing_topics_say_to_create_them() -> None:
     broker = MemoryBroker()
-    config = Config(topic_prefix="t.")
+    config = Config(topic_prefix="t.", connect_timeout_s=0.5)
     broker.create_topic("t.jobs", partitions=2)
     check_cluster(config, ("t.jobs",), MemoryKafkaClients(broker))
     with pytest.raises(KafkaSetupError, match="run `inferstream topics create`") as raised:
         check_cluster(config, ("t.jobs", "t.results"), MemoryKafkaClients(broker))
     assert "t.results" in str(raised.value)
     assert "t.jobs," not in str(raised.value)
+
+
+def test_a_topic_created_a_moment_ago_is_not_missing() -> None:
+    """The first metadata may come from a broker that does not show the new topic yet: it is
+    asked again within connect_timeout_s before it is called missing."""
+    broker = MemoryBroker()
+    config = Config(topic_prefix="t.", connect_timeout_s=5.0)
+    late = threading.Timer(0.4, broker.create_topic, ("t.results",), {"partitions": 2})
+    late.start()
+    try:
+        check_cluster(config, ("t.results",), MemoryKafkaClients(broker))
+    finally:
+        late.join()
 
 
 # -- local mistakes --------------------------------------------------------------------------
