@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from confluent_kafka import TopicPartition
 
 from inferstream.config import Config
+from inferstream.kafka import settings
 from inferstream.kafka.clients import (
     REAL_CLIENTS,
     KafkaClients,
@@ -105,7 +106,7 @@ class PartitionReader:
         deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
         while (self.follow or self.waiting) and (
                 deadline is None or time.monotonic() < deadline):
-            messages = consume_ready(self.consumer, 1000, 0.2)
+            messages = consume_ready(self.consumer, 1000, settings.POLL_TIMEOUT_S)
             if not messages and self.on_idle is not None:
                 self.on_idle()
             for message in messages:

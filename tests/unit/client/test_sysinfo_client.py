@@ -19,7 +19,14 @@ from inferstream.client.sysinfo_api import SysInfoClient
 from inferstream.config import load_config
 from inferstream.errors import ConfigError, InferstreamError
 from inferstream.schemas.records import PolicyKind, WorkerHealth
-from tests.unit.fake_sysinfo import NOW_MS, FakeSysInfo, policy_entry, sample, unused_url, worker
+from tests.unit.support.fake_sysinfo import (
+    NOW_MS,
+    FakeSysInfo,
+    policy_entry,
+    sample,
+    unused_url,
+    worker,
+)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import inferstream
-from tests.unit.fake_sysinfo import FakeSysInfo, worker
+from tests.unit.support.fake_sysinfo import FakeSysInfo, worker
 
 pytestmark = [
     pytest.mark.terminal,

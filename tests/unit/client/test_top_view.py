@@ -21,7 +21,7 @@ from inferstream.client.overview import (
 )
 from inferstream.client.sysinfo_api import WorkerInfo
 from inferstream.schemas.records import WorkerHealth
-from tests.unit.fake_sysinfo import NOW_MS, FakeSysInfo, policy_entry, unused_url, worker
+from tests.unit.support.fake_sysinfo import NOW_MS, FakeSysInfo, policy_entry, unused_url, worker
 
 
 def info(name: str, **fields: Any) -> WorkerInfo:

@@ -36,7 +36,7 @@ from inferstream.schemas.records import (
     ok_item,
     read_record,
 )
-from tests.unit.policy_views import FixedPolicy
+from tests.unit.support.policies import FixedPolicy
 
 CODEC = Codec(None)
 MODEL = "sim:ms=0"

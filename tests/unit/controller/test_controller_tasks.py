@@ -4,11 +4,9 @@ size for the pool, else the default."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -24,40 +22,34 @@ from inferstream.kafka.topics import topic_specs
 from inferstream.policy.view import NO_POLICY, PolicyView
 from inferstream.schemas.records import Job, Task, read_record
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
-from tests.unit.controller.test_controller_memory import (
-    CODEC,
-    MODEL,
-    Responder,
-    assert_completed_exactly,
-    make_config,
-)
-from tests.unit.policy_views import FixedPolicy
+from tests.unit.support.memory import CODEC, MODEL, make_config
+from tests.unit.support.policies import FixedPolicy
+from tests.unit.support.pool import Responder
+from tests.unit.support.records import assert_completed_exactly, settled
+from tests.unit.support.running import Running
+
+RunJob = Callable[..., MemoryBroker]
 
 
 @pytest.fixture
-def pool() -> Iterator[list[Responder]]:
-    """Responders standing in for the pool's workers, stopped at teardown."""
-    started: list[Responder] = []
-    yield started
-    for responder in started:
-        responder.done.set()
-        responder.join(5)
-
-
-def run_job(config: Config, pool: list[Responder], items: int, chunk_size: int | None,
+def run_job(clients: MemoryKafkaClients, running: Running,
+            make_controller: Callable[..., Controller],
+            make_responder: Callable[..., Responder]) -> RunJob:
+    def run(config: Config, items: int, chunk_size: int | None,
             policy: PolicyView = NO_POLICY) -> MemoryBroker:
-    """One job of `items` items run to completion; the broker holds its tasks."""
-    clients = MemoryKafkaClients(MemoryBroker())
-    clients.broker.create_topics(topic_specs(config))
-    names = [f"item-{i:02d}" for i in range(items)]
-    job = Client(config, CODEC, clients).submit(MODEL, names, chunk_size=chunk_size)
-    responder = Responder(clients, config)
-    responder.start()
-    pool.append(responder)
-    Controller(config, codec=CODEC, clients=clients, policy=policy).run()
-    tasks = len(clients.broker.values(config.task_topic()))
-    assert_completed_exactly(clients.broker, config, job, items=items, tasks=tasks)
-    return clients.broker
+        """One job of `items` items run to completion, a responder standing in for the
+        pool; the broker holds its tasks."""
+        broker = clients.broker
+        broker.create_topics(topic_specs(config))
+        names = [f"item-{i:02d}" for i in range(items)]
+        job = Client(config, CODEC, clients).submit(MODEL, names, chunk_size=chunk_size)
+        make_responder(config)
+        running.controller(make_controller(config, policy))
+        running.until(settled(broker, config))
+        tasks = len(broker.values(config.task_topic()))
+        assert_completed_exactly(broker, config, job, items=items, tasks=tasks)
+        return broker
+    return run
 
 
 def task_sizes(broker: MemoryBroker, config: Config) -> list[int]:
@@ -67,11 +59,11 @@ def task_sizes(broker: MemoryBroker, config: Config) -> list[int]:
     return [len(t["items"]) for t in tasks]
 
 
-def test_a_jobs_tasks_are_spread_within_one_over_the_task_partitions(
-        pool: list[Responder]) -> None:
+def test_a_jobs_tasks_are_spread_within_one_over_the_task_partitions(run_job: RunJob) -> None:
     tasks, partitions = 100, 12  # 8 or 9 tasks on each partition
-    config = dataclasses.replace(make_config(), task_partitions=partitions)
-    broker = run_job(config, pool, items=tasks, chunk_size=1)
+    # topics of their own (another prefix) on the test's broker, with 12 task partitions
+    config = make_config(topic_prefix="wide.", task_partitions=partitions)
+    broker = run_job(config, items=tasks, chunk_size=1)
     per_partition = Counter({p: len(broker.values(config.task_topic(), p))
                              for p in range(partitions)})
     assert sum(per_partition.values()) == tasks
@@ -81,7 +73,7 @@ def test_a_jobs_tasks_are_spread_within_one_over_the_task_partitions(
 
 
 def test_a_job_without_a_chunk_size_gets_tasks_of_the_policys_size_for_its_pool(
-        pool: list[Responder], caplog: pytest.LogCaptureFixture) -> None:
+        run_job: RunJob, caplog: pytest.LogCaptureFixture) -> None:
     asked: list[str] = []
 
     def size(name: str) -> int:
@@ -90,23 +82,23 @@ def test_a_job_without_a_chunk_size_gets_tasks_of_the_policys_size_for_its_pool(
 
     config = make_config()
     with caplog.at_level(logging.INFO, "inferstream.controller"):
-        broker = run_job(config, pool, items=20, chunk_size=None,
+        broker = run_job(config, items=20, chunk_size=None,
                          policy=FixedPolicy(task_size=size))
     assert task_sizes(broker, config) == [7, 7, 6]
     assert asked == [config.pool]
     assert "task_size=7 (policy)" in caplog.text
 
 
-def test_a_jobs_own_chunk_size_beats_the_policy(pool: list[Responder]) -> None:
+def test_a_jobs_own_chunk_size_beats_the_policy(run_job: RunJob) -> None:
     config = make_config()
-    broker = run_job(config, pool, items=10, chunk_size=3, policy=FixedPolicy(task_size=7))
+    broker = run_job(config, items=10, chunk_size=3, policy=FixedPolicy(task_size=7))
     assert task_sizes(broker, config) == [3, 3, 3, 1]
 
 
-def test_without_a_policy_a_job_gets_the_default(pool: list[Responder]) -> None:
+def test_without_a_policy_a_job_gets_the_default(run_job: RunJob) -> None:
     config = make_config()
     assert config.controller.default_chunk_size == 32
-    broker = run_job(config, pool, items=40, chunk_size=None)
+    broker = run_job(config, items=40, chunk_size=None)
     assert task_sizes(broker, config) == [32, 8]
 
 
@@ -126,23 +118,20 @@ def test_a_policy_without_an_answer_for_the_pool_means_the_default(policy: Polic
 
 
 def test_a_replica_taking_a_job_over_keeps_its_task_size_when_the_policy_changed(
-        pool: list[Responder]) -> None:
+        clients: MemoryKafkaClients, running: Running,
+        make_controller: Callable[..., Controller],
+        make_responder: Callable[..., Responder]) -> None:
     """The size chosen at acceptance travels in the ledger: the next replica, whose policy
     now says 5, cuts the rest of the job in 4s too, with no item issued twice or skipped."""
-    config = make_config(tasks_per_round=1)
-    clients = MemoryKafkaClients(MemoryBroker())
-    clients.broker.create_topics(topic_specs(config))
+    config = make_config(controller={"tasks_per_round": 1})
     names = [f"item-{i:02d}" for i in range(18)]
     job = Client(config, CODEC, clients).submit(MODEL, names)
-    responder = Responder(clients, config, pause_after=2)
-    responder.start()
-    pool.append(responder)
-    first = Controller(config, codec=CODEC, clients=clients, policy=FixedPolicy(task_size=4))
-    threading.Thread(target=lambda: responder.paused.wait(10) and first.request_stop(),
-                     daemon=True).start()
-    first.run()
+    responder = make_responder(config, pause_after=2)
+    running.controller(make_controller(config, FixedPolicy(task_size=4)))
+    running.until(responder.paused.is_set)
 
     responder.resume.set()
-    Controller(config, codec=CODEC, clients=clients, policy=FixedPolicy(task_size=5)).run()
+    running.controller(make_controller(config, FixedPolicy(task_size=5)))
+    running.until(settled(clients.broker, config))
     assert task_sizes(clients.broker, config) == [4, 4, 4, 4, 2]
     assert_completed_exactly(clients.broker, config, job, items=18, tasks=5)

@@ -10,7 +10,7 @@ from inferstream.controller.deadlines import Deadlines
 from inferstream.controller.declines import PoolView
 from inferstream.policy.view import WorkerPolicy
 from inferstream.schemas.records import Task, TaskItem
-from tests.unit.policy_views import FixedPolicy
+from tests.unit.support.policies import FixedPolicy
 
 MODEL = "sim:ms=10"
 #: worker -> task partitions it owns

@@ -29,7 +29,7 @@ from inferstream.schemas.records import (
 )
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from inferstream.worker import new_worker
-from tests.unit.policy_views import FixedPolicy
+from tests.unit.support.policies import FixedPolicy
 
 CODEC = Codec(None)
 FAST, SLOW = "sim:ms=1", "sim:ms=1,slow_after=0,slow_factor=100"

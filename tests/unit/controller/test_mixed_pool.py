@@ -3,89 +3,50 @@ job's model; a task whose model no live worker serves fails with the reason (iss
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-import io
-import threading
-from collections.abc import Sequence
+from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-import pytest
-from PIL import Image
-from skimage import data as photos
-
 from inferstream.client import Client
-from inferstream.config import Config, ControllerConfig, WorkerConfig
+from inferstream.config import Config
 from inferstream.controller.replica import Controller
-from inferstream.kafka.topics import topic_specs
 from inferstream.models import LoadedModel, load_model
-from inferstream.schemas import Codec
 from inferstream.schemas.records import read_result
-from inferstream.testing import MemoryBroker, MemoryKafkaClients
-from inferstream.worker import new_worker
+from inferstream.serving.loop import Worker
+from inferstream.testing import MemoryKafkaClients
+from tests.unit.support.memory import CODEC, make_config
+from tests.unit.support.photos import write_photos
+from tests.unit.support.records import settled
+from tests.unit.support.running import Running
 
-CODEC = Codec(None)
 LITE0 = "efficientnet_lite0"
+MakeWorker = Callable[..., Worker]
 
 
-def make_config(worker_id: str = "w", models: tuple[str, ...] = ("sim:ms=0",)) -> Config:
-    return Config(
-        bootstrap_servers="mem:1", topic_prefix="t.", partitions=2, task_partitions=2,
-        # No sysinfo (so no calibration and no first sample before joining): both workers
-        # must be in the group before the controller looks for a worker of each model.
-        worker=WorkerConfig(models=models, worker_id=worker_id, idle_exit_s=0.5,
-                            max_wait_ms=1.0, decode_threads=2, sysinfo_interval_s=0),
-        controller=ControllerConfig(idle_exit_s=0.3, watchdog_s=None,
-                                    progress_interval_s=0.0))
+def worker_config(worker_id: str, models: tuple[str, ...] = ("sim:ms=0",)) -> Config:
+    # No sysinfo (so no calibration and no first sample before joining): both workers
+    # must be in the group before the controller looks for a worker of each model.
+    return make_config(worker={"models": models, "worker_id": worker_id,
+                               "sysinfo_interval_s": 0})
 
 
-@pytest.fixture
-def clients() -> MemoryKafkaClients:
-    broker = MemoryBroker()
-    broker.create_topics(topic_specs(make_config()))
-    return MemoryKafkaClients(broker)
-
-
-@pytest.fixture(scope="module")
-def lite0() -> LoadedModel:
-    return load_model(LITE0)
-
-
-def write_photos(folder: Path) -> list[str]:
-    paths = []
-    for name, image in (("chelsea", photos.chelsea()), ("coffee", photos.coffee())):
-        buffer = io.BytesIO()
-        Image.fromarray(np.asarray(image)).save(buffer, "PNG")
-        path = folder / f"{name}.png"
-        path.write_bytes(buffer.getvalue())
-        paths.append(str(path))
-    return paths
-
-
-def run_pool(clients: MemoryKafkaClients, workers: Sequence[tuple[str, LoadedModel]]) -> None:
-    """The workers on one event loop in a thread, the controller here, until all are idle."""
-    pool = [new_worker(make_config(worker_id, (model.name,)), model, codec=CODEC,
-                       clients=clients)
-            for worker_id, model in workers]
-
-    async def serve() -> None:
-        await asyncio.gather(*(worker.run() for worker in pool))
-
-    thread = threading.Thread(target=asyncio.run, args=(serve(),), name="workers")
-    thread.start()
-    try:
-        Controller(make_config(), codec=CODEC, clients=clients).run()
-    finally:
-        thread.join(30)
+def run_pool(running: Running, make_worker: MakeWorker,
+             make_controller: Callable[..., Controller],
+             workers: list[tuple[str, LoadedModel]], jobs: int = 1) -> None:
+    """The workers and a controller, until every job is COMPLETED and every answer read."""
+    running.workers(*(make_worker(worker_config(worker_id, (model.name,)), model)
+                      for worker_id, model in workers))
+    running.controller(make_controller())
+    running.until(settled(running.broker, make_config(), jobs=jobs))
 
 
 def test_a_mixed_pool_gives_every_item_the_label_of_its_jobs_model(
-        clients: MemoryKafkaClients, lite0: LoadedModel, tmp_path: Path) -> None:
+        clients: MemoryKafkaClients, lite0: LoadedModel, tmp_path: Path, running: Running,
+        make_worker: MakeWorker, make_controller: Callable[..., Controller]) -> None:
     client = Client(make_config(), CODEC, clients)
     real = client.submit(LITE0, write_photos(tmp_path), chunk_size=1)
     simulated = client.submit("sim:ms=1", [f"item-{i}" for i in range(6)], chunk_size=1)
-    run_pool(clients, [("sim-1", load_model("sim:ms=0")), ("lite-1", lite0)])
+    run_pool(running, make_worker, make_controller,
+             [("sim-1", load_model("sim:ms=0")), ("lite-1", lite0)], jobs=2)
 
     labels = {Path(line["item"]).stem: line["top_k"][0]["label"] for line in real.results()}
     assert labels == {"chelsea": "tiger cat", "coffee": "espresso"}
@@ -100,10 +61,12 @@ def test_a_mixed_pool_gives_every_item_the_label_of_its_jobs_model(
 
 
 def test_items_fail_with_the_reason_when_no_live_worker_serves_the_model(
-        clients: MemoryKafkaClients, tmp_path: Path) -> None:
+        clients: MemoryKafkaClients, tmp_path: Path, running: Running,
+        make_worker: MakeWorker, make_controller: Callable[..., Controller]) -> None:
     job = Client(make_config(), CODEC, clients).submit(LITE0, write_photos(tmp_path),
                                                        chunk_size=1)
-    run_pool(clients, [("sim-1", load_model("sim:ms=0")), ("sim-2", load_model("sim:ms=0"))])
+    run_pool(running, make_worker, make_controller,
+             [("sim-1", load_model("sim:ms=0")), ("sim-2", load_model("sim:ms=0"))])
 
     status = job.wait(timeout_s=5)
     assert (status.ok_items, status.error_items) == (0, 2)
@@ -115,7 +78,8 @@ def test_items_fail_with_the_reason_when_no_live_worker_serves_the_model(
 
 
 def test_a_worker_loads_another_model_on_demand_and_unloads_the_idle_one(
-        clients: MemoryKafkaClients, lite0: LoadedModel, tmp_path: Path) -> None:
+        clients: MemoryKafkaClients, lite0: LoadedModel, tmp_path: Path, running: Running,
+        make_worker: MakeWorker, make_controller: Callable[..., Controller]) -> None:
     """With load_on_demand a sim worker also answers an efficientnet_lite0 job; with
     max_loaded_models=1 the idle sim model is unloaded to make room."""
     loaded: list[str] = []
@@ -126,17 +90,12 @@ def test_a_worker_loads_another_model_on_demand_and_unloads_the_idle_one(
 
     job = Client(make_config(), CODEC, clients).submit(LITE0, write_photos(tmp_path),
                                                        chunk_size=1)
-    config = make_config("flex-1")
-    config = dataclasses.replace(config, worker=dataclasses.replace(
-        config.worker, load_on_demand=True, max_loaded_models=1))
-    worker = new_worker(config, load_model("sim:ms=0"), codec=CODEC, clients=clients,
-                        loader=loader)
-    thread = threading.Thread(target=asyncio.run, args=(worker.run(),), name="worker")
-    thread.start()
-    try:
-        Controller(make_config(), codec=CODEC, clients=clients).run()
-    finally:
-        thread.join(30)
+    config = make_config(worker={"worker_id": "flex-1", "sysinfo_interval_s": 0,
+                                 "load_on_demand": True, "max_loaded_models": 1})
+    worker = make_worker(config, load_model("sim:ms=0"), loader=loader)
+    running.workers(worker)
+    running.controller(make_controller())
+    running.until(settled(clients.broker, config))
 
     labels = {Path(line["item"]).stem: line["top_k"][0]["label"] for line in job.results()}
     assert labels == {"chelsea": "tiger cat", "coffee": "espresso"}

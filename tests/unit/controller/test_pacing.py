@@ -11,7 +11,7 @@ from inferstream.controller.declines import PoolView
 from inferstream.controller.pacing import Pacing
 from inferstream.policy.view import ModelRange, WorkerPolicy
 from inferstream.schemas.records import Task, TaskItem
-from tests.unit.policy_views import FixedPolicy
+from tests.unit.support.policies import FixedPolicy
 
 MODEL = "sim:ms=10"
 ITEMS = 10

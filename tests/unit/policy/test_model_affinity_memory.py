@@ -20,7 +20,7 @@ from inferstream.schemas.records import ModelRange, PolicyEntry, read_result
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from inferstream.worker import new_worker
 from tests.unit.policy.test_policy_table import entry, write
-from tests.unit.policy_views import FixedPolicy
+from tests.unit.support.policies import FixedPolicy
 
 CODEC = Codec(None)
 #: A registry name served by a simulated model: a second model that costs no CPU.

@@ -20,7 +20,7 @@ from inferstream.policy.subscription import (
     encode_member,
 )
 from inferstream.policy.view import WorkerPolicy
-from tests.unit.policy_views import FixedPolicy
+from tests.unit.support.policies import FixedPolicy
 
 TOPIC = "t.tasks.default"
 

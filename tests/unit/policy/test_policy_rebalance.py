@@ -25,7 +25,7 @@ from inferstream.policy.view import WorkerPolicy
 from inferstream.schemas import Codec
 from inferstream.testing import MemoryKafkaClients
 from tests.unit.policy.test_policy_assignor import join
-from tests.unit.policy_views import FixedPolicy
+from tests.unit.support.policies import FixedPolicy
 
 TOPIC = "t.tasks.default"
 

@@ -20,7 +20,7 @@ from inferstream.serving.loop import Worker
 from inferstream.serving.pipeline import TaskRun
 from inferstream.serving.source import Source
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
-from tests.unit.fencing import fenced_mid_commit
+from tests.unit.support.fencing import fenced_mid_commit
 
 CODEC = Codec(None)
 IN, OUT = "words", "answers"

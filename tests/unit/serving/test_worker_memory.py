@@ -5,99 +5,49 @@ whose offset was never committed, and the job output still counts it once."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import threading
-from collections import Counter
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from inferstream.config import Config, WorkerConfig
+from inferstream.config import Config
 from inferstream.jobs.output import job_results, output_lines
-from inferstream.kafka.topics import topic_specs
-from inferstream.models import load_model
-from inferstream.schemas import Codec
-from inferstream.schemas.records import Job, TaskItem, TaskResult, new_task, read_record
+from inferstream.serving import fetch
 from inferstream.serving.hooks import WorkerHooks
 from inferstream.serving.loop import Worker
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
-from inferstream.worker import new_worker as build_worker
 from inferstream.worker.metrics import WorkerMetrics
-from tests.unit.fencing import fenced_mid_commit
 from tests.unit.promtool import check_metrics, sample
+from tests.unit.support.fencing import fenced_mid_commit
+from tests.unit.support.memory import CODEC, as_worker, make_config
+from tests.unit.support.records import JOB_ID, consumed, put_tasks, results, task_counts
+from tests.unit.support.running import Running
 
-MODEL = "sim:ms=0"
-JOB_ID = "20250101-000000-0000abcd"
-CODEC = Codec(None)
-
-
-def make_config(**worker: Any) -> Config:
-    settings = {"models": (MODEL,), "idle_exit_s": 0.15, "max_wait_ms": 1.0, "worker_id": "w1",
-                "decode_threads": 2, **worker}
-    return Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2,
-                  task_partitions=2, worker=WorkerConfig(**settings))
-
-
-def named(config: Config, worker_id: str) -> Config:
-    return dataclasses.replace(config, worker=dataclasses.replace(config.worker,
-                                                                  worker_id=worker_id))
-
-
-@pytest.fixture
-def broker() -> MemoryBroker:
-    broker = MemoryBroker()
-    broker.create_topics(topic_specs(make_config()))
-    return broker
-
-
-def put_tasks(broker: MemoryBroker, config: Config, count: int, items: int = 2) -> None:
-    """`count` tasks of one job, spread over the task partitions as the controller does."""
-    job = Job(job_id=JOB_ID, model=MODEL, pool=config.pool, top_k=1, chunk_size=items,
-              inputs=[], inline_items=[], submitted_at=0, submitter="test", output_path=None)
-    for task_id in range(count):
-        names = [TaskItem(index=task_id * items + i, name=f"item-{task_id}-{i}", data=None)
-                 for i in range(items)]
-        broker.produce(config.task_topic(), task_id % config.partitions, JOB_ID.encode(),
-                       CODEC.encode("Task", new_task(job, task_id, names)))
-
-
-def results(broker: MemoryBroker, config: Config, read_committed: bool = True
-            ) -> list[TaskResult]:
-    values = broker.values(config.topic("results"), read_committed=read_committed)
-    return [read_record(CODEC, value, TaskResult) for value in values]
-
-
-def task_counts(found: list[TaskResult]) -> Counter[int]:
-    return Counter(result["task_id"] for result in found)
-
-
-def new_worker(config: Config, broker: MemoryBroker, hooks: WorkerHooks | None = None
-               ) -> Worker:
-    return build_worker(config, load_model(MODEL), hooks=hooks, codec=CODEC,
-                        clients=MemoryKafkaClients(broker))
+MakeWorker = Callable[..., Worker]
 
 
 def transactional_id(config: Config, partition: int) -> str:
     return f"{config.topic_prefix}{config.pool}.{config.task_topic()}.{partition}"
 
 
-def run(*coroutines: Coroutine[Any, Any, Any]) -> None:
-    async def together() -> None:
-        await asyncio.gather(*coroutines)
+def all_committed(broker: MemoryBroker, config: Config) -> Callable[[], bool]:
+    def done() -> bool:
+        """every task's offset committed: its result is in, no task is left to redo"""
+        return consumed(broker, config.worker_group(), config.task_topic())
+    return done
 
-    asyncio.run(together())
 
-
-def test_a_fenced_worker_loses_only_its_uncommitted_results(broker: MemoryBroker) -> None:
+def test_a_fenced_worker_loses_only_its_uncommitted_results(
+        broker: MemoryBroker, make_worker: MakeWorker, running: Running) -> None:
     """A successor takes the partition's transactional id while a commit is under way: the
     open transaction is aborted, the worker takes the partition back and redoes its tasks."""
     config = make_config()
     put_tasks(broker, config, 12)
     tid = transactional_id(config, 0)
     with fenced_mid_commit(broker, tid):
-        run(new_worker(config, broker).run())
+        running.workers(make_worker(config))
+        running.until(all_committed(broker, config))
 
     assert task_counts(results(broker, config)) == dict.fromkeys(range(12), 1)
     aborted = len(results(broker, config, read_committed=False)) - 12
@@ -107,13 +57,14 @@ def test_a_fenced_worker_loses_only_its_uncommitted_results(broker: MemoryBroker
 
 @pytest.mark.parametrize("fail", ["before", "after"])
 def test_an_unknown_commit_outcome_is_resolved_from_the_committed_offset(
-        broker: MemoryBroker, fail: str) -> None:
+        broker: MemoryBroker, make_worker: MakeWorker, running: Running, fail: str) -> None:
     """The commit times out, having taken effect or not: the worker re-initialises the
     producer, reads the committed offset, and commits each task exactly once."""
     config = make_config()
     put_tasks(broker, config, 8)
     fault = broker.inject(transactional_id(config, 1), "commit", fail=fail)
-    run(new_worker(config, broker).run())
+    running.workers(make_worker(config))
+    running.until(all_committed(broker, config))
 
     assert fault.reached.is_set()
     assert task_counts(results(broker, config)) == dict.fromkeys(range(8), 1)
@@ -124,32 +75,30 @@ def test_an_unknown_commit_outcome_is_resolved_from_the_committed_offset(
 class StartsAnotherWorker(WorkerHooks):
     """After the first committed task, a second worker joins the group."""
 
-    def __init__(self, other: Worker, started: list[asyncio.Task[None]]) -> None:
-        self.other, self.started = other, started
+    def __init__(self, other: Worker, running: Running) -> None:
+        self.other, self.running, self.started = other, running, False
 
     def after_task(self, model: str, ok_items: int, error_items: int) -> None:
         if not self.started:
-            self.started.append(asyncio.get_running_loop().create_task(self.other.run()))
+            self.started = True
+            self.running.workers(self.other)
 
 
 @pytest.mark.parametrize("grace_s", [10.0, 0.0], ids=["commits-in-flight", "abandons"])
 def test_a_rebalance_mid_batch_leaves_one_result_per_task(
-        broker: MemoryBroker, caplog: pytest.LogCaptureFixture, grace_s: float) -> None:
+        broker: MemoryBroker, make_worker: MakeWorker, running: Running,
+        caplog: pytest.LogCaptureFixture, grace_s: float) -> None:
     """A second worker joins while the first has a window of tasks in flight: the first
     commits those under way within its revoke grace (or abandons them) and leaves those not
     started to their next owner, which does them; each task once."""
     caplog.set_level("INFO", logger="inferstream.serving.ownership")
-    config = make_config(models=("sim:ms=1",), revoke_grace_s=grace_s, max_batch=1)
+    config = make_config(worker={"models": ("sim:ms=1",), "revoke_grace_s": grace_s,
+                                 "max_batch": 1})
     put_tasks(broker, config, 48)  # more items than the first worker takes in at once
-    second = new_worker(named(config, "w2"), broker)
-    started: list[asyncio.Task[None]] = []
-    first = new_worker(config, broker, StartsAnotherWorker(second, started))
+    second = make_worker(as_worker(config, "w2"))
+    running.workers(make_worker(config, hooks=StartsAnotherWorker(second, running)))
+    running.until(all_committed(broker, config))
 
-    async def both() -> None:
-        await first.run()
-        await asyncio.gather(*started)
-
-    run(both())
     found = results(broker, config)
     assert task_counts(found) == dict.fromkeys(range(48), 1)
     assert {r["worker"] for r in found} == {"w1", "w2"}
@@ -157,31 +106,26 @@ def test_a_rebalance_mid_batch_leaves_one_result_per_task(
 
 
 def test_at_least_once_redoes_a_task_whose_offset_was_never_committed(
-        broker: MemoryBroker) -> None:
+        broker: MemoryBroker, clients: MemoryKafkaClients, make_worker: MakeWorker,
+        running: Running) -> None:
     """The worker is paused between sending results and committing the offset, past its
     session: the group gives its partitions to a new worker, which redoes those tasks. The
     results topic holds duplicates; the job's output has each item once."""
-    config = make_config(guarantee="at-least-once")
+    config = make_config(worker={"guarantee": "at-least-once"})
     put_tasks(broker, config, 10)
     group = config.worker_group()
     stall = threading.Event()
     fault = broker.inject(group, "offset_commit", fail=None, stall=stall)
-    paused = new_worker(config, broker)
-    successor = new_worker(named(config, "w2"), broker)
-
-    async def session_expires() -> None:
-        while not fault.reached.is_set():
-            await asyncio.sleep(0.005)
-        broker.expire_member(group, broker.members(group)[0])
-        stall.set()  # the paused worker wakes up; its offset commit is refused
-        await successor.run()
-
-    run(paused.run(), session_expires())
+    running.workers(make_worker(config))
+    running.wait_for(fault.reached.is_set)
+    broker.expire_member(group, broker.members(group)[0])
+    stall.set()  # the paused worker wakes up; its offset commit is refused
+    running.workers(make_worker(as_worker(config, "w2")))
+    running.until(all_committed(broker, config))
 
     counts = task_counts(results(broker, config))
     assert set(counts) == set(range(10))
     assert max(counts.values()) == 2  # redone: the price of at-least-once
-    clients = MemoryKafkaClients(broker)
     lines = list(output_lines(job_results(config, JOB_ID, 10, CODEC, clients)))
     assert sorted(line["item"] for line in lines) == sorted(
         f"item-{t}-{i}" for t in range(10) for i in range(2))
@@ -211,14 +155,24 @@ def test_an_unretrieved_fencing_future_is_one_log_line_not_a_traceback(
 
 
 def test_the_worker_counts_its_fencing_and_commits_with_its_id_and_pool(
-        broker: MemoryBroker) -> None:
-    config = make_config(idle_exit_s=1.5)  # long enough for a lag report
+        broker: MemoryBroker, make_worker: MakeWorker, running: Running,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fetch, "LOAD_INTERVAL_S", 0.0)  # a lag report every fetch
+    config = make_config()
     put_tasks(broker, config, 12)
     metrics = WorkerMetrics(CollectorRegistry(), "w1", config.pool)
-    with fenced_mid_commit(broker, transactional_id(config, 0)):
-        asyncio.run(new_worker(config, broker, metrics).run())
-
     r, who = metrics.registry, {"worker": "w1", "pool": config.pool}
+
+    def nothing_behind() -> bool:
+        """every task committed, and a lag report since"""
+        lags = [r.get_sample_value("inferstream_consumer_lag_records",
+                                   {**who, "partition": p}) for p in ("0", "1")]
+        return all_committed(broker, config)() and lags == [0, 0]
+
+    with fenced_mid_commit(broker, transactional_id(config, 0)):
+        running.workers(make_worker(config, hooks=metrics))
+        running.until(nothing_behind)
+
     # each committed item once, though the fenced transaction's were processed twice
     assert sample(r, "inferstream_items_processed_total", **who, model="sim:ms=0",
                  status="ok") == 24
@@ -232,11 +186,13 @@ def test_the_worker_counts_its_fencing_and_commits_with_its_id_and_pool(
     check_metrics(generate_latest(r))
 
 
-def test_an_unknown_commit_outcome_counts_as_aborted(broker: MemoryBroker) -> None:
+def test_an_unknown_commit_outcome_counts_as_aborted(
+        broker: MemoryBroker, make_worker: MakeWorker, running: Running) -> None:
     config = make_config()
     put_tasks(broker, config, 4)
     broker.inject(transactional_id(config, 1), "commit", fail="before")
     metrics = WorkerMetrics(CollectorRegistry(), "w1", config.pool)
-    asyncio.run(new_worker(config, broker, metrics).run())
+    running.workers(make_worker(config, hooks=metrics))
+    running.until(all_committed(broker, config))
     assert sample(metrics.registry, "inferstream_transactions_aborted_total", worker="w1",
                  pool=config.pool) == 1

@@ -31,7 +31,7 @@ from inferstream.stream.metrics import StreamMetrics
 from inferstream.stream.source import ORIGIN_OFFSET, ORIGIN_TOPIC, new_member
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from inferstream.testing.log import StoredRecord
-from tests.unit.fencing import fenced_mid_commit
+from tests.unit.support.fencing import fenced_mid_commit
 
 CODEC = Codec(None)
 LITE0 = "efficientnet_lite0"

@@ -22,6 +22,7 @@ from inferstream.serving.committers.base import (
     COMMIT_TIMEOUT_S,
     Owner,
     PartitionCommitter,
+    retry_delay_s,
 )
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ class AtLeastOnceCommitter(PartitionCommitter):
                 if not self.owner.owns(self.tp):
                     self._mark_lost()
                     raise PartitionLostError(f"{self.tp}: no longer assigned") from exc
-                await asyncio.sleep(min(0.2 * 2**attempt, 5))
+                await asyncio.sleep(retry_delay_s(attempt))
         self._mark_lost()
         raise PartitionLostError(f"{self.tp}: commit failed {self.max_attempts} times")
 

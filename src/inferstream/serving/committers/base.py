@@ -24,6 +24,13 @@ log = logging.getLogger(__name__)
 
 #: A commit that takes longer than this has an unknown outcome.
 COMMIT_TIMEOUT_S = 30.0
+#: Half the wait before a failed commit is tried again; it doubles with each attempt.
+RETRY_BACKOFF_S = 0.2
+
+
+def retry_delay_s(attempt: int) -> float:
+    """The wait after failed attempt `attempt` (1, 2, ...): 0.4 s, doubling, at most 5 s."""
+    return min(RETRY_BACKOFF_S * 2.0**attempt, 5.0)
 
 
 @dataclass

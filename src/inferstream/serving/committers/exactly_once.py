@@ -30,6 +30,7 @@ from inferstream.serving.committers.base import (
     COMMIT_TIMEOUT_S,
     Owner,
     PartitionCommitter,
+    retry_delay_s,
 )
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ class TransactionalCommitter(PartitionCommitter):
                             self.tp, attempt, exc)
             if await self._committed_after_restart(offset):
                 return
-            await asyncio.sleep(min(0.2 * 2**attempt, 5))
+            await asyncio.sleep(retry_delay_s(attempt))
         self._mark_lost()
         raise PartitionLostError(f"{self.tp}: commit failed {self.max_attempts} times")
 

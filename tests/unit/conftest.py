@@ -1,0 +1,135 @@
+"""Factory fixtures of the unit tests: the in-memory broker and its clients, workers,
+controllers and job books built on them, what runs until the test's outcome, and the one
+copy of a real model that tests only read.
+
+    def test_each_task_once(broker, make_worker, running):
+        put_tasks(broker, make_config(), 12)
+        running.workers(make_worker())
+        running.until(lambda: len(broker.values("t.results")) == 12)
+
+Plain helpers (the config, records to put on topics, a stand-in worker pool) live in
+`tests/unit/support/`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from inferstream.config import Config
+from inferstream.controller.book import JobBook
+from inferstream.controller.hooks import ControllerHooks
+from inferstream.controller.replica import Controller
+from inferstream.kafka import follower, settings
+from inferstream.kafka.errors import KafkaSetupError
+from inferstream.models import LoadedModel, load_model
+from inferstream.policy.view import NO_POLICY, PolicyView
+from inferstream.serving.committers import base as committers
+from inferstream.serving.hooks import WorkerHooks
+from inferstream.serving.loader import ModelLoader
+from inferstream.serving.loop import Worker
+from inferstream.testing import MemoryBroker, MemoryKafkaClients
+from inferstream.worker import new_worker
+from tests.unit.support.memory import CODEC, make_config, new_broker
+from tests.unit.support.pool import Responder
+from tests.unit.support.running import Running
+
+#: The group of the pool a job book sees by default: worker -> its task partitions.
+POOL = {"w1": [0, 1], "w2": [2, 3]}
+
+
+@pytest.fixture
+def broker() -> MemoryBroker:
+    """An in-memory broker holding the topics of `make_config()`."""
+    return new_broker()
+
+
+@pytest.fixture
+def clients(broker: MemoryBroker) -> MemoryKafkaClients:
+    return MemoryKafkaClients(broker)
+
+
+@pytest.fixture(autouse=True)
+def quick_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The roles' polls and the topic followers' rounds last 10 ms instead of 200, so that
+    a stop is seen at once (a poll cannot be interrupted); a failed commit is tried again
+    after 10 ms instead of 400."""
+    monkeypatch.setattr(settings, "POLL_TIMEOUT_S", 0.01)
+    monkeypatch.setattr(follower, "FOLLOW_ROUND_S", 0.01)
+    monkeypatch.setattr(committers, "RETRY_BACKOFF_S", 0.005)
+
+
+@pytest.fixture
+def running(broker: MemoryBroker) -> Iterator[Running]:
+    """What the test runs on `broker`, stopped when the test ends."""
+    runs = Running(broker)
+    yield runs
+    runs.stop()
+
+
+@pytest.fixture
+def make_worker(clients: MemoryKafkaClients) -> Callable[..., Worker]:
+    """Builds a worker of a pool on `clients`: `make_worker(config=None, models=None,
+    hooks=None, loader=None)`; `models` default to those `config` names, loaded."""
+    def make(config: Config | None = None, models: LoadedModel | Sequence[LoadedModel] = (),
+             *, hooks: WorkerHooks | None = None, loader: ModelLoader | None = None
+             ) -> Worker:
+        config = config or make_config()
+        served = models or [load_model(name) for name in config.worker.models]
+        return new_worker(config, served, hooks=hooks, codec=CODEC, clients=clients,
+                          loader=loader)
+    return make
+
+
+@pytest.fixture
+def make_controller(clients: MemoryKafkaClients) -> Callable[..., Controller]:
+    """Builds a controller replica on `clients`: `make_controller(config=None,
+    policy=NO_POLICY, hooks=None)`."""
+    def make(config: Config | None = None, policy: PolicyView = NO_POLICY,
+             hooks: ControllerHooks | None = None) -> Controller:
+        return Controller(config or make_config(), codec=CODEC, clients=clients, policy=policy,
+                          hooks=hooks)
+    return make
+
+
+@pytest.fixture
+def make_responder(clients: MemoryKafkaClients) -> Iterator[Callable[..., Responder]]:
+    """Starts a stand-in for the pool's workers on `clients`: `make_responder(config=None,
+    copies=1, pause_after=None, error=None)` (see `Responder`); stopped when the test ends."""
+    started: list[Responder] = []
+
+    def make(config: Config | None = None, **options: Any) -> Responder:
+        responder = Responder(clients, config or make_config(), **options)
+        started.append(responder)
+        responder.start()
+        return responder
+    yield make
+    for responder in started:
+        responder.stop()
+
+
+@pytest.fixture
+def make_book() -> Callable[..., JobBook]:
+    """Builds a job book with no Kafka: `make_book(config, policy=NO_POLICY, pool=POOL)`; the
+    pool's group is `pool`, its task topic has `config.task_partitions` partitions, another
+    pool's does not exist."""
+    def make(config: Config, policy: PolicyView = NO_POLICY,
+             pool: Mapping[str, list[int]] = POOL) -> JobBook:
+        def partitions(topic: str) -> int:
+            if topic == config.task_topic():
+                return config.task_partitions_for()
+            if topic.startswith(config.topic("tasks.")):
+                raise KafkaSetupError(f"topic {topic} does not exist")
+            return config.partitions
+
+        return JobBook(config, codec=CODEC, policy=policy, describe=lambda _group: dict(pool),
+                       partitions=partitions)
+    return make
+
+
+@pytest.fixture(scope="session")
+def lite0() -> LoadedModel:
+    """efficientnet_lite0 with its real weights, loaded once: for tests that only run it."""
+    return load_model("efficientnet_lite0")
