@@ -49,5 +49,7 @@ VOLUME ["/var/lib/inferstream/weights", "/var/lib/inferstream/compiled"]
 
 USER inferstream
 WORKDIR /home/inferstream
+# A long-running role's PID 1 is its supervisor (restart = on): it passes SIGTERM to the role
+# once, restarts it when it dies natively, and reaps orphans, so no init is needed.
 ENTRYPOINT ["inferstream"]
 CMD ["--help"]

@@ -85,7 +85,9 @@ def _produce(producer: Producer, topic: str, part: int, key: str, value: bytes) 
 
 
 def child_env(src: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(src), "PYTHONUNBUFFERED": "1"}
+    # restart off: the controller's own process is measured, not a supervisor's
+    return {**os.environ, "PYTHONPATH": str(src), "PYTHONUNBUFFERED": "1",
+            "INFERSTREAM_RESTART": "off"}
 
 
 def flags(config: Config) -> list[str]:

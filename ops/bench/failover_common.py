@@ -90,7 +90,9 @@ class Fleet:
             raise BenchError(f"topics mismatch: {report.mismatched}")
 
     def _env(self) -> dict[str, str]:
-        return {**os.environ, "PYTHONUNBUFFERED": "1",
+        # restart off: the faults and the CPU and memory readings are the role's own
+        # process's, not a supervisor's (p7_abort turns it on for the controller it aborts)
+        return {**os.environ, "PYTHONUNBUFFERED": "1", "INFERSTREAM_RESTART": "off",
                 "INFERSTREAM_BOOTSTRAP_SERVERS": self.config.bootstrap_servers,
                 "INFERSTREAM_TOPIC_PREFIX": self.config.topic_prefix,
                 "INFERSTREAM_PARTITIONS": str(self.config.partitions),

@@ -110,7 +110,9 @@ class Pipeline:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def _spawn(self, name: str, *args: str) -> None:
+        # restart off: the CPU readings are of the role's own process, not a supervisor's
         env = {**os.environ, **dict(self.settings.env), "PYTHONUNBUFFERED": "1",
+               "INFERSTREAM_RESTART": "off",
                "INFERSTREAM_BOOTSTRAP_SERVERS": self.config.bootstrap_servers,
                "INFERSTREAM_TOPIC_PREFIX": self.config.topic_prefix,
                "INFERSTREAM_PARTITIONS": str(self.config.partitions),

@@ -20,6 +20,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -99,8 +100,19 @@ def progress_after(job: Job, done_then: int, signalled: float) -> tuple[int, flo
     return done_then, None
 
 
-def one_fault(fleet: Fleet, replicas: list[str], kind: str, items: int, n: int
-              ) -> dict[str, object]:
+@dataclass(frozen=True)
+class Target:
+    """A job a tenth done, and the replica that owns it."""
+
+    job: Job
+    listing: Path
+    home: int
+    victim: str
+    done_items: int
+
+
+def job_at_a_tenth(fleet: Fleet, replicas: list[str], items: int, n: int) -> Target:
+    """Submit job `n` of `items` once the replicas settled; return when a tenth is done."""
     settled(fleet, replicas)
     listing = write_listing(fleet.logdir / f"job{n}.txt", items, f"job{n}")
     job = fleet.client.submit("sim:ms=2", [f"@{listing}"], chunk_size=10)
@@ -111,7 +123,14 @@ def one_fault(fleet: Fleet, replicas: list[str], kind: str, items: int, n: int
     victim = owner(fleet, replicas, home)
     if victim is None:
         raise BenchError(f"no replica owns partition {home}")
-    done_then, signalled = status.done_items, time.time()
+    return Target(job, listing, home, victim, status.done_items)
+
+
+def one_fault(fleet: Fleet, replicas: list[str], kind: str, items: int, n: int
+              ) -> dict[str, object]:
+    target = job_at_a_tenth(fleet, replicas, items, n)
+    job, home, victim = target.job, target.home, target.victim
+    done_then, signalled = target.done_items, time.time()
     hit(fleet, replicas, victim, kind)
     done_then, resumed = progress_after(job, done_then, signalled)
     if kind == "sigstop":

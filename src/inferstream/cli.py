@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
-from inferstream import __version__
+from inferstream import LOG_FORMAT, __version__
 from inferstream.config import SECTIONS, Config, load_config, parse_kafka_config
 from inferstream.errors import ConfigError, InferstreamError
 
@@ -117,35 +117,54 @@ def _log_level(name: str) -> int:
 
 
 def _setup_logging(level: int) -> None:
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr)
+    logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr)
     # librdkafka warns about transient states (a coordinator still loading on a fresh broker)
     # that the client retries by itself; show only its errors unless debugging.
     if logging.getLogger().level > logging.DEBUG:
         logging.getLogger("inferstream.librdkafka").setLevel(logging.ERROR)
 
 
-def _run(command: Command, args: argparse.Namespace, config: Config) -> int:
-    """Start-up checks, then the command; a long-running one under `StopSignals`."""
-    from inferstream.kafka.preflight import preflight
+def _stop_signals(command: Command, config: Config) -> AbstractContextManager[object]:
+    """`StopSignals` for a long-running command."""
     from inferstream.signals import StopSignals
 
-    signals: AbstractContextManager[object] = (
-        StopSignals(config.stop_grace_s) if command.long_running else nullcontext())
-    with signals:
+    return StopSignals(config.stop_grace_s) if command.long_running else nullcontext()
+
+
+def _run(command: Command, args: argparse.Namespace, config: Config,
+         argv: Sequence[str]) -> int:
+    """Start-up checks, then the command (a long-running one under `StopSignals`); a
+    supervised one as the child of a supervisor (`supervise`) unless `restart = off`.
+
+    The checks run once, before the supervisor starts its first child: a restarted child
+    connects as a running process does, waiting for a cluster that is away.
+    """
+    from inferstream.kafka.preflight import preflight
+    from inferstream.supervise import child
+
+    if command.supervised and child.supervised():
+        with _stop_signals(command, config):
+            if not child.follow_supervisor():
+                raise InferstreamError("its supervisor is gone: not starting")
+            return command.run(args, config)
+    with _stop_signals(command, config):
         if command.needs is not None:
             preflight(config, command.needs(config))
-        return command.run(args, config)
+        if not (command.supervised and config.restart == "on"):
+            return command.run(args, config)
+    from inferstream.supervise import supervise
+
+    supervise(args.command, [sys.executable, "-m", "inferstream", *argv], config)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from inferstream.commands import COMMANDS
 
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
         _setup_logging(_log_level(args.log_level))
-        return _run(COMMANDS[args.command], args, config_from_args(args))
+        return _run(COMMANDS[args.command], args, config_from_args(args), argv)
     except InferstreamError as exc:
         print(f"inferstream: error: {exc}", file=sys.stderr)
         return 2

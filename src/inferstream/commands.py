@@ -2,8 +2,9 @@
 
 Each command has its own arguments (`add_args`), the `Config` section whose settings are its
 flags, if any, the function that runs it with the process's Config, what its start-up checks
-verify (`needs`: see `kafka.preflight`), and whether it runs until stopped
-(`long_running`: SIGTERM and SIGINT then work as `signals` says).
+verify (`needs`: see `kafka.preflight`), whether it runs until stopped
+(`long_running`: SIGTERM and SIGINT then work as `signals` says), and whether a supervising
+parent restarts it when it dies (`supervised`: see `supervise`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class Command:
     section: str | None = None
     needs: Callable[[Config], Needs] | None = None
     long_running: bool = False
+    supervised: bool = False
     #: sections whose flags the command takes besides its own (a stream's worker settings)
     also: tuple[str, ...] = ()
 
@@ -48,14 +50,15 @@ COMMANDS: dict[str, Command] = {
     "topics": Command("create or check every inferstream topic", admin.topics_args,
                       admin.topics, needs=admin.cluster_needs),
     "worker": Command("run an inference worker of a pool", _no_args, worker.run, "worker",
-                      needs=worker.needs, long_running=True),
+                      needs=worker.needs, long_running=True, supervised=True),
     "controller": Command("run a controller replica", _no_args, controller.run, "controller",
-                          needs=controller.needs, long_running=True),
+                          needs=controller.needs, long_running=True, supervised=True),
     "stream": Command("label every record of a topic into another, exactly once (a member of "
                       "the stream's group)", _no_args, stream.run, "stream", needs=stream.needs,
-                      long_running=True, also=("worker",)),
+                      long_running=True, supervised=True, also=("worker",)),
     "sysinfo": Command("run a replica of the sysinfo app (policy table, HTTP data access)",
-                       _no_args, sysinfo.run, "sysinfo", needs=sysinfo.needs),
+                       _no_args, sysinfo.run, "sysinfo", needs=sysinfo.needs,
+                       supervised=True),
     "submit": Command("submit a job", client.submit_args, client.submit, needs=client.submit_needs),
     "status": Command("show job status", client.status_args, client.status,
                       needs=client.status_needs),

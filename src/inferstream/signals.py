@@ -25,6 +25,8 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import NoReturn
 
+from inferstream.supervise.child import note_running
+
 log = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -37,8 +39,10 @@ def when_stopping(stop: Callable[[], object]) -> None:
     """Make `stop` the graceful stop of the process's StopSignals (none: nothing to do).
 
     `stop` runs on the watcher thread: it must be thread-safe (set an Event, or hand over
-    to the loop with `call_soon_threadsafe`).
+    to the loop with `call_soon_threadsafe`). The process is then past its start-up: a
+    supervisor (`supervise`) is told so.
     """
+    note_running()
     if _active:
         _active[-1].graceful(stop)
 

@@ -88,6 +88,9 @@ def config_env(cfg: Config) -> dict[str, str]:
         # Compiling a model's forward pass takes 15-80 s of a 2-core machine per start: the
         # tests run eager unless they test the compiled forward pass (`--compile on`).
         "INFERSTREAM_WORKER_COMPILE": os.environ.get("INFERSTREAM_WORKER_COMPILE", "off"),
+        # The faults hit the role's own process (kill -9, SIGSTOP), not a supervisor that
+        # would start it again: tests of the supervisor turn it on.
+        "INFERSTREAM_RESTART": "off",
     })
     return env
 

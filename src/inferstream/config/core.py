@@ -14,7 +14,7 @@ from inferstream.config.fields import at_least as _at_least
 from inferstream.config.fields import setting
 from inferstream.config.stream import StreamConfig
 from inferstream.config.sysinfo import SysinfoConfig
-from inferstream.config.worker import WorkerConfig, validate_worker
+from inferstream.config.worker import SWITCH, WorkerConfig, validate_worker
 from inferstream.errors import ConfigError
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -60,6 +60,14 @@ class Config:
     stop_grace_s: float = setting(
         30.0, "a worker or controller still stopping this long after SIGTERM/SIGINT exits "
         "at once (so does a second signal)")
+    restart: str = setting(
+        "on", "a worker, controller, stream member or sysinfo replica runs as the child of a "
+        "supervising parent that restarts it when it dies of a signal or an unexpected exit "
+        "(off: leave restarts to systemd, Kubernetes or compose)", choices=SWITCH)
+    restart_delay_s: float = setting(
+        1.0, "the supervisor's delay before the first restart; it doubles with each restart "
+        "in a row, up to restart_max_delay_s (a child that ran 60 s starts the row again)")
+    restart_max_delay_s: float = setting(30.0, "the supervisor's longest delay before a restart")
     worker: WorkerConfig = field(default_factory=WorkerConfig)
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     sysinfo: SysinfoConfig = field(default_factory=SysinfoConfig)
@@ -190,6 +198,10 @@ def _validate(config: Config) -> None:
             f"topic_prefix {config.topic_prefix!r} may use only letters, digits, '.', '_', '-'")
     _at_least("connect_timeout_s", config.connect_timeout_s, 0.1)
     _at_least("stop_grace_s", config.stop_grace_s, 0)
+    if config.restart not in SWITCH:
+        raise ConfigError(f"restart must be on or off, got {config.restart!r}")
+    _at_least("restart_delay_s", config.restart_delay_s, 0)
+    _at_least("restart_max_delay_s", config.restart_max_delay_s, config.restart_delay_s)
     validate_worker(config.worker)
     validate_controller(config.controller)
 

@@ -6,6 +6,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from inferstream.controller.hooks import ControllerHooks, RoundState, Tally
 from inferstream.schemas.records import LedgerStatus
+from inferstream.supervise.child import count_restarts
 
 #: Job states the controller's gauge shows, every one of them (0 when none).
 JOB_STATES = (LedgerStatus.ACTIVE, LedgerStatus.COMPLETED, LedgerStatus.REJECTED,
@@ -20,7 +21,7 @@ class ControllerMetrics(ControllerHooks):
     """A controller replica's metrics: what its committed rounds decided, and what it holds."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.registry = registry
+        self.registry, self.restarts = registry, count_restarts(registry, "controller")
         self.jobs = Gauge("inferstream_controller_jobs", "Jobs this replica holds, by state",
                           ["state"], registry=registry)
         self.accepted = Counter("inferstream_controller_jobs_accepted_total",

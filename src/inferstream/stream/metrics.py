@@ -6,6 +6,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from inferstream.metrics import set_by_partition
 from inferstream.serving.metrics import ServingMetrics
+from inferstream.supervise.child import count_restarts
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
@@ -15,6 +16,7 @@ class StreamMetrics(ServingMetrics):
 
     def __init__(self, registry: CollectorRegistry, worker: str = "", pool: str = "") -> None:
         super().__init__(registry, worker, pool)
+        self.restarts = count_restarts(registry, "stream")
         self.records = Counter(
             "inferstream_stream_records_total",
             "Input records whose outcome was committed, by status (ok, error, dead_letter)",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from inferstream.supervise.child import count_restarts
+
 
 class SysinfoMetrics:
     """What the sysinfo app counts: samples by outcome, drops, dead letters, policy writes,
@@ -11,6 +13,7 @@ class SysinfoMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        self.restarts = count_restarts(registry, "sysinfo")
         self.samples = Counter(
             "inferstream_sysinfo_samples_total", "Sysinfo records read, by outcome",
             ["outcome"], registry=registry)

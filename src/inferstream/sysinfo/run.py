@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from inferstream.config import Config
 from inferstream.kafka.errors import KafkaSetupError
 from inferstream.kafka.preflight import Needs
+from inferstream.supervise.child import note_running
 
 if TYPE_CHECKING:
     from inferstream.sysinfo.app import Topology
@@ -34,6 +35,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
 
     Fleet(config.sysinfo, {}).check_strategies()  # a wrong name fails before any connection
     topology = probe(config)
+    note_running()  # Faust's worker retries the cluster from here on
     _quiet_libraries()
     app = SysinfoApp(config, topology, SysinfoMetrics(CollectorRegistry()))
     return app.run()

@@ -7,6 +7,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from inferstream.metrics import reason_label
 from inferstream.serving.metrics import ServingMetrics
+from inferstream.supervise.child import count_restarts
 
 
 class WorkerMetrics(ServingMetrics):
@@ -15,6 +16,7 @@ class WorkerMetrics(ServingMetrics):
 
     def __init__(self, registry: CollectorRegistry, worker: str = "", pool: str = "") -> None:
         super().__init__(registry, worker, pool)
+        self.restarts = count_restarts(registry, "worker")
         self.dead_letters = Counter(
             "inferstream_dead_letters_total", "Task records sent to the dead-letter topic",
             ["reason"], registry=registry,

@@ -1,0 +1,221 @@
+"""The supervisor with real children, tiny Python processes: a native abort becomes a restart
+with its line and its count, a failed start-up stays one line, and the stop signals reach a
+child once, as `inferstream.signals` expects them."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from inferstream.supervise.child import count_restarts
+from inferstream.supervise.environ import RESTARTS
+from inferstream.supervise.parent import Supervisor
+from inferstream.supervise.policy import RestartPolicy
+from tests.unit.promtool import check_metrics, sample
+
+#: A child that records each start in `runs` (one line: the restarts it was told of), then
+#: does what the `{step}` at its start's index says: abort, exit N, or wait for a signal.
+CHILD = textwrap.dedent("""
+    import os, resource, sys, threading
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file from the aborts
+    from inferstream.signals import StopSignals, when_stopping
+    from inferstream.supervise.child import note_running
+    with open({runs!r}, "a+") as runs:
+        runs.seek(0)
+        start = len(runs.readlines())
+        runs.write(os.environ.get("INFERSTREAM_SUPERVISOR_RESTARTS", "") + "\\n")
+    step = {steps!r}[min(start, {last})]
+    if step.startswith("running"):
+        note_running()
+        step = step.split()[1]
+    if step == "abort":
+        os.abort()
+    if step in ("drain", "stuck"):  # a drain that ends, or one that never does
+        done = threading.Event()
+        with StopSignals(grace_s=600):
+            when_stopping(done.set if step == "drain" else lambda: None)
+            print("draining", flush=True)
+            done.wait()
+        print("drained", flush=True)
+    if step == "hang":
+        signal = __import__("signal")
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("hanging", flush=True)
+        threading.Event().wait()
+    sys.exit(int(step) if step.isdigit() else 0)
+""")
+
+
+def child_command(tmp_path: Path, *steps: str) -> list[str]:
+    source = CHILD.format(runs=str(tmp_path / "runs"), steps=list(steps), last=len(steps) - 1)
+    return [sys.executable, "-c", source]
+
+
+def runs(tmp_path: Path) -> list[str]:
+    """The restarts each child was told of, one entry per start."""
+    return (tmp_path / "runs").read_text().splitlines()
+
+
+def supervise(tmp_path: Path, *steps: str) -> int:
+    policy = RestartPolicy(0.01, 0.05)
+    return Supervisor("test", child_command(tmp_path, *steps), policy, grace_s=600).run()
+
+
+@pytest.mark.timeout(60)
+def test_a_native_abort_is_restarted_with_one_line_and_counted(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "inferstream.supervise")
+    assert supervise(tmp_path, "abort", "abort", "1", "0") == 0
+    assert runs(tmp_path) == ["", "SIGABRT=1", "SIGABRT=2", "SIGABRT=2,exit=1"]
+    restarts = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(restarts) == 3
+    assert "died of SIGABRT" in restarts[0] and restarts[0].endswith("restart 1 in 0.01s")
+    assert "died of SIGABRT" in restarts[1] and restarts[1].endswith("restart 2 in 0.02s")
+    assert "exited with status 1" in restarts[2] and restarts[2].endswith("restart 3 in 0.04s")
+
+
+@pytest.mark.timeout(60)
+def test_a_failed_first_start_up_is_not_restarted(tmp_path: Path,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    assert supervise(tmp_path, "2", "0") == 2
+    assert runs(tmp_path) == [""]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.timeout(60)
+def test_after_a_start_up_that_succeeded_a_failed_one_is_retried(tmp_path: Path) -> None:
+    """A child that was running dies; its successor cannot reach the cluster (exit 2) and is
+    started again until one can."""
+    assert supervise(tmp_path, "running abort", "2", "2", "running 0") == 0
+    assert runs(tmp_path) == ["", "SIGABRT=1", "SIGABRT=1,exit=1", "SIGABRT=1,exit=2"]
+
+
+def test_the_restart_counter_goes_on_from_the_supervisor_s_count(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(RESTARTS, raising=False)
+    fresh = CollectorRegistry()
+    count_restarts(fresh, "controller")
+    assert sample(fresh, "inferstream_process_restarts_total", role="controller",
+                  reason="SIGABRT") == 0  # every reason from 0: the first restart is an increase
+    monkeypatch.setenv(RESTARTS, "SIGABRT=2,exit=1,bogus=3,SIGKILL=x")
+    registry = CollectorRegistry()
+    count_restarts(registry, "controller")
+    counts = {reason: sample(registry, "inferstream_process_restarts_total",
+                             role="controller", reason=reason)
+              for reason in ("SIGABRT", "SIGSEGV", "SIGBUS", "SIGKILL", "signal", "exit")}
+    assert counts == {"SIGABRT": 2, "SIGSEGV": 0, "SIGBUS": 0, "SIGKILL": 0, "signal": 0,
+                      "exit": 1}
+    check_metrics(generate_latest(registry))
+
+
+# -- signals, with the supervisor in a process of its own ------------------------------------
+SUPERVISOR = textwrap.dedent("""
+    import logging, sys
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    from inferstream.supervise.parent import Supervisor
+    from inferstream.supervise.policy import RestartPolicy
+    sys.exit(Supervisor("test", {command!r}, RestartPolicy({delay}, {delay}), 600).run())
+""")
+
+
+def start_supervisor(tmp_path: Path, *steps: str, delay: float = 0.01
+                     ) -> subprocess.Popen[str]:
+    """The supervisor as a terminal would run it: a process group of its own."""
+    source = SUPERVISOR.format(command=child_command(tmp_path, *steps), delay=delay)
+    return subprocess.Popen([sys.executable, "-c", source], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def wait_for(proc: subprocess.Popen[str], line: str) -> None:
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == line
+
+
+def finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    return proc.returncode, out, err
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_reaches_the_child_once_and_it_drains(tmp_path: Path) -> None:
+    proc = start_supervisor(tmp_path, "drain", "0")
+    wait_for(proc, "draining")
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
+    code, out, err = finish(proc)
+    assert code == 0
+    assert out.strip() == "drained"
+    assert "SIGINT: stopping after the work in flight" in err
+    assert "exiting now" not in err  # one signal reached the child, not two
+    assert runs(tmp_path) == [""]  # a child stopped is not restarted
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("step", "code", "said"), [
+    ("stuck", 128 + signal.SIGTERM, "inferstream: SIGTERM again after SIGTERM: exiting now"),
+    ("hang", 128 + signal.SIGKILL, ""),  # it ignores SIGTERM: the supervisor kills it
+], ids=["by-itself", "killed"])
+def test_a_second_signal_ends_the_child_at_once(tmp_path: Path, step: str, code: int,
+                                                said: str) -> None:
+    proc = start_supervisor(tmp_path, step)
+    wait_for(proc, "draining" if step == "stuck" else "hanging")
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    ended, _, err = finish(proc)
+    assert ended == code
+    assert said in err
+    assert runs(tmp_path) == [""]
+
+
+@pytest.mark.timeout(60)
+def test_a_stop_during_the_delay_starts_no_other_child(tmp_path: Path) -> None:
+    proc = start_supervisor(tmp_path, "abort", delay=30)
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "restart 1 in 30s" in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    code, _, _ = finish(proc)
+    assert code == 0
+    assert runs(tmp_path) == [""]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_child_whose_supervisor_is_killed_drains(tmp_path: Path) -> None:
+    """The child of a supervisor killed -9 (by what else would kill it) is in a process
+    group of its own: it is sent SIGTERM, and leaves its group cleanly."""
+    drained = tmp_path / "drained"
+    command = [sys.executable, "-c", textwrap.dedent(f"""
+        import threading
+        from inferstream.signals import StopSignals, when_stopping
+        from inferstream.supervise.child import follow_supervisor
+        assert follow_supervisor()
+        done = threading.Event()
+        with StopSignals(grace_s=600):
+            when_stopping(done.set)
+            print("draining", flush=True)
+            done.wait()
+        open({str(drained)!r}, "w").write("drained")
+    """)]
+    source = SUPERVISOR.format(command=command, delay=0.01)
+    with subprocess.Popen([sys.executable, "-c", source], stdout=subprocess.PIPE,
+                          text=True) as proc:
+        wait_for(proc, "draining")
+        proc.kill()
+    deadline = time.monotonic() + 30
+    while not drained.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert drained.read_text() == "drained"
