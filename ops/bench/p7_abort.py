@@ -2,13 +2,15 @@
 it did inside librdkafka, issue 26), and the time until the job's progress resumes.
 
 One broker, `--replicas` controller replicas (default 1: no other replica to take over, the
-case where an abort used to cost the job), each under its supervisor (`--restart on`), two
-workers on `sim:ms=2`, 4 job partitions. Each run submits a fresh job of `--items` items and,
-when 10% of it is done, sends SIGABRT (kill -6) to the process of the replica that owns the
-job's partition, never to its supervisor. (a) restarted: abort -> the supervisor's line that
-the next process started. (b) owning: abort -> a replica logs that it owns the job's partition
-again. (c) resumed: abort -> the first job event whose done count is above the count at the
-abort. Every job must complete with its counts equal to its output, each item once.
+case where an abort used to cost the job), each under its supervisor (`--restart on`, every
+restart after 1 s: the first delay, as after a healthy run, where the runs here come 15 s
+apart), two workers on `sim:ms=2`, 4 job partitions. Each run submits a fresh job of
+`--items` items and, when 10% of it is done, sends SIGABRT (kill -6) to the process of the
+replica that owns the job's partition, never to its supervisor. (a) restarted: abort -> the
+supervisor's line that the next process started. (b) owning: abort -> a replica logs that it
+owns the job's partition again. (c) resumed: abort -> the first job event whose done count is
+above the count at the abort. Every job must complete with its counts equal to its output,
+each item once.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ def run(args: argparse.Namespace, tmp: Path) -> list[dict[str, object]]:
     try:
         fleet.create_topics()
         for name in replicas:
-            fleet.start(name, "controller", "--restart", "on")
+            fleet.start(name, "controller", "--restart", "on", "--restart-max-delay-s", "1")
         fleet.worker("w1", "sim:ms=2")
         fleet.worker("w2", "sim:ms=2")
         wait_for_group(fleet, ["w1", "w2"], timeout_s=300)
