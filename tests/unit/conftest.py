@@ -32,12 +32,9 @@ from inferstream.serving.loader import ModelLoader
 from inferstream.serving.loop import Worker
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from inferstream.worker import new_worker
-from tests.unit.support.memory import CODEC, make_config, new_broker
+from tests.unit.support.memory import CODEC, POOL, make_config, new_broker
 from tests.unit.support.pool import Responder
 from tests.unit.support.running import Running
-
-#: The group of the pool a job book sees by default: worker -> its task partitions.
-POOL = {"w1": [0, 1], "w2": [2, 3]}
 
 
 @pytest.fixture

@@ -13,12 +13,11 @@ from typing import Any
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
-from inferstream.config import Config, WorkerConfig
 from inferstream.kafka.errors import KafkaSetupError
-from inferstream.kafka.topics import topic_specs
 from inferstream.models import load_model
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from inferstream.worker import new_worker
+from tests.unit.support.memory import make_config
 
 #: A child under StopSignals whose main thread hangs; `{graceful}` says how it reacts.
 CHILD = textwrap.dedent("""
@@ -114,15 +113,7 @@ class _RefusedClients(MemoryKafkaClients):
         return _RefusedConsumer(super().aio_consumer(kwargs), asyncio.Event())
 
 
-CONFIG = Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2,
-                task_partitions=2, worker=WorkerConfig(models=("sim:ms=0",), worker_id="w1"))
-
-
-@pytest.fixture
-def broker() -> MemoryBroker:
-    broker = MemoryBroker()
-    broker.create_topics(topic_specs(CONFIG))
-    return broker
+CONFIG = make_config()
 
 
 @pytest.mark.timeout(60)

@@ -4,11 +4,9 @@ one-line errors for bad options, and the exit code of a job whose every item fai
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,43 +15,24 @@ import pytest
 from inferstream.cli import main
 from inferstream.client import client as client_module
 from inferstream.client.client import Client, Job
-from inferstream.config import Config, ControllerConfig
 from inferstream.controller.replica import Controller
 from inferstream.jobs.errors import JobTimeoutError
 from inferstream.jobs.ids import new_job_id
 from inferstream.kafka import preflight
-from inferstream.kafka.settings import partition_for
-from inferstream.kafka.topics import topic_specs
-from inferstream.schemas import Codec
 from inferstream.schemas.records import Job as JobRecord
 from inferstream.schemas.records import (
     JobEvent,
     JobEventType,
-    Task,
-    TaskResult,
-    error_item,
     read_record,
 )
-from inferstream.testing import MemoryBroker, MemoryKafkaClients
-from tests.unit.jobs.test_output import put_event, put_results
+from inferstream.testing import MemoryKafkaClients
+from tests.unit.support.memory import CODEC, MODEL, make_config
+from tests.unit.support.pool import Responder
+from tests.unit.support.records import put_event, put_results, settled
+from tests.unit.support.running import Running
 
-CODEC = Codec(None)
-MODEL = "sim:ms=0"
 CONNECTION = ["--topic-prefix", "t.", "--partitions", "2"]
 Cli = Callable[..., tuple[int, str, str]]
-
-
-def make_config() -> Config:
-    return Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2,
-                  task_partitions=2,
-                  controller=ControllerConfig(watchdog_s=None, progress_interval_s=0.0))
-
-
-@pytest.fixture
-def clients() -> MemoryKafkaClients:
-    broker = MemoryBroker()
-    broker.create_topics(topic_specs(make_config()))
-    return MemoryKafkaClients(broker)
 
 
 @pytest.fixture
@@ -75,14 +54,9 @@ def cli(clients: MemoryKafkaClients, monkeypatch: pytest.MonkeyPatch,
 
 
 @pytest.fixture
-def controller(clients: MemoryKafkaClients) -> Iterator[Controller]:
+def controller(running: Running, make_controller: Callable[..., Controller]) -> Controller:
     """A controller replica running on its own thread until the test ends."""
-    replica = Controller(make_config(), codec=CODEC, clients=clients)
-    thread = threading.Thread(target=replica.run, name="controller", daemon=True)
-    thread.start()
-    yield replica
-    replica.request_stop()
-    thread.join(10)
+    return running.controller(make_controller())
 
 
 def submit(clients: MemoryKafkaClients, items: int = 3) -> Job:
@@ -94,7 +68,7 @@ def test_wait_says_when_no_controller_has_accepted_the_job(
     job = submit(clients)
     notices: list[str] = []
     with pytest.raises(JobTimeoutError, match="it goes on"):
-        job.wait(timeout_s=0.6, on_notice=notices.append, quiet_s=0.1)
+        job.wait(timeout_s=0.3, on_notice=notices.append, quiet_s=0.1)
     assert len(notices) == 1
     assert f"no controller has accepted job {job.job_id}" in notices[0]
     assert "`inferstream controller`" in notices[0]
@@ -105,7 +79,7 @@ def test_wait_says_when_the_pool_has_no_live_worker(clients: MemoryKafkaClients,
     job = submit(clients)
     notices: list[str] = []
     with pytest.raises(JobTimeoutError):
-        job.wait(timeout_s=1.2, on_notice=notices.append, quiet_s=0.3)
+        job.wait(timeout_s=0.6, on_notice=notices.append, quiet_s=0.15)
     assert [n for n in notices if "no controller" not in n] == [
         f"no worker in pool 'default' has taken a task of job {job.job_id} after 0 s: the "
         f"pool has no live worker; start one with "
@@ -175,7 +149,8 @@ def test_ctrl_c_during_submit_wait_says_the_job_goes_on(
 
 @pytest.mark.parametrize(("option", "value"), [("top_k", 0), ("chunk_size", -2)])
 def test_the_controller_rejects_a_foreign_job_with_an_option_below_one(
-        clients: MemoryKafkaClients, option: str, value: int) -> None:
+        clients: MemoryKafkaClients, running: Running,
+        make_controller: Callable[..., Controller], option: str, value: int) -> None:
     """A job record from another producer, not checked by inferstream's Client."""
     config = make_config()
     fields: dict[str, Any] = {"top_k": 5, "chunk_size": 4, option: value}
@@ -184,9 +159,8 @@ def test_the_controller_rejects_a_foreign_job_with_an_option_below_one(
                         **fields)
     clients.producer({}).produce(config.topic("jobs"), CODEC.encode("Job", foreign),
                                  foreign["job_id"].encode(), partition=0)
-    bounded = dataclasses.replace(config, controller=dataclasses.replace(
-        config.controller, idle_exit_s=0.3))
-    Controller(bounded, codec=CODEC, clients=clients).run()
+    running.controller(make_controller())
+    running.until(settled(clients.broker, config, JobEventType.REJECTED))
     events = [read_record(CODEC, v, JobEvent)
               for v in clients.broker.values(config.topic("job-events"))]
     assert [(e["type"], e["reason"]) for e in events] == [
@@ -219,39 +193,12 @@ def test_an_output_file_that_cannot_be_written_is_a_one_line_error_before_submit
     assert clients.broker.values(make_config().topic("jobs")) == []
 
 
-def answer_with_errors(clients: MemoryKafkaClients, stop: threading.Event) -> None:
-    """Stands in for a pool whose every item fails: each task's items get an error."""
-    config = make_config()
-    consumer = clients.consumer({"group.id": "failing", "auto.offset.reset": "earliest"})
-    consumer.subscribe([config.task_topic()])
-    producer = clients.producer({})
-    while not stop.is_set():
-        for message in consumer.consume(100, timeout=0.05):
-            if message.error() is not None:
-                continue
-            task = read_record(CODEC, message.value() or b"", Task)
-            result = TaskResult(job_id=task["job_id"], task_id=task["task_id"],
-                                attempt=task["attempt"], worker="w1", model=task["model"],
-                                items=[error_item(i, "not an image") for i in task["items"]],
-                                started_at=0, finished_at=0, decode_seconds=0.0,
-                                inference_seconds=0.0)
-            producer.produce(config.topic("results"), CODEC.encode("TaskResult", result),
-                             task["job_id"].encode(),
-                             partition=partition_for(task["job_id"], config.partitions))
-    consumer.close()
-
-
 def test_submit_wait_exits_non_zero_when_every_item_failed(
-        clients: MemoryKafkaClients, cli: Cli, controller: Controller, tmp_path: Path) -> None:
-    stop = threading.Event()
-    pool = threading.Thread(target=answer_with_errors, args=(clients, stop), daemon=True)
-    pool.start()
-    try:
-        code, out, err = cli("submit", "--model", MODEL, "--input", "a.jpg", "b.jpg",
-                             "--output", str(tmp_path / "out.jsonl"), "--timeout", "20")
-    finally:
-        stop.set()
-        pool.join(5)
+        cli: Cli, controller: Controller, make_responder: Callable[..., Responder],
+        tmp_path: Path) -> None:
+    make_responder(error="not an image")  # a pool whose every item fails
+    code, out, err = cli("submit", "--model", MODEL, "--input", "a.jpg", "b.jpg",
+                         "--output", str(tmp_path / "out.jsonl"), "--timeout", "20")
     job_id = out.strip()
     assert code == 1
     assert f"every item of job {job_id} failed (2 errors)" in err

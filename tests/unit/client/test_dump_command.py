@@ -18,27 +18,13 @@ from inferstream.cli import main
 from inferstream.client import dump as dump_module
 from inferstream.client.dump import DumpOptions, dump_topic, resolve_topic
 from inferstream.client.dump_command import dump_args, dump_options
-from inferstream.config import Config
 from inferstream.kafka import preflight
-from inferstream.kafka.topics import topic_specs
-from inferstream.schemas import Codec
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from tests.unit.examples import EXAMPLES
+from tests.unit.support.memory import CODEC, make_config
 
-CODEC = Codec(None)
 CONNECTION = ["--bootstrap-servers", "mem:1", "--topic-prefix", "t.", "--partitions", "2"]
 Cli = Callable[..., tuple[int, list[dict[str, Any]], str]]
-
-
-def make_config() -> Config:
-    return Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2, task_partitions=2)
-
-
-@pytest.fixture
-def broker() -> MemoryBroker:
-    broker = MemoryBroker()
-    broker.create_topics(topic_specs(make_config()))
-    return broker
 
 
 @pytest.fixture
@@ -231,6 +217,6 @@ def test_no_broker_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
         sock.bind(("127.0.0.1", 0))
         address = f"127.0.0.1:{sock.getsockname()[1]}"
     assert main(["dump", "jobs", "--bootstrap-servers", address,
-                 "--connect-timeout-s", "0.5"]) == 2
+                 "--connect-timeout-s", "0.1"]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"inferstream: error: no Kafka broker answered at {address}")

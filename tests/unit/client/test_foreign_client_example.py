@@ -11,12 +11,11 @@ from types import ModuleType
 import pytest
 
 from inferstream.cli import main
-from inferstream.schemas import Codec
 from tests.unit.examples import EXAMPLES
+from tests.unit.support.memory import CODEC
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "submit_with_confluent_kafka.py"
-CODEC = Codec(None)
 
 
 def load_example() -> ModuleType:

@@ -4,19 +4,17 @@ Kafka and no thread. A pool of two workers, w1 owning task partitions 0-1 and w2
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
 import inferstream.controller
-from inferstream.config import Config, ControllerConfig
+from inferstream.config import Config
 from inferstream.controller.book import JobBook
 from inferstream.controller.outbox import Outbox
-from inferstream.kafka.errors import KafkaSetupError
-from inferstream.policy.view import NO_POLICY, PolicyView, WorkerPolicy
-from inferstream.schemas import Codec
+from inferstream.policy.view import WorkerPolicy
 from inferstream.schemas.records import (
     InlineItem,
     ItemStatus,
@@ -36,34 +34,19 @@ from inferstream.schemas.records import (
     ok_item,
     read_record,
 )
+from tests.unit.support.memory import CODEC, MODEL, POOL
+from tests.unit.support.memory import make_config as base_config
 from tests.unit.support.policies import FixedPolicy
 
-CODEC = Codec(None)
-MODEL = "sim:ms=0"
 HOME = 1  # the jobs partition the job arrived on
-POOL = {"w1": [0, 1], "w2": [2, 3]}
 OWNER = {p: worker for worker, parts in POOL.items() for p in parts}
 R = TypeVar("R", bound=Mapping[str, object])
+MakeBook = Callable[..., JobBook]
 
 
 def make_config(**controller: Any) -> Config:
-    settings = {"issue_ahead_s": 0.0, "progress_interval_s": 0.0, "watchdog_s": None,
-                **controller}
-    return Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2,
-                  task_partitions=4, controller=ControllerConfig(**settings))
-
-
-def make_book(config: Config, policy: PolicyView = NO_POLICY,
-              pool: Mapping[str, list[int]] = POOL) -> JobBook:
-    def partitions(topic: str) -> int:
-        if topic == config.task_topic():
-            return 4
-        if topic.startswith(config.topic("tasks.")):
-            raise KafkaSetupError(f"topic {topic} does not exist")
-        return 2
-
-    return JobBook(config, codec=CODEC, policy=policy, describe=lambda _group: dict(pool),
-                   partitions=partitions)
+    """A 4-partition task topic (the pool's), tasks issued only as workers need them."""
+    return base_config(task_partitions=4, controller={"issue_ahead_s": 0.0, **controller})
 
 
 def make_job(items: int = 4, chunk_size: int = 2, **fields: Any) -> Job:
@@ -111,7 +94,7 @@ def accepted(book: JobBook, job: Job | None = None) -> tuple[Outbox, list[Task]]
     return out, [task for _, task in tasks(book, out)]
 
 
-def test_an_accepted_job_has_its_first_tasks_in_the_outbox() -> None:
+def test_an_accepted_job_has_its_first_tasks_in_the_outbox(make_book: MakeBook) -> None:
     book = make_book(make_config())
     out, issued = accepted(book, make_job(items=5))
 
@@ -127,7 +110,8 @@ def test_an_accepted_job_has_its_first_tasks_in_the_outbox() -> None:
     assert out.tallies[HOME][("tasks_issued", "default")] == 3
 
 
-def test_paced_workers_hold_one_task_each_until_results_show_their_speed() -> None:
+def test_paced_workers_hold_one_task_each_until_results_show_their_speed(
+        make_book: MakeBook) -> None:
     book = make_book(make_config(issue_ahead_s=10.0))
     out, (first,) = accepted(book, make_job(items=10))
     book.tick(out, now_ms())
@@ -143,7 +127,8 @@ def test_paced_workers_hold_one_task_each_until_results_show_their_speed() -> No
 @pytest.mark.parametrize(("fields", "reason"), [
     ({"top_k": 0}, "top_k"), ({"model": "nonsense"}, "nonsense"),
     ({"pool": "gpu"}, "unknown pool 'gpu'"), ({"items": 0}, "empty input")])
-def test_a_rejected_job_says_why_and_issues_nothing(fields: dict[str, Any], reason: str) -> None:
+def test_a_rejected_job_says_why_and_issues_nothing(
+        fields: dict[str, Any], reason: str, make_book: MakeBook) -> None:
     book = make_book(make_config())
     items = fields.pop("items", 4)
     out, issued = accepted(book, make_job(items=items, **fields))
@@ -154,7 +139,7 @@ def test_a_rejected_job_says_why_and_issues_nothing(fields: dict[str, Any], reas
     assert issued == [] and not book.busy
 
 
-def test_an_unreadable_job_record_keyed_by_a_job_id_is_rejected() -> None:
+def test_an_unreadable_job_record_keyed_by_a_job_id_is_rejected(make_book: MakeBook) -> None:
     book = make_book(make_config())
     out = book.outbox()
     book.on_unreadable_job(b"20261202-000000-deadbeef", 0, "not avro", out)
@@ -165,7 +150,7 @@ def test_an_unreadable_job_record_keyed_by_a_job_id_is_rejected() -> None:
     assert event["reason"] == "the job record could not be read: not avro"
 
 
-def test_a_result_is_counted_once_and_a_duplicate_dropped() -> None:
+def test_a_result_is_counted_once_and_a_duplicate_dropped(make_book: MakeBook) -> None:
     book = make_book(make_config())
     _, (task, _) = accepted(book)
     out = book.outbox()
@@ -179,7 +164,8 @@ def test_a_result_is_counted_once_and_a_duplicate_dropped() -> None:
     assert book.jobs[task["job_id"]].done_items == 2
 
 
-def test_a_job_completes_with_its_event_ledger_entry_and_a_finish_control() -> None:
+def test_a_job_completes_with_its_event_ledger_entry_and_a_finish_control(
+        make_book: MakeBook) -> None:
     book = make_book(make_config())
     _, issued = accepted(book)
     out = book.outbox()
@@ -200,7 +186,8 @@ def test_a_job_completes_with_its_event_ledger_entry_and_a_finish_control() -> N
     assert book.jobs == {}
 
 
-def test_a_declined_task_goes_to_another_worker_then_fails_when_none_serves_it() -> None:
+def test_a_declined_task_goes_to_another_worker_then_fails_when_none_serves_it(
+        make_book: MakeBook) -> None:
     book = make_book(make_config())
     _, (task, _) = accepted(book)
     out = book.outbox()
@@ -224,7 +211,7 @@ def declined(task: Task, worker: str) -> TaskDeclined:
                         task=CODEC.encode("Task", task), declined_at=0)
 
 
-def test_a_cancelled_job_ends_cancelled_and_counts_nothing_after() -> None:
+def test_a_cancelled_job_ends_cancelled_and_counts_nothing_after(make_book: MakeBook) -> None:
     book = make_book(make_config())
     _, (task, _) = accepted(book)
     out = book.outbox()
@@ -246,7 +233,7 @@ def test_a_cancelled_job_ends_cancelled_and_counts_nothing_after() -> None:
 SPEEDS = FixedPolicy(workers={w: WorkerPolicy(0.5, True, 100.0, (MODEL,)) for w in POOL})
 
 
-def test_a_late_task_is_migrated_to_the_other_worker() -> None:
+def test_a_late_task_is_migrated_to_the_other_worker(make_book: MakeBook) -> None:
     book = make_book(make_config(migration_floor_s=1.0), SPEEDS)
     out, (task,) = accepted(book, make_job(items=2))
     ((first, _),) = tasks(book, out)
@@ -260,7 +247,7 @@ def test_a_late_task_is_migrated_to_the_other_worker() -> None:
         (task["task_id"], 2, TaskControlReason.MIGRATED)]
 
 
-def test_a_late_task_out_of_attempts_fails_its_items() -> None:
+def test_a_late_task_out_of_attempts_fails_its_items(make_book: MakeBook) -> None:
     book = make_book(make_config(migration_floor_s=1.0, max_attempts=1), SPEEDS)
     _, (task,) = accepted(book, make_job(items=2))
     late = book.outbox()
@@ -272,7 +259,7 @@ def test_a_late_task_out_of_attempts_fails_its_items() -> None:
     assert "has used its 1 attempts" in (failed["items"][0]["error"] or "")
 
 
-def test_another_book_adopts_the_job_from_the_ledger_and_carries_on() -> None:
+def test_another_book_adopts_the_job_from_the_ledger_and_carries_on(make_book: MakeBook) -> None:
     config = make_config(tasks_per_round=1)
     first = make_book(config)
     out, _ = accepted(first, make_job(items=8))
@@ -288,7 +275,8 @@ def test_another_book_adopts_the_job_from_the_ledger_and_carries_on() -> None:
     assert [i["name"] for _, t in tasks(second, more) for i in t["items"]] == ["i4", "i5"]
 
 
-def test_an_output_file_is_due_once_completed_and_recorded_when_written() -> None:
+def test_an_output_file_is_due_once_completed_and_recorded_when_written(
+        make_book: MakeBook) -> None:
     book = make_book(make_config())
     _, issued = accepted(book, make_job(output_path="/tmp/out.jsonl"))
     out = book.outbox()

@@ -3,21 +3,17 @@ on equals the whole ledger replayed, latest value per key, in the order written.
 
 from __future__ import annotations
 
-import time
-
-from inferstream.config import Config
 from inferstream.controller.replay import LedgerStandby, read_ledger
-from inferstream.kafka.topics import topic_specs
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
+from tests.unit.support.memory import make_config
+from tests.unit.support.running import Running
 
-CONFIG = Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2, task_partitions=2)
+CONFIG = make_config()
 LEDGER = CONFIG.topic("controller-ledger")
 
 
-def test_held_records_and_the_tail_after_them_replay_the_ledger() -> None:
-    broker = MemoryBroker()
-    broker.create_topics(topic_specs(CONFIG))
-    clients = MemoryKafkaClients(broker)
+def test_held_records_and_the_tail_after_them_replay_the_ledger(
+        broker: MemoryBroker, clients: MemoryKafkaClients, running: Running) -> None:
     for n in range(3):
         broker.produce(LEDGER, 0, b"job-a", b"a%d" % n)
     broker.produce(LEDGER, 0, b"job-a/0", b"done-0")
@@ -26,10 +22,7 @@ def test_held_records_and_the_tail_after_them_replay_the_ledger() -> None:
     standby.start()
     try:
         assert standby.caught_up.wait(10)
-        deadline = time.monotonic() + 10
-        while standby.records([0, 1])[1] != {0: 4, 1: 1}:
-            assert time.monotonic() < deadline, standby.records([0, 1])
-            time.sleep(0.02)
+        running.wait_for(lambda: standby.records([0, 1])[1] == {0: 4, 1: 1}, timeout_s=10)
         broker.produce(LEDGER, 0, b"job-a", b"a3")  # after the copy was taken: the tail
         held, start = standby.records([0])
         assert held == [(b"a2", 0), (b"done-0", 0)] and start == {0: 4}

@@ -4,22 +4,15 @@ the late ones are dropped, and each item is in the output once."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 
-import pytest
-
-from inferstream.client.client import Client, Job
-from inferstream.config import Config, ControllerConfig, WorkerConfig
+from inferstream.client.client import Client
+from inferstream.config import Config
 from inferstream.controller.replica import Controller
-from inferstream.kafka.topics import topic_specs
 from inferstream.models import load_model
 from inferstream.policy.view import WorkerPolicy
-from inferstream.schemas import Codec
 from inferstream.schemas.records import (
     Task,
     TaskControl,
@@ -27,31 +20,21 @@ from inferstream.schemas.records import (
     read_record,
     read_result,
 )
-from inferstream.testing import MemoryBroker, MemoryKafkaClients
-from inferstream.worker import new_worker
+from inferstream.serving.loop import Worker
+from inferstream.testing import MemoryKafkaClients
+from tests.unit.support.memory import CODEC, make_config
 from tests.unit.support.policies import FixedPolicy
+from tests.unit.support.records import consumed, settled
+from tests.unit.support.running import Running
 
-CODEC = Codec(None)
 FAST, SLOW = "sim:ms=1", "sim:ms=1,slow_after=0,slow_factor=100"
 
 
-def make_config(worker_id: str = "w", idle_exit_s: float = 1.0, **controller: object
-                ) -> Config:
-    return Config(
-        bootstrap_servers="mem:1", topic_prefix="t.", partitions=2, task_partitions=2,
-        worker=WorkerConfig(models=("sim:ms=1",), worker_id=worker_id, idle_exit_s=idle_exit_s,
-                            max_wait_ms=1.0, decode_threads=2, sysinfo_interval_s=0,
-                            max_batch=1),
-        controller=ControllerConfig(idle_exit_s=0.5, watchdog_s=None, progress_interval_s=0.0,
-                                    migration_floor_s=0.3, migration_check_s=0.05,
-                                    **controller))  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def clients() -> MemoryKafkaClients:
-    broker = MemoryBroker()
-    broker.create_topics(topic_specs(make_config()))
-    return MemoryKafkaClients(broker)
+def config_of(worker_id: str = "w") -> Config:
+    return make_config(
+        worker={"models": ("sim:ms=1",), "worker_id": worker_id, "sysinfo_interval_s": 0,
+                "max_batch": 1},
+        controller={"migration_floor_s": 0.3, "migration_check_s": 0.05})
 
 
 def both_workers_equal(_pool: str) -> dict[str, WorkerPolicy]:
@@ -59,36 +42,22 @@ def both_workers_equal(_pool: str) -> dict[str, WorkerPolicy]:
     return {"fast": WorkerPolicy(0.5, True, 1000.0), "slow": WorkerPolicy(0.5, True, 1000.0)}
 
 
-def run(clients: MemoryKafkaClients, config: Config, submit: Callable[[], Job]) -> Job:
-    """The fast and the slow worker on one event loop in a thread; once each owns a task
-    partition, `submit` and the controller here."""
-    pool = [new_worker(make_config("fast"), load_model(FAST), codec=CODEC, clients=clients),
-            new_worker(make_config("slow"), load_model(SLOW), codec=CODEC, clients=clients)]
-
-    async def serve() -> None:
-        await asyncio.gather(*(worker.run() for worker in pool))
-
-    thread = threading.Thread(target=asyncio.run, args=(serve(),), name="workers")
-    thread.start()
-    try:
-        deadline = time.monotonic() + 30
-        while not all(getattr(w, "ownership", None) and w.ownership.committers for w in pool):
-            assert time.monotonic() < deadline, "the workers never shared the partitions"
-            time.sleep(0.02)
-        job = submit()
-        Controller(config, codec=CODEC, clients=clients,
-                   policy=FixedPolicy(both_workers_equal)).run()
-    finally:
-        thread.join(60)  # the workers exit once idle
-    return job
-
-
 def test_late_tasks_complete_elsewhere_and_late_results_are_dropped(
-        clients: MemoryKafkaClients) -> None:
-    config = make_config()
+        clients: MemoryKafkaClients, running: Running, make_worker: Callable[..., Worker],
+        make_controller: Callable[..., Controller]) -> None:
+    """The fast and the slow worker; once each owns a task partition, the job and the
+    controller, until the job is done and every task's every attempt settled."""
+    config = config_of()
+    pool = [make_worker(config_of("fast"), load_model(FAST)),
+            make_worker(config_of("slow"), load_model(SLOW))]
+    running.workers(*pool)
+    running.wait_for(lambda: all(getattr(w, "ownership", None) and w.ownership.committers
+                                 for w in pool))
     names = [f"item-{i:02d}" for i in range(16)]
-    job = run(clients, config, lambda: Client(config, CODEC, clients).submit(
-        "sim:ms=1", names, chunk_size=2))
+    job = Client(config, CODEC, clients).submit("sim:ms=1", names, chunk_size=2)
+    running.controller(make_controller(config, FixedPolicy(both_workers_equal)))
+    running.until(lambda: settled(clients.broker, config)() and consumed(
+        clients.broker, config.worker_group(), config.task_topic()))
 
     status = job.wait(timeout_s=5)
     assert (status.total_items, status.ok_items) == (16, 16)

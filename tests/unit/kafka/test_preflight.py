@@ -117,7 +117,7 @@ def test_an_aiokafka_only_setting_is_refused_by_the_librdkafka_commands() -> Non
 # -- the cluster -------------------------------------------------------------------------------
 def test_no_broker_is_one_line_naming_the_address_and_the_setting() -> None:
     address = f"127.0.0.1:{free_port()}"
-    config = Config(bootstrap_servers=address, connect_timeout_s=0.5)
+    config = Config(bootstrap_servers=address, connect_timeout_s=0.1)
     with pytest.raises(KafkaSetupError) as raised:
         check_cluster(config)
     message = str(raised.value)
@@ -128,7 +128,7 @@ def test_no_broker_is_one_line_naming_the_address_and_the_setting() -> None:
 
 def test_missing_topics_say_to_create_them() -> None:
     broker = MemoryBroker()
-    config = Config(topic_prefix="t.", connect_timeout_s=0.5)
+    config = Config(topic_prefix="t.", connect_timeout_s=0.1)
     broker.create_topic("t.jobs", partitions=2)
     check_cluster(config, ("t.jobs",), MemoryKafkaClients(broker))
     with pytest.raises(KafkaSetupError, match="run `inferstream topics create`") as raised:

@@ -1,22 +1,18 @@
 """How a model's forward pass runs (issue 16.3, 16.5): precision, channels-last, compiled or
-eager with a measured fall-back; real labels hold in every precision."""
+eager with a measured fall-back; real labels hold in every precision. That a compiled forward
+predicts what eager does is tests/integration/test_forward_compile.py (compiling takes 20 s)."""
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 from skimage import data as photos
-from torch._dynamo.utils import counters
 
-from inferstream.models import Prediction, TorchModel, imagenet_labels, load_model
+from inferstream.models import TorchModel, load_model
 from inferstream.models.collate import collate
 from inferstream.models.forward import (
     CACHE_ENV,
@@ -24,40 +20,8 @@ from inferstream.models.forward import (
     resolve_precision,
     warm_up_sizes,
 )
-
-CAT_CLASSES = {281, 282, 285}  # tabby, tiger cat, Egyptian cat
-
-
-def jpeg(array: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(array).save(buf, "JPEG", quality=92)
-    return buf.getvalue()
-
-
-def tiny_model() -> TorchModel:
-    """A small image classifier that compiles in seconds (random weights: any labels)."""
-    module = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 8, 3, stride=4), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
-        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 1000))
-    torch.manual_seed(0)
-    for parameter in module.parameters():
-        torch.nn.init.normal_(parameter)
-    return TorchModel("tiny", module, lambda data: torch.zeros(3, 64, 64), torch.device("cpu"),
-                      imagenet_labels(), input_shape=(3, 64, 64))
-
-
-def batch_of(model: TorchModel, size: int) -> torch.Tensor:
-    torch.manual_seed(size)
-    return torch.rand(size, *model.input_shape)
-
-
-def assert_same_predictions(got: list[Prediction], want: list[Prediction]) -> None:
-    """The same classes in the same order, scores equal up to float rounding (channels-last
-    and compiled kernels sum in another order)."""
-    assert [[c for c, _, _ in row] for row in got] == [[c for c, _, _ in row] for row in want]
-    for row_got, row_want in zip(got, want, strict=True):
-        assert [s for _, _, s in row_got] == pytest.approx([s for _, _, s in row_want],
-                                                           rel=1e-3, abs=1e-5)
+from tests.unit.support.models import assert_same_predictions, batch_of, tiny_model
+from tests.unit.support.photos import CAT_CLASSES, encode
 
 
 def failing_compiler(module: torch.nn.Module, device_type: str) -> Callable[..., torch.Tensor]:
@@ -120,37 +84,13 @@ def test_auto_keeps_eager_where_compiled_measures_slower() -> None:
     assert model.forward is model.module
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-@pytest.mark.parametrize("channels_last", [True, False])
-def test_compiled_forward_predicts_what_eager_does_for_every_batch_size(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, channels_last: bool) -> None:
-    # contiguous float32 batches reach the graph as collated, channels-last ones as copies
-    # made under inference_mode: dynamo tells the two apart, and both must be compiled
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "compiled"))
-    model, eager = tiny_model(), tiny_model()
-    prepare_forward(eager, compile_mode="off", channels_last=channels_last)
-    report = prepare_forward(model, compile_mode="on", max_batch=8, torch_threads=1,
-                             channels_last=channels_last)
-    assert report.compiled, report.why
-    assert report.compile_s > 0
-    assert model.forward is not model.module
-    graphs = counters["stats"]["unique_graphs"]
-    with ThreadPoolExecutor(1) as inference:  # as the worker's inference thread calls it
-        for size in (8, 5, 3, 2, 1):
-            batch = batch_of(model, size)
-            got = inference.submit(model.predict, batch, 3).result()
-            assert_same_predictions(got, eager.predict(batch, top_k=3))
-    assert counters["stats"]["unique_graphs"] == graphs  # every size class compiled at load
-
-
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 def test_the_bundled_photos_keep_their_labels_in_every_precision(precision: str) -> None:
     model = load_model("efficientnet_lite0")
     assert isinstance(model, TorchModel)
     prepare_forward(model, precision=precision, compile_mode="off")
     images = [photos.chelsea(), photos.coffee(), photos.rocket(), photos.camera()]
-    batch = collate([model.preprocess(jpeg(image)) for image in images])
+    batch = collate([model.preprocess(encode(image, quality=92)) for image in images])
     cat, coffee, rocket, camera = (p[0] for p in model.predict(batch, top_k=5))
     assert cat[0] in CAT_CLASSES
     assert coffee[0] == 967  # espresso

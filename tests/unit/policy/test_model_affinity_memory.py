@@ -4,38 +4,40 @@ so no task is declined and every result comes from a worker of its job's model."
 
 from __future__ import annotations
 
-import asyncio
-import threading
-import time
+from collections.abc import Callable
+
+import pytest
 
 from inferstream.client import Client
-from inferstream.config import Config, ControllerConfig, WorkerConfig
+from inferstream.config import Config
 from inferstream.controller.replica import Controller
-from inferstream.kafka.topics import topic_specs
 from inferstream.models import LoadedModel, load_model
 from inferstream.models.sim import SimModel, parse_sim_name
 from inferstream.policy.table import PolicyTable
-from inferstream.schemas import Codec
 from inferstream.schemas.records import ModelRange, PolicyEntry, read_result
+from inferstream.serving.loop import Worker
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
-from inferstream.worker import new_worker
-from tests.unit.policy.test_policy_table import entry, write
-from tests.unit.support.policies import FixedPolicy
+from tests.unit.support.memory import CODEC, make_config, new_broker
+from tests.unit.support.policies import FixedPolicy, entry, write
+from tests.unit.support.records import consumed, settled
+from tests.unit.support.running import Running
 
-CODEC = Codec(None)
 #: A registry name served by a simulated model: a second model that costs no CPU.
 OTHER = "resnet50"
 RANGES = [ModelRange(OTHER, 0, 4), ModelRange("sim:ms=0", 4, 4)]
+CONFIG = make_config(task_partitions=8)
 
 
-def make_config(worker_id: str = "w", models: tuple[str, ...] = ("sim:ms=0",)) -> Config:
-    return Config(
-        bootstrap_servers="mem:1", topic_prefix="t.", partitions=2, task_partitions=8,
-        worker=WorkerConfig(models=models, worker_id=worker_id, idle_exit_s=1.0,
-                            max_wait_ms=1.0, decode_threads=1, sysinfo_interval_s=0,
-                            calibration_items=0, min_rebalance_interval_s=0.0),
-        controller=ControllerConfig(idle_exit_s=0.3, watchdog_s=None,
-                                    progress_interval_s=0.0))
+def worker_config(worker_id: str, models: tuple[str, ...]) -> Config:
+    return make_config(task_partitions=8, worker={
+        "models": models, "worker_id": worker_id, "decode_threads": 1,
+        "sysinfo_interval_s": 0, "calibration_items": 0, "min_rebalance_interval_s": 0.0})
+
+
+@pytest.fixture
+def broker() -> MemoryBroker:
+    """The test's broker: 8 task partitions, 4 for each model."""
+    return new_broker(CONFIG)
 
 
 def write_policy(broker: MemoryBroker) -> None:
@@ -49,43 +51,29 @@ def write_policy(broker: MemoryBroker) -> None:
 
 def owners(broker: MemoryBroker) -> dict[str, set[int]]:
     return {client: {p for _, p in parts} for _, client, parts
-            in broker.describe_group(make_config().worker_group())}
+            in broker.describe_group(CONFIG.worker_group())}
 
 
-def wait_for(check: object, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-
-
-def test_two_models_each_on_its_own_partitions_and_no_task_declined() -> None:
-    broker = MemoryBroker()
-    broker.create_topics(topic_specs(make_config()))
-    clients = MemoryKafkaClients(broker)
+def test_two_models_each_on_its_own_partitions_and_no_task_declined(
+        broker: MemoryBroker, clients: MemoryKafkaClients, running: Running,
+        make_worker: Callable[..., Worker], make_controller: Callable[..., Controller]
+        ) -> None:
     write_policy(broker)
     models: list[tuple[str, LoadedModel]] = [
         ("other-1", SimModel(OTHER, parse_sim_name("sim:ms=0"))),
         ("sim-1", load_model("sim:ms=0")), ("sim-2", load_model("sim:ms=0"))]
-    pool = [new_worker(make_config(w, (m.name,)), m, codec=CODEC, clients=clients)
-            for w, m in models]
-
-    async def serve() -> None:
-        await asyncio.gather(*(w.run() for w in pool))
-
-    thread = threading.Thread(target=asyncio.run, args=(serve(),), name="workers")
-    table = PolicyTable(make_config(), clients, CODEC, max_age_s=60)
+    table = PolicyTable(CONFIG, clients, CODEC, max_age_s=60)
     table.start()
-    thread.start()
     try:
-        wait_for(lambda: owners(broker).get("other-1") == {0, 1, 2, 3})
-        client = Client(make_config(), CODEC, clients)
+        running.workers(*(make_worker(worker_config(w, (m.name,)), m) for w, m in models))
+        running.wait_for(lambda: owners(broker).get("other-1") == {0, 1, 2, 3})
+        client = Client(CONFIG, CODEC, clients)
         other = client.submit(OTHER, [f"o-{i}" for i in range(24)], chunk_size=1)
         sim = client.submit("sim:ms=5", [f"s-{i}" for i in range(24)], chunk_size=1)
-        Controller(make_config(), codec=CODEC, clients=clients,
-                   policy=FixedPolicy(ranges=table.model_ranges)).run()
+        running.controller(make_controller(CONFIG, FixedPolicy(ranges=table.model_ranges)))
+        running.until(lambda: settled(broker, CONFIG, jobs=2)() and consumed(
+            broker, CONFIG.worker_group(), CONFIG.task_topic()))
     finally:
-        thread.join(30)
         table.stop()
 
     other_lines, sim_lines = list(other.results()), list(sim.results())

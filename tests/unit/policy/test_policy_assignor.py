@@ -4,7 +4,6 @@ leader's assignment by the policy, every member's `on_assignment`; and the metad
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 
 import pytest
 from aiokafka.coordinator.protocol import (
@@ -20,19 +19,8 @@ from inferstream.policy.subscription import (
     encode_member,
 )
 from inferstream.policy.view import WorkerPolicy
+from tests.unit.support.assignors import TOPIC, join
 from tests.unit.support.policies import FixedPolicy
-
-TOPIC = "t.tasks.default"
-
-
-class Cluster:
-    """The one call an assignor makes of aiokafka's ClusterMetadata."""
-
-    def __init__(self, partitions: int) -> None:
-        self.partitions = partitions
-
-    def partitions_for_topic(self, topic: str) -> set[int] | None:
-        return set(range(self.partitions)) if topic == TOPIC else None
 
 
 def test_member_metadata_round_trips_through_the_wire_format() -> None:
@@ -47,21 +35,6 @@ def test_unreadable_metadata_is_a_member_that_owns_nothing() -> None:
     assert decode_member(b"\x00garbage", "m-9") == MemberMetadata("m-9")
     assert decode_member(b'{"v":1,"owned":{"t":["x"]}}', "m-9") == MemberMetadata("m-9")
     assert decode_member(None, "m-9") == MemberMetadata("m-9")
-
-
-def join(assignors: Mapping[str, PolicyAssignor], partitions: int
-         ) -> dict[str, list[int]]:
-    """One rebalance: metadata from every member, `assign` on the first, on_assignment."""
-    members = {mid: ConsumerProtocol.METADATA.decode(a.metadata([TOPIC]).encode())
-               for mid, a in assignors.items()}
-    leader = next(iter(assignors.values()))
-    assignments = leader.assign(Cluster(partitions), members)
-    owned: dict[str, list[int]] = {}
-    for mid, assignor in assignors.items():
-        wire = ConsumerProtocol.ASSIGNMENT.decode(assignments[mid].encode())
-        assignor.on_assignment(wire)
-        owned[mid] = [tp.partition for tp in wire.partitions()]
-    return owned
 
 
 def test_the_leader_assigns_by_the_policy_and_members_remember_what_they_own() -> None:

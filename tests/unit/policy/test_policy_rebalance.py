@@ -22,9 +22,9 @@ from inferstream.policy.membership import PoolMembership
 from inferstream.policy.rejoin import request_rejoin
 from inferstream.policy.trigger import RebalanceTrigger
 from inferstream.policy.view import WorkerPolicy
-from inferstream.schemas import Codec
 from inferstream.testing import MemoryKafkaClients
-from tests.unit.policy.test_policy_assignor import join
+from tests.unit.support.assignors import join
+from tests.unit.support.memory import CODEC
 from tests.unit.support.policies import FixedPolicy
 
 TOPIC = "t.tasks.default"
@@ -149,7 +149,7 @@ def test_the_leaders_watch_asks_its_consumer_to_rejoin() -> None:
     config = Config(bootstrap_servers="mem:1", topic_prefix="t.",
                     worker=WorkerConfig(min_rebalance_interval_s=0.0))
     table: dict[str, dict[str, WorkerPolicy] | None] = {"default": None}
-    memberships = {f"m-{w}": PoolMembership(config, w, MemoryKafkaClients(), Codec(None),
+    memberships = {f"m-{w}": PoolMembership(config, w, MemoryKafkaClients(), CODEC,
                                             lambda: ("sim",), lambda: None)
                    for w in ("a", "b")}
     for membership in memberships.values():
@@ -166,7 +166,7 @@ def test_the_leaders_watch_asks_its_consumer_to_rejoin() -> None:
 
 def test_roundrobin_leaves_the_policy_out() -> None:
     config = Config(bootstrap_servers="mem:1", worker=WorkerConfig(assignor="roundrobin"))
-    membership = PoolMembership(config, "w", MemoryKafkaClients(), Codec(None), tuple,
+    membership = PoolMembership(config, "w", MemoryKafkaClients(), CODEC, tuple,
                                 lambda: None)
     assert membership.strategies() == (RoundRobinPartitionAssignor,)
     with pytest.raises(ConfigError):
@@ -195,7 +195,7 @@ def test_a_worker_sends_one_join_request_per_join(assignor: str) -> None:
     two, every join changed the member's metadata and two workers rebalanced each other
     for minutes. The worker's consumer must send exactly one per join."""
     config = Config(bootstrap_servers="mem:1", worker=WorkerConfig(assignor=assignor))
-    membership = PoolMembership(config, "w", MemoryKafkaClients(), Codec(None), tuple,
+    membership = PoolMembership(config, "w", MemoryKafkaClients(), CODEC, tuple,
                                 lambda: None)
     recorder = _JoinRecorder()
     subscription = SimpleNamespace(topics={"t.tasks.default"}, active=True)

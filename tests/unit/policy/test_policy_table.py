@@ -3,63 +3,33 @@ key, shares by pool, no policy when the pool entry is missing or too old."""
 
 from __future__ import annotations
 
-import time
-
 from inferstream.config import Config
-from inferstream.kafka.topics import topic_specs
 from inferstream.policy.table import PolicyTable
 from inferstream.policy.view import ModelRange, WorkerPolicy
-from inferstream.schemas import Codec
 from inferstream.schemas.records import (
     PolicyEntry,
     PolicyKind,
     WorkerHealth,
-    now_ms,
     plain_record,
 )
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
+from tests.unit.support.memory import CODEC
+from tests.unit.support.policies import entry, write
+from tests.unit.support.running import Running
 
-CODEC = Codec(None)
 CONFIG = Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2)
 
 
-def entry(worker: str, share: float, health: WorkerHealth = WorkerHealth.HEALTHY,
-          updated_at: int | None = None, pool: str = "default") -> PolicyEntry:
-    kind = PolicyKind.WORKER if worker else PolicyKind.POOL
-    return PolicyEntry(worker=worker, pool=pool, model=None, capacity_items_per_s=share * 100,
-                       weight=share, strategy="throughput",
-                       updated_at=now_ms() if updated_at is None else updated_at, kind=kind,
-                       share=share, health=health, batch_size=None, task_size=None, models=[],
-                       model_partitions=[])
-
-
-def write(broker: MemoryBroker, *entries: PolicyEntry) -> None:
-    for e in entries:
-        key = e["pool"] if e["kind"] == PolicyKind.POOL else f"{e['pool']}/{e['worker']}"
-        value = CODEC.encode("PolicyEntry", plain_record(PolicyEntry, e))
-        broker.produce(CONFIG.topic("policy"), 0, key.encode(), value)
-
-
-def wait_for(check: object, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if callable(check) and check():
-            return
-        time.sleep(0.02)
-    raise AssertionError("timed out")
-
-
-def test_the_table_follows_the_topic_latest_entry_per_key() -> None:
-    broker = MemoryBroker()
-    broker.create_topics(topic_specs(CONFIG))
+def test_the_table_follows_the_topic_latest_entry_per_key(
+        broker: MemoryBroker, clients: MemoryKafkaClients, running: Running) -> None:
     write(broker, entry("a", 0.5), entry("b", 0.5), entry("", 1.0))
-    table = PolicyTable(CONFIG, MemoryKafkaClients(broker), CODEC, max_age_s=60)
+    table = PolicyTable(CONFIG, clients, CODEC, max_age_s=60)
     table.start()
     try:
         assert table.caught_up.wait(5)
         assert table.shares("default") == {"a": 0.5, "b": 0.5}
         write(broker, entry("a", 0.8), entry("b", 0.2), entry("c", 0.0, WorkerHealth.STALE))
-        wait_for(lambda: table.shares("default").get("c") == 0.0)
+        running.wait_for(lambda: table.shares("default").get("c") == 0.0)
         assert table.shares("default") == {"a": 0.8, "b": 0.2, "c": 0.0}
         assert table.workers("default") == {"a": WorkerPolicy(0.8, True, 80.0),
                                             "b": WorkerPolicy(0.2, True, 20.0),

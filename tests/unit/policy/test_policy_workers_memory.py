@@ -3,26 +3,29 @@ decides their shares of the task partitions, and a new policy makes the leader r
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
+from collections.abc import Callable
 
-from inferstream.config import Config, WorkerConfig
-from inferstream.kafka.topics import topic_specs
-from inferstream.models import load_model
-from inferstream.schemas import Codec
-from inferstream.testing import MemoryBroker, MemoryKafkaClients
-from inferstream.worker import new_worker
-from tests.unit.policy.test_policy_table import entry, write
+import pytest
 
-CODEC = Codec(None)
+from inferstream.config import Config
+from inferstream.policy import membership
+from inferstream.serving.loop import Worker
+from inferstream.testing import MemoryBroker
+from tests.unit.support.memory import make_config, new_broker
+from tests.unit.support.policies import entry, write
+from tests.unit.support.running import Running
 
 
 def worker_config(worker_id: str) -> Config:
-    options = WorkerConfig(models=("sim:ms=0",), worker_id=worker_id, decode_threads=1,
-                           max_wait_ms=1.0, sysinfo_interval_s=0, calibration_items=0,
-                           min_rebalance_interval_s=0.0)
-    return Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=8, task_partitions=8,
-                  worker=options)
+    return make_config(partitions=8, task_partitions=8, worker={
+        "worker_id": worker_id, "decode_threads": 1, "sysinfo_interval_s": 0,
+        "calibration_items": 0, "min_rebalance_interval_s": 0.0})
+
+
+@pytest.fixture
+def broker() -> MemoryBroker:
+    """The test's broker: 8 partitions a topic."""
+    return new_broker(worker_config("fast"))
 
 
 def owned(broker: MemoryBroker, config: Config) -> dict[str, int]:
@@ -30,34 +33,17 @@ def owned(broker: MemoryBroker, config: Config) -> dict[str, int]:
             in broker.describe_group(config.worker_group())}
 
 
-async def until(check: Any, timeout_s: float = 10.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while asyncio.get_running_loop().time() < deadline:
-        found = check()
-        if found:
-            return found
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out; last {check()!r}")
-
-
-def test_the_policy_shares_the_partitions_and_a_new_policy_rebalances() -> None:
+def test_the_policy_shares_the_partitions_and_a_new_policy_rebalances(
+        broker: MemoryBroker, running: Running, make_worker: Callable[..., Worker],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(membership, "CHECK_INTERVAL_S", 0.01)  # the leader looks at once
     config = worker_config("fast")
-    broker = MemoryBroker()
-    broker.create_topics(topic_specs(config))
     write(broker, entry("fast", 0.75), entry("slow", 0.25), entry("", 1.0))
-    workers = [new_worker(worker_config(name), load_model("sim:ms=0"), codec=CODEC,
-                          clients=MemoryKafkaClients(broker)) for name in ("fast", "slow")]
-
-    async def scenario() -> None:
-        runs = [asyncio.create_task(w.run()) for w in workers]
-        for w in workers:
-            await asyncio.to_thread(w.membership.table.caught_up.wait, 5)
-        await until(lambda: owned(broker, config) == {"fast": 6, "slow": 2})
-        write(broker, entry("fast", 0.5), entry("slow", 0.5), entry("", 1.0))
-        await until(lambda: owned(broker, config) == {"fast": 4, "slow": 4})
-        assert sum(w.membership.rejoins for w in workers) >= 1
-        for w in workers:
-            w.request_stop()
-        await asyncio.gather(*runs)
-
-    asyncio.run(scenario())
+    workers = [make_worker(worker_config(name)) for name in ("fast", "slow")]
+    running.workers(*workers)
+    for w in workers:
+        assert w.membership.table.caught_up.wait(5)
+    running.wait_for(lambda: owned(broker, config) == {"fast": 6, "slow": 2})
+    write(broker, entry("fast", 0.5), entry("slow", 0.5), entry("", 1.0))
+    running.wait_for(lambda: owned(broker, config) == {"fast": 4, "slow": 4})
+    assert sum(w.membership.rejoins for w in workers) >= 1

@@ -4,16 +4,11 @@ sharing its group and a fenced commit, and records it answers at once keep their
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 
-from inferstream.config import Config, WorkerConfig
 from inferstream.kafka.clients import Outgoing, Record
-from inferstream.kafka.topics import topic_specs
 from inferstream.models import load_model
-from inferstream.schemas import Codec
 from inferstream.schemas.records import Task, TaskItem, now_ms
 from inferstream.serving.committers.base import PendingTask
 from inferstream.serving.loop import Worker
@@ -21,8 +16,10 @@ from inferstream.serving.pipeline import TaskRun
 from inferstream.serving.source import Source
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from tests.unit.support.fencing import fenced_mid_commit
+from tests.unit.support.memory import CODEC, as_worker, make_config
+from tests.unit.support.records import consumed
+from tests.unit.support.running import Running
 
-CODEC = Codec(None)
 IN, OUT = "words", "answers"
 
 
@@ -58,34 +55,21 @@ class EchoSource(Source):
         return Outgoing(OUT, partition, record.key, value)
 
 
-def make_config(worker_id: str) -> Config:
-    return Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2,
-                  worker=WorkerConfig(models=("sim:ms=1",), idle_exit_s=0.3, max_wait_ms=1.0,
-                                      worker_id=worker_id, decode_threads=2,
-                                      calibration_items=0))
-
-
-def test_a_source_of_ones_own_gets_one_committed_output_per_input_record() -> None:
-    config = make_config("e0")
-    broker = MemoryBroker()
-    broker.create_topics(topic_specs(config))
+def test_a_source_of_ones_own_gets_one_committed_output_per_input_record(
+        broker: MemoryBroker, clients: MemoryKafkaClients, running: Running) -> None:
+    config = make_config(worker={"models": ("sim:ms=1",), "calibration_items": 0})
     broker.create_topic(IN, 2)
     broker.create_topic(OUT, 2)
     inputs = {(p, offset): b"" if offset % 7 == 3 else f"w{p}-{offset}".encode()
               for offset in range(30) for p in (0, 1)}
     for (partition, _), value in sorted(inputs.items(), key=lambda kv: kv[0][::-1]):
         broker.produce(IN, partition, value, value)
-    clients = MemoryKafkaClients(broker)
     sources = [EchoSource(), EchoSource()]
-    members = [Worker(dataclasses.replace(config, worker=dataclasses.replace(
-        config.worker, worker_id=f"e{i}")), load_model("sim:ms=1"), source, codec=CODEC,
-        clients=clients) for i, source in enumerate(sources)]
-
-    async def together() -> None:
-        await asyncio.gather(*(member.run() for member in members))
-
+    members = [Worker(as_worker(config, f"e{i}"), load_model("sim:ms=1"), source, codec=CODEC,
+                      clients=clients) for i, source in enumerate(sources)]
     with fenced_mid_commit(broker, f"{config.topic_prefix}{config.pool}.{IN}.1"):
-        asyncio.run(together())
+        running.workers(*members)
+        running.until(lambda: consumed(broker, EchoSource.group_id, IN))
 
     found = broker.records(OUT, read_committed=True)
     for partition in (0, 1):  # each input once, answered in its partition's offset order

@@ -4,11 +4,12 @@ by entry point in `extra`, and no collector or broker failure reaching the task 
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 import sys
 import textwrap
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from inferstream.cli import build_parser, config_from_args, main
-from inferstream.config import DEFAULT_COLLECTORS, Config, WorkerConfig, load_config
+from inferstream.config import DEFAULT_COLLECTORS, Config, load_config
 from inferstream.errors import ConfigError
 from inferstream.kafka.topics import topic_specs
-from inferstream.models import load_model
-from inferstream.schemas import Codec
 from inferstream.schemas.records import (
     ExtraFields,
     PublisherFields,
@@ -40,34 +39,38 @@ from inferstream.serving.collectors.accelerator import AcceleratorCollector
 from inferstream.serving.hooks import WorkerHooks
 from inferstream.serving.loop import Worker
 from inferstream.serving.metrics import ServingMetrics
-from inferstream.testing import MemoryBroker, MemoryKafkaClients
-from inferstream.worker import new_worker
-from tests.unit.serving.test_worker_memory import put_tasks
+from inferstream.testing import MemoryBroker
+from tests.unit.support.memory import CODEC
+from tests.unit.support.memory import make_config as base_config
+from tests.unit.support.records import consumed, put_tasks
+from tests.unit.support.running import Running
 
-CODEC = Codec(None)
+RunWorker = Callable[..., Worker]
 
 
 def make_config(**worker: Any) -> Config:
-    settings = {"models": ("sim:ms=1",), "idle_exit_s": 0.25, "max_wait_ms": 1.0,
-                "worker_id": "w1", "decode_threads": 2, "sysinfo_interval_s": 0.05,
-                "calibration_items": 4, **worker}
-    return Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2,
-                  task_partitions=2, worker=WorkerConfig(**settings))
+    return base_config(worker={"models": ("sim:ms=1",), "sysinfo_interval_s": 0.05,
+                               "calibration_items": 4, **worker})
 
 
 @pytest.fixture
-def broker() -> MemoryBroker:
-    broker = MemoryBroker()
-    broker.create_topics(topic_specs(make_config()))
-    return broker
+def run_worker(broker: MemoryBroker, running: Running, make_worker: Callable[..., Worker]
+               ) -> Callable[..., Worker]:
+    def run(config: Config, hooks: WorkerHooks | None = None, samples: int = 0,
+            until: Callable[[Worker], object] = lambda _: True) -> Worker:
+        """A worker of `config` until every task is committed, `samples` samples are out
+        and `until(worker)` holds."""
+        worker = make_worker(config, hooks=hooks)
+        running.workers(worker)
 
-
-def run_worker(config: Config, broker: MemoryBroker, hooks: WorkerHooks | None = None
-               ) -> Worker:
-    worker = new_worker(config, load_model(config.worker.models[0]), hooks=hooks, codec=CODEC,
-                        clients=MemoryKafkaClients(broker))
-    asyncio.run(worker.run())
-    return worker
+        def done() -> bool:
+            """every task committed, the samples out, and what the test waits for"""
+            return (consumed(broker, config.worker_group(), config.task_topic())
+                    and (not samples or len(broker.records(config.topic("sysinfo"))) >= samples)
+                    and bool(until(worker)))
+        running.until(done)
+        return worker
+    return run
 
 
 def samples(broker: MemoryBroker, config: Config) -> list[tuple[bytes | None, SysInfoSample]]:
@@ -108,10 +111,10 @@ def plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_samples_are_keyed_by_worker_id_and_calibrated_before_the_first_task(
-        broker: MemoryBroker) -> None:
+        broker: MemoryBroker, run_worker: RunWorker) -> None:
     config = make_config(models=("sim:ms=10",))
     put_tasks(broker, config, 4)
-    run_worker(config, broker)
+    run_worker(config, samples=2)
 
     found = samples(broker, config)
     assert len(found) >= 2 and {key for key, _ in found} == {b"w1"}
@@ -132,10 +135,16 @@ def test_samples_are_keyed_by_worker_id_and_calibrated_before_the_first_task(
     assert first["software"]["model:sim:ms=10"] == "sim"
 
 
-def test_each_model_reports_what_it_finished_over_the_window(broker: MemoryBroker) -> None:
+def test_each_model_reports_what_it_finished_over_the_window(
+        broker: MemoryBroker, run_worker: RunWorker) -> None:
     config = make_config()
     put_tasks(broker, config, 10, items=4)
-    run_worker(config, broker)
+
+    def reported(_: Worker) -> bool:
+        found = samples(broker, config)
+        return bool(found) and found[-1][1]["models"][0]["items"] == 40 and (
+            found[-1][1]["consumer_lag"] == 0)
+    run_worker(config, until=reported)
 
     found = [s for _, s in samples(broker, config)]
     last = found[-1]
@@ -152,20 +161,20 @@ def test_each_model_reports_what_it_finished_over_the_window(broker: MemoryBroke
 
 
 def test_a_custom_collector_registered_by_entry_point_shows_in_extra(
-        broker: MemoryBroker, plugins: None) -> None:
+        broker: MemoryBroker, run_worker: RunWorker, plugins: None) -> None:
     config = make_config(collectors=(*DEFAULT_COLLECTORS, "thermometer"))
     put_tasks(broker, config, 2)
-    run_worker(config, broker)
+    run_worker(config, samples=1)
 
     assert all(s["extra"] == {"celsius": 41.5, "fans": 2.0} for _, s in samples(broker, config))
 
 
 def test_a_failing_collector_is_counted_and_the_worker_goes_on(
-        broker: MemoryBroker, plugins: None) -> None:
+        broker: MemoryBroker, run_worker: RunWorker, plugins: None) -> None:
     config = make_config(collectors=("broken", "queue"))
     put_tasks(broker, config, 6)
     metrics = ServingMetrics(CollectorRegistry())
-    worker = run_worker(config, broker, metrics)
+    worker = run_worker(config, metrics, samples=1)
 
     assert {read_record(CODEC, v, TaskResult)["task_id"]
             for v in broker.values(config.topic("results"))} == set(range(6))
@@ -179,12 +188,13 @@ def test_a_failing_collector_is_counted_and_the_worker_goes_on(
     assert cpu_s == pytest.approx(worker.sysinfo.collect_cpu_s)
 
 
-def test_samples_that_cannot_be_sent_are_counted_and_tasks_still_commit() -> None:
-    config = make_config()
-    broker = MemoryBroker()
+def test_samples_that_cannot_be_sent_are_counted_and_tasks_still_commit(
+        broker: MemoryBroker, run_worker: RunWorker) -> None:
+    # topics of their own (another prefix) on the test's broker, none for samples
+    config = dataclasses.replace(make_config(), topic_prefix="nosysinfo.")
     broker.create_topics(s for s in topic_specs(config) if s.name != config.topic("sysinfo"))
     put_tasks(broker, config, 4)
-    worker = run_worker(config, broker)
+    worker = run_worker(config, until=lambda worker: worker.sysinfo.failed >= 1)
 
     assert len(broker.values(config.topic("results"))) == 4
     assert worker.sysinfo.published == 0 and worker.sysinfo.failed >= 1
@@ -212,10 +222,10 @@ def test_each_collector_fills_one_group_of_the_sample_and_the_groups_fill_the_sc
 
 
 def test_no_sysinfo_interval_means_no_samples_and_no_calibration(
-        broker: MemoryBroker) -> None:
+        broker: MemoryBroker, run_worker: RunWorker) -> None:
     config = make_config(sysinfo_interval_s=0)
     put_tasks(broker, config, 2)
-    worker = run_worker(config, broker)
+    worker = run_worker(config)
 
     assert samples(broker, config) == [] and worker.sysinfo.calibration is None
 

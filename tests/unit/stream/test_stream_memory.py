@@ -4,7 +4,6 @@ dead letters with `--on-error dlq`; a fenced commit redone without a duplicate."
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import dataclasses
 import io
@@ -13,69 +12,63 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from fastavro import parse_schema, schemaless_writer
-from PIL import Image
 from prometheus_client import CollectorRegistry
 from skimage import data as photos
 
-from inferstream.config import Config, StreamConfig, WorkerConfig
+from inferstream.config import Config, StreamConfig
 from inferstream.errors import ConfigError
 from inferstream.kafka.settings import partition_of_key
-from inferstream.kafka.topics import topic_specs
 from inferstream.models import LoadedModel, load_model
-from inferstream.schemas import Codec
 from inferstream.schemas.codec import schema_fingerprint
+from inferstream.serving.loop import Worker
 from inferstream.stream.metrics import StreamMetrics
 from inferstream.stream.source import ORIGIN_OFFSET, ORIGIN_TOPIC, new_member
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from inferstream.testing.log import StoredRecord
 from tests.unit.support.fencing import fenced_mid_commit
+from tests.unit.support.memory import CODEC, as_worker
+from tests.unit.support.memory import make_config as base_config
+from tests.unit.support.photos import encode
+from tests.unit.support.records import consumed
+from tests.unit.support.running import Running
 
-CODEC = Codec(None)
 LITE0 = "efficientnet_lite0"
 IN, OUT = "uploads", "labels"
 
 
 def make_config(model: str = "sim:ms=0", **stream: Any) -> Config:
-    return Config(
-        bootstrap_servers="mem:1", topic_prefix="t.", partitions=2,
-        worker=WorkerConfig(models=(model,), idle_exit_s=0.3, max_wait_ms=1.0, worker_id="s1",
-                            decode_threads=2, calibration_items=0),
-        stream=StreamConfig(input_topic=IN, output_topic=OUT, **stream))
+    return base_config(worker={"models": (model,), "worker_id": "s1", "calibration_items": 0},
+                       stream={"input_topic": IN, "output_topic": OUT, **stream})
 
 
-def new_broker(config: Config, partitions: tuple[int, int] = (3, 3)) -> MemoryBroker:
-    broker = MemoryBroker()
-    broker.create_topics(topic_specs(config))
+def streams(broker: MemoryBroker, partitions: tuple[int, int] = (3, 3)) -> MemoryBroker:
+    """`broker` with the input and output topics, of `partitions` partitions."""
     broker.create_topic(IN, partitions[0])
     broker.create_topic(OUT, partitions[1])
     return broker
 
 
-@pytest.fixture(scope="module")
-def lite0() -> LoadedModel:
-    return load_model(LITE0)
-
-
 def png(image: Any) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(np.asarray(image)).save(buffer, "PNG")
-    return buffer.getvalue()
+    return encode(image, "PNG")
 
 
-def run_members(config: Config, broker: MemoryBroker, model: LoadedModel, count: int = 1,
+def all_read(broker: MemoryBroker, members: list[Worker]) -> Any:
+    def done() -> bool:
+        """every input record's offset committed by the members' group"""
+        return consumed(broker, members[0].group_id, IN)
+    return done
+
+
+def run_members(running: Running, config: Config, model: LoadedModel, count: int = 1,
                 metrics: StreamMetrics | None = None) -> None:
-    clients = MemoryKafkaClients(broker)
-    members = [new_member(dataclasses.replace(config, worker=dataclasses.replace(
-        config.worker, worker_id=f"s{i}")), model, codec=CODEC, clients=clients, hooks=metrics)
-        for i in range(count)]
-
-    async def together() -> None:
-        await asyncio.gather(*(member.run() for member in members))
-
-    asyncio.run(together())
+    """`count` members over the input, until they have read all of it."""
+    clients = MemoryKafkaClients(running.broker)
+    members = [new_member(as_worker(config, f"s{i}"), model, codec=CODEC, clients=clients,
+                          hooks=metrics) for i in range(count)]
+    running.workers(*members)
+    running.until(all_read(running.broker, members))
 
 
 def outputs(broker: MemoryBroker, topic: str = OUT) -> list[StoredRecord]:
@@ -93,16 +86,16 @@ def origin_offsets(records: list[StoredRecord]) -> Counter[tuple[int, int]]:
 
 
 def test_photos_get_their_labels_and_bad_records_a_reason_once_each(
-        lite0: LoadedModel) -> None:
+        broker: MemoryBroker, running: Running, lite0: LoadedModel) -> None:
     config = make_config(LITE0)
-    broker = new_broker(config)
+    streams(broker)
     cat, coffee = png(photos.chelsea()), png(photos.coffee())
     inputs = {b"cat": cat, b"coffee": coffee, b"truncated": cat[: len(cat) // 2],
               b"zero": b"", b"text": b"hello, not an image", b"null": None}
     for i, (key, value) in enumerate(inputs.items()):
         broker.produce(IN, i % 3, key, value, headers=(("trace", b"t-" + key),))
     metrics = StreamMetrics(CollectorRegistry())
-    run_members(config, broker, lite0, metrics=metrics)
+    run_members(running, config, lite0, metrics=metrics)
 
     found = {r.key: r for r in outputs(broker)}
     assert set(found) == set(inputs) and len(outputs(broker)) == len(inputs)
@@ -121,12 +114,13 @@ def test_photos_get_their_labels_and_bad_records_a_reason_once_each(
     assert metrics.records.labels("error")._value.get() == 4
 
 
-def test_two_members_share_the_partitions_and_write_each_output_once() -> None:
+def test_two_members_share_the_partitions_and_write_each_output_once(
+        broker: MemoryBroker, running: Running) -> None:
     config = make_config()
-    broker = new_broker(config, (4, 3))
+    streams(broker, (4, 3))
     for offset in range(60):
         broker.produce(IN, offset % 4, f"k{offset}".encode(), f"image-{offset}".encode())
-    run_members(config, broker, load_model("sim:ms=1"), count=2)
+    run_members(running, config, load_model("sim:ms=1"), count=2)
 
     found = outputs(broker)
     assert len(found) == 60
@@ -136,34 +130,36 @@ def test_two_members_share_the_partitions_and_write_each_output_once() -> None:
     assert {decoded(r)["worker"] for r in found} <= {"s0", "s1"}
 
 
-def test_a_fenced_commit_is_redone_and_no_output_is_duplicated() -> None:
+def test_a_fenced_commit_is_redone_and_no_output_is_duplicated(
+        broker: MemoryBroker, running: Running) -> None:
     config = make_config()
-    broker = new_broker(config)
+    streams(broker)
     for offset in range(30):
         broker.produce(IN, 1, f"k{offset}".encode(), f"image-{offset}".encode())
     pool = config.stream.pool(config.topic_prefix)
     tid = f"{config.topic_prefix}{pool}.{IN}.1"
     with fenced_mid_commit(broker, tid):
-        run_members(config, broker, load_model("sim:ms=0"))
+        run_members(running, config, load_model("sim:ms=0"))
     found = outputs(broker)
     assert len(found) == 30 and set(origin_offsets(found).values()) == {1}
     assert len(broker.records(OUT, read_committed=False)) > 30  # the aborted ones
 
 
-def labelled(config: Config, inputs: dict[bytes, bytes], model: LoadedModel
-             ) -> dict[bytes, dict[str, Any]]:
+def labelled(running: Running, config: Config, inputs: dict[bytes, bytes],
+             model: LoadedModel) -> dict[bytes, dict[str, Any]]:
     """Run one member over `inputs` (key: value, on partition 0); the outputs by key."""
-    broker = new_broker(config)
+    broker = streams(running.broker)
     for key, value in inputs.items():
         broker.produce(IN, 0, key, value)
-    run_members(config, broker, model)
+    run_members(running, config, model)
     return {r.key or b"": decoded(r) for r in outputs(broker)}
 
 
-def test_url_input_reads_paths_and_file_uris(tmp_path: Path, lite0: LoadedModel) -> None:
+def test_url_input_reads_paths_and_file_uris(
+        tmp_path: Path, running: Running, lite0: LoadedModel) -> None:
     cat = tmp_path / "cat.png"
     cat.write_bytes(png(photos.chelsea()))
-    found = labelled(make_config(LITE0, input_format="url"), {
+    found = labelled(running, make_config(LITE0, input_format="url"), {
         b"path": str(cat).encode(), b"uri": cat.as_uri().encode(),
         b"missing": b"/nowhere/x.png", b"binary": b"\xff\xfe\x00"}, lite0)
     assert found[b"path"]["top_k"][0]["label"] == "tiger cat"
@@ -173,7 +169,7 @@ def test_url_input_reads_paths_and_file_uris(tmp_path: Path, lite0: LoadedModel)
 
 
 def test_json_input_reads_base64_or_a_uri_from_a_nested_field(
-        tmp_path: Path, lite0: LoadedModel) -> None:
+        tmp_path: Path, running: Running, lite0: LoadedModel) -> None:
     cat = tmp_path / "cat.png"
     cat.write_bytes(png(photos.chelsea()))
     encoded = base64.b64encode(cat.read_bytes()).decode()
@@ -181,7 +177,7 @@ def test_json_input_reads_base64_or_a_uri_from_a_nested_field(
                                 b"uri": {"image": {"data": cat.as_uri()}},
                                 b"nofield": {"image": {}}, b"list": [1, 2]}
     inputs = {key: json.dumps(value).encode() for key, value in values.items()}
-    found = labelled(make_config(LITE0, input_format="json", field="image.data"),
+    found = labelled(running, make_config(LITE0, input_format="json", field="image.data"),
                      {**inputs, b"notjson": b"{oops"}, lite0)
     assert found[b"b64"]["top_k"][0]["label"] == "tiger cat"
     assert found[b"uri"]["top_k"][0]["label"] == "tiger cat"
@@ -190,20 +186,21 @@ def test_json_input_reads_base64_or_a_uri_from_a_nested_field(
     assert "not JSON" in found[b"notjson"]["error"]
 
 
-def test_avro_input_in_single_object_encoding(tmp_path: Path) -> None:
+def test_avro_input_in_single_object_encoding(
+        tmp_path: Path, broker: MemoryBroker, running: Running) -> None:
     schema = {"type": "record", "name": "Upload", "namespace": "com.example",
               "fields": [{"name": "id", "type": "string"}, {"name": "image", "type": "bytes"}]}
     path = tmp_path / "Upload.avsc"
     path.write_text(json.dumps(schema))
     config = make_config(input_format="avro", field="image", input_schema=str(path),
                          output_format="avro")
-    broker = new_broker(config)
+    streams(broker)
     buffer = io.BytesIO()
     buffer.write(b"\xc3\x01" + schema_fingerprint(schema))
     schemaless_writer(buffer, parse_schema(schema), {"id": "a", "image": b"pixels"})
     broker.produce(IN, 0, b"good", buffer.getvalue())
     broker.produce(IN, 0, b"bad", b"\xc3\x01" + b"\x00" * 8 + b"x")
-    run_members(config, broker, load_model("sim:ms=0"))
+    run_members(running, config, load_model("sim:ms=0"))
     found = {r.key: CODEC.decode(r.value or b"", expected="StreamResult")
              for r in outputs(broker)}
     assert found[b"good"]["status"] == "OK" and found[b"good"]["top_k"]
@@ -217,12 +214,12 @@ def test_avro_input_needs_a_schema_source() -> None:
 
 
 def test_on_error_dlq_sends_bad_records_to_the_dead_letter_topic_only(
-        lite0: LoadedModel) -> None:
+        broker: MemoryBroker, running: Running, lite0: LoadedModel) -> None:
     config = make_config(LITE0, on_error="dlq")
-    broker = new_broker(config)
+    streams(broker)
     broker.produce(IN, 2, b"good", png(photos.chelsea()))
     broker.produce(IN, 2, b"bad", b"not an image")
-    run_members(config, broker, lite0)
+    run_members(running, config, lite0)
     assert [r.key for r in outputs(broker)] == [b"good"]
     letters = [CODEC.decode(v, expected="DeadLetter")
                for v in broker.values(config.topic("dlq"), read_committed=True)]
@@ -232,24 +229,35 @@ def test_on_error_dlq_sends_bad_records_to_the_dead_letter_topic_only(
     assert letters[0]["value"] == b"not an image" and letters[0]["key"] == b"bad"
 
 
-def test_start_from_latest_skips_what_was_there_before() -> None:
+def test_start_from_latest_skips_what_was_there_before(
+        broker: MemoryBroker, clients: MemoryKafkaClients, running: Running) -> None:
     config = make_config(start_from="latest")
-    broker = new_broker(config)
+    streams(broker)
     broker.produce(IN, 0, b"old", b"before the stream")
-    run_members(config, broker, load_model("sim:ms=0"))
+    member = new_member(config, load_model("sim:ms=0"), codec=CODEC, clients=clients)
+    running.workers(member)
+
+    def reading_from_the_end() -> bool:
+        """the member holds every input partition, each read from its end"""
+        held = getattr(member, "ownership", None)
+        return held is not None and sorted(
+            (tp.partition, offset) for tp, offset in held.offsets.items()) == [
+            (0, 1), (1, 0), (2, 0)]
+    running.until(reading_from_the_end)
     assert outputs(broker) == []
 
 
-def test_open_stream_from_python_applies_the_settings_given() -> None:
+def test_open_stream_from_python_applies_the_settings_given(
+        broker: MemoryBroker, clients: MemoryKafkaClients, running: Running) -> None:
     from inferstream.stream import open_stream
 
     config = make_config()
-    broker = new_broker(config)
+    streams(broker)
     broker.produce(IN, 1, b"k", b"bytes")
     base = dataclasses.replace(config, stream=StreamConfig())
-    member = open_stream(base, "sim:ms=0", clients=MemoryKafkaClients(broker),
-                         input_topic=IN, output_topic=OUT)
-    asyncio.run(member.run())
+    member = open_stream(base, "sim:ms=0", clients=clients, input_topic=IN, output_topic=OUT)
+    running.workers(member)
+    running.until(all_read(broker, [member]))
     assert [(r.key, decoded(r)["status"]) for r in outputs(broker)] == [(b"k", "ok")]
     with pytest.raises(ConfigError, match="--input-topic"):
         open_stream(base, "sim:ms=0", output_topic=OUT)

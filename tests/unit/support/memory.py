@@ -15,6 +15,9 @@ CODEC = Codec(None)
 #: The model of the default worker: a simulated one that answers at once.
 MODEL = "sim:ms=0"
 
+#: The pool's group as a job book sees it by default: worker -> its task partitions.
+POOL = {"w1": [0, 1], "w2": [2, 3]}
+
 WORKER = {"models": (MODEL,), "worker_id": "w1", "max_wait_ms": 1.0, "decode_threads": 2}
 CONTROLLER = {"watchdog_s": None, "progress_interval_s": 0.0}
 

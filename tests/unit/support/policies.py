@@ -1,4 +1,5 @@
-"""`FixedPolicy`: a `PolicyView` with set answers, for tests of what reads the policy."""
+"""`FixedPolicy`: a `PolicyView` with set answers, for tests of what reads the policy; and
+policy entries as sysinfo writes them on the policy topic, for tests of what follows it."""
 
 from __future__ import annotations
 
@@ -6,6 +7,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from inferstream.policy.view import ModelRange, WorkerPolicy
+from inferstream.schemas.records import (
+    PolicyEntry,
+    PolicyKind,
+    WorkerHealth,
+    now_ms,
+    plain_record,
+)
+from inferstream.testing import MemoryBroker
+from tests.unit.support.memory import CODEC, make_config
 
 T = TypeVar("T")
 #: An answer, or a function of the pool that gives it (and may raise, as a table can).
@@ -33,3 +43,22 @@ class FixedPolicy:
 
 def _answer(answer: Answer[T], pool: str) -> T:
     return answer(pool) if callable(answer) else answer
+
+
+def entry(worker: str, share: float, health: WorkerHealth = WorkerHealth.HEALTHY,
+          updated_at: int | None = None, pool: str = "default") -> PolicyEntry:
+    """The policy entry of `worker` (empty: the pool's own entry) with `share`."""
+    kind = PolicyKind.WORKER if worker else PolicyKind.POOL
+    return PolicyEntry(worker=worker, pool=pool, model=None, capacity_items_per_s=share * 100,
+                       weight=share, strategy="throughput",
+                       updated_at=now_ms() if updated_at is None else updated_at, kind=kind,
+                       share=share, health=health, batch_size=None, task_size=None, models=[],
+                       model_partitions=[])
+
+
+def write(broker: MemoryBroker, *entries: PolicyEntry) -> None:
+    """`entries` on the policy topic of `make_config()`, keyed as sysinfo keys them."""
+    for e in entries:
+        key = e["pool"] if e["kind"] == PolicyKind.POOL else f"{e['pool']}/{e['worker']}"
+        value = CODEC.encode("PolicyEntry", plain_record(PolicyEntry, e))
+        broker.produce(make_config().topic("policy"), 0, key.encode(), value)

@@ -21,11 +21,12 @@ READ_UNCOMMITTED = {**READ_COMMITTED, "isolation.level": "read_uncommitted"}
 
 
 @pytest.fixture
-def clients() -> MemoryKafkaClients:
+def broker() -> MemoryBroker:
+    """The tests' own topics, and only those: `in` (2 partitions) and `out`."""
     broker = MemoryBroker()
     broker.create_topic("in", 2)
     broker.create_topic("out", 1)
-    return MemoryKafkaClients(broker)
+    return broker
 
 
 def read_all(clients: MemoryKafkaClients, topic: str, settings: dict[str, Any],
