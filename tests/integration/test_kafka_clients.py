@@ -62,6 +62,7 @@ def schema_topics(config: Config) -> dict[str, str]:
         "LedgerEntry": config.topic("controller-ledger"),  # compacted
         "TaskControl": config.topic("task-control"),  # compacted; also on jobs (a cancel)
         "StreamResult": config.topic("stream-out"),  # a user's topic: the test creates it
+        "WorkerAnnouncement": config.topic("workers"),  # compacted
     }
 
 

@@ -19,7 +19,7 @@ PARTITIONS = 3
 #: task topics have their own count, and a pool may override it
 TASK_PARTITIONS = {"tasks.cpu": 5, "tasks.gpu": 7}
 POOLS = ("gpu", "cpu")
-COMPACTED = ("policy", "controller-ledger", "task-control")
+COMPACTED = ("policy", "controller-ledger", "task-control", "workers")
 
 
 @pytest.fixture
@@ -81,7 +81,8 @@ def test_create_makes_every_topic_and_is_idempotent(kafka: str, prefix: str) -> 
     settings = topic_settings(kafka, names)
     for name in names:
         kind = short(prefix, name)
-        want = {"policy": 1, "task-control": 1, **TASK_PARTITIONS}.get(kind, PARTITIONS)
+        want = {"policy": 1, "task-control": 1, "workers": 1,
+                **TASK_PARTITIONS}.get(kind, PARTITIONS)
         assert settings[name]["partitions"] == want, name
         want_policy = "compact" if kind in COMPACTED else "delete"
         assert settings[name]["cleanup.policy"] == want_policy, name

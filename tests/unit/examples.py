@@ -159,8 +159,18 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "worker": "worker-b",
         "item_count": 32,
         "output_written_at": None,
+        "max_attempt": 0,
         "accepted_at": T0,
         "updated_at": T0 + 8,
+    },
+    "WorkerAnnouncement": {
+        "worker": "vm-1701-4242",
+        "pool": "default",
+        "models": ["efficientnet_lite0"],
+        "state": "STARTING",
+        "started_at": T0,
+        "timestamp": T0 + 5,
+        "interval_s": 5.0,
     },
     "TaskControl": {
         "job_id": "20261202-093000-ab12cd34",

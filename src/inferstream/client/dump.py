@@ -29,6 +29,7 @@ SHORT_NAMES: dict[str, str] = {
     "jobs": "jobs", "job-events": "job-events", "results": "results", "dlq": "dlq",
     "sysinfo": "sysinfo", "policy": "policy", "task-control": "task-control",
     "ledger": "controller-ledger", "controller-ledger": "controller-ledger",
+    "workers": "workers",
 }
 #: Bytes shown of a bytes value in `head` mode.
 HEAD_BYTES = 32

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 def dump_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("topic", metavar="TOPIC",
                         help="jobs, job-events, results, tasks (the --pool's), tasks.<pool>, "
-                        "dlq, ledger, sysinfo, policy, task-control (under --topic-prefix), "
-                        "or a full topic name (a stream's input or output)")
+                        "dlq, ledger, sysinfo, policy, task-control, workers (under "
+                        "--topic-prefix), or a full topic name (a stream's input or output)")
     parser.add_argument("--from-beginning", action="store_true",
                         help="start at each partition's first record and stop at its end as "
                         "it was at the start (default: start at the end and wait for new "

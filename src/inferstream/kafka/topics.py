@@ -54,6 +54,8 @@ def topic_specs(config: Config, pools: tuple[str, ...] | None = None) -> list[To
         TopicSpec(config.topic("controller-ledger"), n, compacted=True),
         # Finished jobs and superseded task attempts, which workers skip (latest per key).
         TopicSpec(config.topic("task-control"), 1, compacted=True),
+        # Workers that are starting, with the models they load (latest per worker id).
+        TopicSpec(config.topic("workers"), 1, compacted=True),
     ]
     for pool in dict.fromkeys(pools or (config.pool,)):
         specs.append(TopicSpec(config.task_topic(pool), config.task_partitions_for(pool),

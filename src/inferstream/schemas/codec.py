@@ -45,6 +45,7 @@ SCHEMA_NAMES: tuple[str, ...] = (
     "LedgerEntry",
     "TaskControl",
     "StreamResult",
+    "WorkerAnnouncement",
 )
 
 _MAGIC = b"\xc3\x01"

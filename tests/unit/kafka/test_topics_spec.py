@@ -8,8 +8,8 @@ from inferstream.config import Config
 from inferstream.kafka.topics import LARGE_MESSAGE_BYTES, TopicSpec, topic_specs
 
 SHARED = ("jobs", "results", "job-events", "sysinfo", "policy", "dlq", "controller-ledger",
-          "task-control")
-COMPACTED = {"policy", "controller-ledger", "task-control"}
+          "task-control", "workers")
+COMPACTED = {"policy", "controller-ledger", "task-control", "workers"}
 #: Topics whose records may carry images inline.
 LARGE = {"jobs", "results", "dlq"}
 
@@ -41,9 +41,9 @@ def test_partitions_follow_the_config_except_policy_and_tasks(partitions: int) -
     specs = by_short_name(config, topic_specs(config, ("gpu",)))
     for name, spec in specs.items():
         # the policy table is small and read whole by every assignor, the task controls by
-        # every worker: one partition each, ordered
-        want = {"policy": 1, "task-control": 1, "tasks.gpu": partitions + 1}.get(name,
-                                                                                 partitions)
+        # every worker, the workers' announcements by every controller: one partition each
+        want = {"policy": 1, "task-control": 1, "workers": 1,
+                "tasks.gpu": partitions + 1}.get(name, partitions)
         assert spec.partitions == want, name
 
 

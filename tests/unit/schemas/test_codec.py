@@ -103,6 +103,13 @@ def test_a_v1_ledger_entry_reads_with_no_output_written(codec: Codec) -> None:
     assert old == {**EXAMPLES["LedgerEntry"], "output_written_at": None}
 
 
+def test_a_v2_ledger_entry_reads_with_no_max_attempt_recorded(codec: Codec) -> None:
+    """LedgerEntry v2 (before a job summary carried its highest attempt) reads with 0: not
+    recorded, so a replica that takes such a job over gives its earlier tasks no deadline."""
+    old = codec.decode((GOLDEN / "LedgerEntry.v2.bin").read_bytes(), expected="LedgerEntry")
+    assert old == {**EXAMPLES["LedgerEntry"], "max_attempt": 0}
+
+
 def test_a_v1_task_reads_with_no_home_partition(codec: Codec) -> None:
     """Task v1 (from a controller before home partitions) reads with none: its worker sends
     the result to murmur2 of the job id, as before."""

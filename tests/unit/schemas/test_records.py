@@ -90,7 +90,7 @@ def test_the_status_enums_have_the_symbols_of_their_schemas() -> None:
         "ItemStatus": rec.ItemStatus, "JobEventType": rec.JobEventType,
         "LedgerKind": rec.LedgerKind, "LedgerStatus": rec.LedgerStatus,
         "PolicyKind": rec.PolicyKind, "WorkerHealth": rec.WorkerHealth,
-        "TaskControlReason": rec.TaskControlReason,
+        "TaskControlReason": rec.TaskControlReason, "WorkerState": rec.WorkerState,
     }
     assert set(ours) == set(enums)
     for name, enum in ours.items():

@@ -10,9 +10,10 @@ a type here and its `.avsc` disagree on a field's name or on whether it may be n
 The modules, by what the records are about: `jobs` (Job, Task, JobEvent), `results`
 (TaskResult, TaskDeclined), `tracking` (the controller's LedgerEntry and TaskControl),
 `readings` (SysInfoSample), `policy_entry` (PolicyEntry, ModelRange), `streams`
-(StreamResult, DeadLetter); import them all from here.
+(StreamResult, DeadLetter), `announcements` (WorkerAnnouncement); import them all from here.
 """
 
+from inferstream.schemas.records.announcements import WorkerAnnouncement, WorkerState
 from inferstream.schemas.records.clock import now_ms
 from inferstream.schemas.records.jobs import (
     SIM_PREFIX,
@@ -113,7 +114,9 @@ __all__ = [
     "TaskDeclined",
     "TaskItem",
     "TaskResult",
+    "WorkerAnnouncement",
     "WorkerHealth",
+    "WorkerState",
     "as_record",
     "error_item",
     "new_dead_letter",

@@ -19,6 +19,7 @@ from typing import Any, TypeVar, cast
 
 from inferstream.schemas.codec import Codec
 from inferstream.schemas.errors import SchemaError
+from inferstream.schemas.records.announcements import WorkerAnnouncement
 from inferstream.schemas.records.jobs import InlineItem, Job, JobEvent, Task, TaskItem
 from inferstream.schemas.records.policy_entry import ModelRange, PolicyEntry
 from inferstream.schemas.records.readings import Calibration, ModelPerformance, SysInfoSample
@@ -46,6 +47,7 @@ RECORD_TYPES: dict[str, type] = {
     "Calibration": Calibration, "PolicyEntry": PolicyEntry,
     "ModelPartitions": ModelRange, "TaskControl": TaskControl,
     "StreamResult": StreamResult, "StreamOrigin": StreamOrigin,
+    "WorkerAnnouncement": WorkerAnnouncement,
 }
 
 
