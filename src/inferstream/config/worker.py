@@ -91,6 +91,10 @@ class WorkerConfig:
     sysinfo_interval_s: float | None = setting(
         2.0, "seconds between system-information samples to the sysinfo topic (0: none)",
         flag="--sysinfo-interval", metavar="SECONDS")
+    announce_interval_s: float = setting(
+        5.0, "inferstream worker: seconds between the announcements, on the workers topic, "
+        "that it is starting with its models, from before they load until it joins its "
+        "group; the controller holds their tasks meanwhile (0: none)")
     collectors: tuple[str, ...] = setting(
         DEFAULT_COLLECTORS, "a collector to run, built-in or registered by entry point "
         "inferstream.collectors (repeatable; replaces the default list)", flag="--collector",
@@ -126,8 +130,8 @@ def validate_worker(worker: WorkerConfig) -> None:
         _at_least(f"worker.{name}", getattr(worker, name), 1)
     for name in ("torch_threads", "decode_threads",
                  "max_wait_ms", "http_timeout_s", "idle_exit_s", "revoke_grace_s",
-                 "sysinfo_interval_s", "calibration_items", "rebalance_threshold",
-                 "min_rebalance_interval_s", "policy_max_age_s"):
+                 "sysinfo_interval_s", "announce_interval_s", "calibration_items",
+                 "rebalance_threshold", "min_rebalance_interval_s", "policy_max_age_s"):
         _at_least(f"worker.{name}", getattr(worker, name), 0)
     if worker.heartbeat_interval_ms >= worker.session_timeout_ms:
         raise ConfigError("worker.heartbeat_interval_ms must be below worker.session_timeout_ms")

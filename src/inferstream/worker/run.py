@@ -1,13 +1,26 @@
-"""`inferstream worker`: one inference worker of a pool; its settings are `WorkerConfig`."""
+"""`inferstream worker`: one inference worker of a pool; its settings are `WorkerConfig`.
+
+Test hook: `INFERSTREAM_TEST_START_DELAY_S` (seconds, default none) makes the worker wait that
+long after it announced itself starting and before it loads its models, a slow start (the
+compile of a real model's forward pass) that tests can time."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import time
+from typing import TYPE_CHECKING
 
 from inferstream.config import Config
 from inferstream.kafka.preflight import Needs
 from inferstream.signals import dump_stacks_on_usr1, when_stopping
+
+if TYPE_CHECKING:
+    from inferstream.worker.announce import StartAnnouncer
+
+#: The test hook's environment variable (see the module's docstring).
+START_DELAY_ENV = "INFERSTREAM_TEST_START_DELAY_S"
 
 
 def needs(config: Config) -> Needs:
@@ -17,7 +30,7 @@ def needs(config: Config) -> Needs:
     check_serving(config, "worker")
     return Needs(librdkafka=False, aiokafka=True,
                  topics=(config.task_topic(), *config.topics("results", "dlq", "sysinfo",
-                                                             "policy")),
+                                                             "policy", "workers")),
                  metrics_port=config.worker.metrics_port)
 
 
@@ -26,33 +39,56 @@ def run(args: argparse.Namespace, config: Config) -> int:
 
     settings = config.worker  # a model and known collectors: checked with the worker's needs
     device = prepare_process(settings)  # first: it may re-execute the process
+    from inferstream.serving.loop import default_worker_id
+    from inferstream.worker.announce import StartAnnouncer
+    from inferstream.worker.members import member_configs
+
+    worker_id = settings.worker_id or default_worker_id()
+    members = [config] if settings.members == 1 else member_configs(config, worker_id)
+    # Before the models load (the compile takes a minute on a CPU), after the re-execution
+    # (which would cut the announcer off): the controller holds this pool's tasks of them.
+    announcer = StartAnnouncer(config, [m.worker.worker_id or worker_id for m in members])
+    announcer.start()
+    try:
+        time.sleep(float(os.environ.get(START_DELAY_ENV) or 0))
+        _serve(config, members, device, worker_id, announcer)
+    finally:
+        announcer.stop()
+    return 0
+
+
+def _serve(config: Config, members: list[Config], device: str, worker_id: str,
+           announcer: StartAnnouncer) -> None:
+    """Load the models and run the worker (or each of `--members`) until it stops."""
     from prometheus_client import CollectorRegistry
 
     from inferstream.metrics import serve_metrics
+    from inferstream.serving.hooks import HookChain
     from inferstream.serving.loader import model_loader
-    from inferstream.serving.loop import default_worker_id
     from inferstream.serving.process import serve_until_stopped
     from inferstream.worker.metrics import WorkerMetrics
     from inferstream.worker.source import new_worker
 
     dump_stacks_on_usr1()
-    worker_id = settings.worker_id or default_worker_id()
+    settings = config.worker
     metrics = WorkerMetrics(CollectorRegistry(), worker_id, config.pool)
     loader = model_loader(settings, device, metrics)
     if settings.members == 1:
         models = [loader(name) for name in dict.fromkeys(settings.models)]
-        worker = new_worker(config, models, hooks=metrics, loader=loader)
+        worker = new_worker(config, models, hooks=HookChain(metrics, announcer.hooks(worker_id)),
+                            loader=loader)
     if settings.metrics_port:
         # the port was checked free by preflight
         serve_metrics(metrics.registry, settings.metrics_port, settings.metrics_addr)
     if settings.members == 1:
         asyncio.run(serve_until_stopped(worker))
-        return 0
-    from inferstream.worker.members import member_configs, run_members, tag_logs
+        return
+    from inferstream.worker.members import run_members, tag_logs
 
     tag_logs()
-    members = [new_worker(member, [loader(name) for name in dict.fromkeys(settings.models)],
-                          hooks=metrics.for_worker(member.worker.worker_id), loader=loader)
-               for member in member_configs(config, worker_id)]
-    asyncio.run(run_members(members, when_stopping))
-    return 0
+    workers = [new_worker(member, [loader(name) for name in dict.fromkeys(settings.models)],
+                          hooks=HookChain(metrics.for_worker(member.worker.worker_id),
+                                          announcer.hooks(member.worker.worker_id)),
+                          loader=loader)
+               for member in members]
+    asyncio.run(run_members(workers, when_stopping))
