@@ -1,8 +1,10 @@
 """`StallWatch`: what a client waiting for a job says when nothing happens.
 
 A wait that shows nothing looks like a hang. When a job has had no event for `quiet_s`, the
-watch says what it waits for, once per stall: a controller to accept the job, or a live
-worker in the job's pool. Waiting goes on; only the caller's timeout ends it.
+watch says what it waits for, once per stall: a controller to accept the job, a worker of its
+model (the controller's PROGRESS events say so: one is starting, or none is), or a live
+worker in the job's pool. What the controller says the job waits for is told at once too, each
+time it changes. Waiting goes on; only the caller's timeout ends it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from inferstream.schemas.records import JobEventType
 
 if TYPE_CHECKING:
     from inferstream.client.client import JobStatus
@@ -35,16 +39,23 @@ class StallWatch:
         self.quiet_s = quiet_s
         self._accepted = False
         self._done_items = 0
+        #: what the job's last PROGRESS event says it waits for (the controller's words)
+        self._waiting: str | None = None
         self._since = time.monotonic()
         self._said = False
 
     def seen(self, status: JobStatus) -> None:
-        """An event of the job arrived: it moved, so a new stall may be told again."""
+        """An event of the job arrived: it moved, so a new stall may be told again; what it
+        waits for now, if the controller says and said otherwise before, is told at once."""
         self._accepted = True
         self._done_items = status.done_items
         self.model = status.model or self.model
         self._since = time.monotonic()
         self._said = False
+        waiting = status.reason if status.state == JobEventType.PROGRESS else None
+        if waiting is not None and waiting != self._waiting:
+            self.notice(f"job {self.job_id} is {waiting}")
+        self._waiting = waiting
 
     def idle(self) -> None:
         """Nothing arrived just now: after `quiet_s` of that, say what the job waits for."""
@@ -60,6 +71,8 @@ class StallWatch:
         if not self._accepted:
             return (f"no controller has accepted job {self.job_id} after {quiet_s:.0f} s: "
                     "is `inferstream controller` running, with the same --topic-prefix?")
+        if self._waiting is not None:
+            return f"job {self.job_id} has made no progress for {quiet_s:.0f} s: {self._waiting}"
         try:
             workers = self.live_workers()
         except Exception as exc:  # only a hint: never let it end the wait

@@ -37,6 +37,10 @@ class ControllerConfig:
     migration_check_s: float = setting(1.0, "seconds between two checks for late tasks")
     max_attempts: int = setting(
         4, "a task late on this many attempts fails its items with the reason")
+    model_wait_s: float = setting(
+        180.0, "a task that no live worker of its pool may serve waits this long for one "
+        "(longer while a worker announces it is starting with the model) before its items "
+        "fail with the reason; 0: only while one is starting")
     issue_ahead_s: float = setting(
         10.0, "seconds of work each live worker is kept ahead with: a job's tasks are issued "
         "as the workers get through them, each to the worker that would finish it first, so "
@@ -70,7 +74,8 @@ def validate_controller(controller: ControllerConfig) -> None:
     _at_least("controller.call_grace_s", controller.call_grace_s, 0.001)
     _at_least("controller.session_timeout_ms", controller.session_timeout_ms, 1)
     _at_least("controller.max_attempts", controller.max_attempts, 1)
-    for name in ("migration_slack", "migration_floor_s", "migration_check_s", "issue_ahead_s"):
+    for name in ("migration_slack", "migration_floor_s", "migration_check_s", "issue_ahead_s",
+                 "model_wait_s"):
         _at_least(f"controller.{name}", getattr(controller, name), 0)
     _at_least("controller.heartbeat_interval_ms", controller.heartbeat_interval_ms, 1)
     if controller.heartbeat_interval_ms >= controller.session_timeout_ms:

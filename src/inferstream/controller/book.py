@@ -2,7 +2,8 @@
 
 Fed decoded records (jobs, cancels, results, declines) and the time, it writes what follows
 from them into a round's `Outbox` (tasks, task controls, events, ledger entries, failed
-results) and keeps each job's `JobState`. It holds no Kafka client and starts no thread: the
+results) and keeps each job's `JobState` and the tasks held for a model that no live worker
+serves yet (`waiting`). It holds no Kafka client and starts no thread: the
 replica (`replica`) consumes, hands the records here, and commits each home partition's
 share of the outbox with the offsets it consumed.
 """
@@ -16,7 +17,7 @@ from collections.abc import Callable, Container
 from inferstream.config import Config
 from inferstream.controller.admission import rejection_reason
 from inferstream.controller.deadlines import Deadlines
-from inferstream.controller.declines import PoolView, redirect
+from inferstream.controller.declines import PoolView, target_of, unserved
 from inferstream.controller.hooks import JobProgress, RoundState
 from inferstream.controller.issuing import TaskIssuer, cursor
 from inferstream.controller.ledger import JobState, LedgerCodec
@@ -24,6 +25,7 @@ from inferstream.controller.migration import Migration
 from inferstream.controller.outbox import ControllerTopics, Outbox
 from inferstream.controller.pacing import Pacing
 from inferstream.controller.sizing import choose_task_size, sized
+from inferstream.controller.waiting import NOBODY_STARTING, ModelWaits, Starting
 from inferstream.policy.view import PolicyView
 from inferstream.schemas import Codec
 from inferstream.schemas.records import (
@@ -50,11 +52,13 @@ class JobBook:
     `describe(group)` gives a consumer group's members and the task partitions each owns
     (or raises); `partitions(topic)` a topic's partition count (KafkaSetupError for a
     topic that does not exist); `policy` is read for task sizes, model ranges and the
-    workers' speeds and health."""
+    workers' speeds and health; `starting` names the workers that announce they are starting
+    with a model (see `waiting`)."""
 
     def __init__(self, config: Config, *, codec: Codec, policy: PolicyView,
                  describe: Callable[[str], dict[str, list[int]]],
-                 partitions: Callable[[str], int]) -> None:
+                 partitions: Callable[[str], int],
+                 starting: Starting = NOBODY_STARTING) -> None:
         self.config = config
         self.options = options = config.controller
         self.codec = codec
@@ -70,6 +74,7 @@ class JobBook:
         pacing = Pacing(self.deadlines, self.pools, policy, options.issue_ahead_s)
         self.issuer = TaskIssuer(config, codec, policy, self.deadlines, pacing, partitions)
         self.migration = Migration(config, codec, self.issuer)
+        self.waits = ModelWaits(config, codec, self.pools, starting, self.issuer, partitions)
 
     def outbox(self) -> Outbox:
         """An empty outbox for one round."""
@@ -131,6 +136,7 @@ class JobBook:
         out.ledger(*self.ledger.job_entry(state), state.partition)
         out.control(state.partition, state.job_id, -1, 0, TaskControlReason.CANCELLED)
         self.deadlines.forget_job(state.job_id)
+        self.waits.forget([state.job_id])
         log.info("job %s cancelled at %d/%s items", state.job_id, state.done_items,
                  state.total_items if state.total_items is not None else "?")
 
@@ -160,24 +166,35 @@ class JobBook:
 
     def on_declined(self, declined: TaskDeclined, out: Outbox) -> None:
         """A worker declined a task of a model it does not serve: the task again on a
-        worker that may serve it, or its items failed when none will (see `declines`)."""
+        worker that may serve it; held while none may but one may come (see `waiting`);
+        else its items failed (see `declines`)."""
         state = self.jobs.get(declined["job_id"])
         if (state is None or state.status != LedgerStatus.ACTIVE
                 or declined["task_id"] in state.done):
             return
-        again = redirect(self.pools, self.config, self.codec, declined, self.partitions)
-        out.append(state.partition, again)
-        if again.topic != self.topics.results:  # re-issued, not failed: it gets a deadline
-            self.issuer.track(read_record(self.codec, again.value, Task), again.value,
-                              state.partition, again.partition, now_ms())
-            out.count(state.partition, ("tasks_reissued", state.job["pool"], "declined"))
+        self.pools.record_decline(declined["worker"], declined["model"],
+                                  declined["served_models"])
+        task = read_record(self.codec, declined["task"], Task)
+        partition = target_of(self.pools, self.config, task, self.partitions)
+        now = now_ms()
+        if partition is not None:
+            self.issuer.again(state, task, partition, out, now, kind="declined",
+                              why=f"declined by {declined['worker']}")
+        elif self.waits.hold(task, now):
+            self.deadlines.done(state.job_id, task["task_id"])  # held here, late nowhere
+        else:
+            out.append(state.partition, unserved(self.pools, self.config, self.codec, task,
+                                                 self.partitions))
 
     # -- the round --------------------------------------------------------------------------
     def tick(self, out: Outbox, now: int) -> None:
         """What a round decides beyond its records, at `now` (ms): more tasks of the jobs
-        not fully issued, late tasks moved, progress and completion events."""
+        not fully issued (but waiting for a worker of their model), held tasks issued again
+        or failed, late tasks moved, progress and completion events."""
+        self.waits.release(out, now, self.jobs)
         self.issuer.more([state for state in self.jobs.values()
-                          if state.status == LedgerStatus.ACTIVE and not state.expanded], out)
+                          if state.status == LedgerStatus.ACTIVE and not state.expanded
+                          and not self.waits.waiting(state.job_id)], out)
         self.migration.migrate(out, now, self.jobs)
         self._emit_events(out, now)
 
@@ -188,7 +205,8 @@ class JobBook:
                 self._complete(state, out)
             elif state.status == LedgerStatus.ACTIVE and state.changed and (
                     now - state.last_event_ms >= interval_ms):
-                out.event(state.event(JobEventType.PROGRESS), state.partition)
+                out.event(state.event(JobEventType.PROGRESS, self.waits.reason(state.job_id)),
+                          state.partition)
                 out.ledger(*self.ledger.job_entry(state), state.partition)
 
     def _complete(self, state: JobState, out: Outbox) -> None:
@@ -196,6 +214,7 @@ class JobBook:
         out.event(state.event(JobEventType.COMPLETED), state.partition)
         out.control(state.partition, state.job_id, -1, 0, TaskControlReason.FINISHED)
         self.deadlines.forget_job(state.job_id)
+        self.waits.forget([state.job_id])
         out.ledger(*self.ledger.job_entry(state), state.partition)
         log.info("job %s completed ok=%d error=%d", state.job_id, state.ok_items,
                  state.error_items)
@@ -234,20 +253,25 @@ class JobBook:
 
     def adopt(self, records: list[tuple[bytes, int]], now: int) -> None:
         """The jobs of some partitions from their ledger records (value, partition), in
-        offset order: the active ones, and the completed ones whose output file the ledger
-        does not show as written (the next rounds write it), finished within
-        `retain_finished_s` of `now` (ms)."""
+        offset order: the active ones, whose outstanding tasks get deadlines (see
+        `issuing`), and the completed ones whose output file the ledger does not show as
+        written (the next rounds write it), finished within `retain_finished_s` of `now`
+        (ms)."""
         recent = now - self.options.retain_finished_s * 1000
         for job_id, state in self.ledger.rebuild(records).items():
-            if state.status == LedgerStatus.ACTIVE or (
-                    state.output_due and state.last_event_ms >= recent):
+            if state.status == LedgerStatus.ACTIVE:
+                self.jobs[job_id] = state
+                self.issuer.adopt(state, now)
+            elif state.output_due and state.last_event_ms >= recent:
                 self.jobs[job_id] = state
 
     def forget(self, homes: set[int]) -> None:
         """Drop the jobs of `homes` (partitions no longer owned, or to be rebuilt)."""
-        for job_id in [j for j, s in self.jobs.items() if s.partition in homes]:
+        gone = [j for j, s in self.jobs.items() if s.partition in homes]
+        for job_id in gone:
             del self.jobs[job_id]
         self.deadlines.forget_homes(homes)
+        self.waits.forget(gone)
 
     def forget_finished(self, now: int) -> None:
         """Drop the jobs finished more than `retain_finished_s` before `now` (ms) whose

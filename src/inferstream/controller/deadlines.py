@@ -16,8 +16,10 @@ counting the tasks re-issued to it in the same pass; a task that has
 used `max_attempts` fails its items with the reason instead. The first committed result of a
 task wins (`JobState.record_result`); later ones are dropped and counted.
 
-Tasks that an earlier owner of the job's partition issued are not tracked by a replica that
-takes the job over (it knows which are outstanding, not their items or partitions).
+A replica that takes a job over knows from the ledger which of its tasks are outstanding, not
+their partitions: `adopted` tracks them (their items cut again by the issuer) as if the pool's
+live workers held the outstanding items of the pool evenly, at the pool's median speed, and a
+late one is issued again above the highest attempt the ledger recorded for its job.
 """
 
 from __future__ import annotations
@@ -38,13 +40,14 @@ log = logging.getLogger(__name__)
 MEMBERS_TTL_S = 2.0
 #: Weight of the newest result in a worker's observed seconds per item.
 OBSERVED_ALPHA = 0.2
+#: The partition of a task that an earlier owner of its job issued: not known here.
+UNKNOWN_PARTITION = -1
 
 @dataclass
 class Outstanding:
     """An issued task this controller waits for."""
 
     task: Task
-    encoded: bytes
     home: int
     partition: int
     owner: str | None
@@ -101,14 +104,27 @@ class Deadlines:
     def __len__(self) -> int:
         return len(self._tasks)
 
-    def issued(self, task: Task, encoded: bytes, home: int, partition: int,
-               now_ms: int) -> None:
+    def issued(self, task: Task, home: int, partition: int, now_ms: int) -> None:
         owners = self._owners(task["pool"])
         owner = owners.get(partition) if owners else None
-        entry = Outstanding(task, encoded, home, partition, owner, now_ms)
+        entry = Outstanding(task, home, partition, owner, now_ms)
         self._add(entry)
         entry.backlog_items = self._backlog(task["pool"], owner, partition)
         entry.per_item_s = self._per_item_s(task["pool"], owner)
+
+    def adopted(self, tasks: list[Task], home: int, now_ms: int) -> None:
+        """Tasks that an earlier owner of their job issued, on partitions not known here:
+        each waits as if the pool's live workers shared the items of all such tasks of the
+        pool evenly, at the pool's median speed."""
+        entries = [Outstanding(task, home, UNKNOWN_PARTITION, None, now_ms) for task in tasks]
+        for entry in entries:
+            self._add(entry)
+        for entry in entries:
+            pool = entry.task["pool"]
+            workers = len(self._members(pool) or ()) or 1
+            shared = -(-self._by_partition[(pool, UNKNOWN_PARTITION)] // workers)
+            entry.backlog_items = max(entry.items, shared)
+            entry.per_item_s = self._per_item_s(pool, None)
 
     def done(self, job_id: str, task_id: int) -> None:
         entry = self._tasks.get((job_id, task_id))

@@ -4,8 +4,9 @@ A worker answers a task whose model it does not serve with a TaskDeclined, namin
 it serves. The controller remembers which worker declined which model, asks the pool's
 consumer group which workers are alive and which task partitions each owns (cached for
 `ttl_s`), and re-issues the task on a partition of a worker that has not declined the model,
-preferring one that has served it. When every live worker has declined it, the task's items
-fail with the reason. Declines are remembered in memory only: a new replica learns them again.
+preferring one that has served it. When every live worker has declined it, the task waits for
+a worker of its model (`waiting`), and only then its items fail with the reason. Declines are
+remembered in memory only: a new replica learns them again.
 """
 
 from __future__ import annotations
@@ -19,15 +20,7 @@ from inferstream.config import Config
 from inferstream.kafka.clients import Outgoing
 from inferstream.kafka.settings import results_partition
 from inferstream.schemas import Codec
-from inferstream.schemas.records import (
-    Task,
-    TaskDeclined,
-    TaskResult,
-    error_item,
-    now_ms,
-    read_record,
-    serves,
-)
+from inferstream.schemas.records import Task, TaskResult, error_item, now_ms, serves
 
 log = logging.getLogger(__name__)
 
@@ -101,25 +94,22 @@ def failed_result(task: Task, reason: str) -> TaskResult:
                       inference_seconds=0.0)
 
 
-def redirect(view: PoolView, config: Config, codec: Codec, declined: TaskDeclined,
+def target_of(view: PoolView, config: Config, task: Task,
+              partitions: Callable[[str], int]) -> int | None:
+    """The task partition to issue a declined `task` again on (as its next attempt), or None
+    when no live worker of its pool may serve its model."""
+    return view.target(config.worker_group(task["pool"]), task["model"], task["task_id"],
+                       task["attempt"] + 1, partitions(config.task_topic(task["pool"])))
+
+
+def unserved(view: PoolView, config: Config, codec: Codec, task: Task,
              partitions: Callable[[str], int]) -> Outgoing:
-    """The record that answers a decline: the task again, on a partition of a worker that
-    may serve its model, or, when no live worker will, a TaskResult failing its items."""
-    view.record_decline(declined["worker"], declined["model"], declined["served_models"])
-    task = read_record(codec, declined["task"], Task)
-    topic = config.task_topic(task["pool"])
-    group = config.worker_group(task["pool"])
-    target = view.target(group, task["model"], task["task_id"], task["attempt"] + 1,
-                         partitions(topic))
-    key = task["job_id"].encode()
-    if target is None:
-        reason = (f"no live worker of pool {task['pool']!r} serves model {task['model']!r} "
-                  f"({view.describe_pool(group)})")
-        log.warning("job %s task %d fails: %s", task["job_id"], task["task_id"], reason)
-        results = config.topic("results")
-        return Outgoing(results, results_partition(task, partitions(results)), key,
-                        codec.encode("TaskResult", failed_result(task, reason)))
-    log.info("job %s task %d declined by %s: re-issued as attempt %d on partition %d",
-             task["job_id"], task["task_id"], declined["worker"], task["attempt"] + 1, target)
-    again = Task(**{**task, "attempt": task["attempt"] + 1, "issued_at": now_ms()})
-    return Outgoing(topic, target, key, codec.encode("Task", again))
+    """The TaskResult that fails the items of `task`, which no live worker of its pool
+    serves, with the reason (the pool's workers and their models)."""
+    reason = (f"no live worker of pool {task['pool']!r} serves model {task['model']!r} "
+              f"({view.describe_pool(config.worker_group(task['pool']))})")
+    log.warning("job %s task %d fails: %s", task["job_id"], task["task_id"], reason)
+    results = config.topic("results")
+    failed = codec.encode("TaskResult", failed_result(task, reason))
+    return Outgoing(results, results_partition(task, partitions(results)),
+                    task["job_id"].encode(), failed)

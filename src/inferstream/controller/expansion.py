@@ -9,7 +9,7 @@ items already issued and carry on with the same task ids.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass
 
 from inferstream.jobs.errors import InputError
@@ -114,15 +114,20 @@ class JobExpansion:
     """A resumable cursor over a job's tasks: `next_tasks(n)` gives up to n more.
 
     It reads one task ahead, so `finished` is True as soon as the last task is taken and
-    `next_size` is the size of the task that comes next."""
+    `next_size` is the size of the task that comes next. Of the `skip_tasks` first tasks, it
+    keeps the items of those in `keep` in `kept` (a takeover's outstanding tasks)."""
 
-    def __init__(self, job: Job, skip_tasks: int = 0) -> None:
+    def __init__(self, job: Job, skip_tasks: int = 0, keep: Container[int] = ()) -> None:
         self._chunks = cut_tasks(iter_items(job), max(1, job["chunk_size"]))
         self.next_task_id = 0
         self.items_issued = 0
+        self.kept: dict[int, list[Item]] = {}
         self._ahead = next(self._chunks, None)
         for _ in range(skip_tasks):
-            self._take()
+            task_id = self.next_task_id
+            chunk = self._take()
+            if chunk is not None and task_id in keep:
+                self.kept[task_id] = chunk
 
     @property
     def finished(self) -> bool:

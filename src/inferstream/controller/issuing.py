@@ -2,7 +2,12 @@
 
 With `issue_ahead_s` = 0 a job's tasks go out `tasks_per_round` per round, round robin over
 the partitions (`placement`); otherwise as far as the workers have room (`pacing`). Each task
-issued is tracked for its deadline (`deadlines`) where migration or pacing reads it.
+issued is tracked for its deadline (`deadlines`) where migration or pacing reads it, and so is
+each task that an earlier owner of an adopted job issued and no result answered yet.
+
+A task issued again (declined, held for its model, late) gets the next attempt; the highest
+attempt of a job's tasks is in its ledger entry, written in the same transaction as the task
+that reached it, so that a replica that takes the job over issues above every earlier attempt.
 """
 
 from __future__ import annotations
@@ -115,9 +120,9 @@ class TaskIssuer:
         for task_id, items, partition in tasks:
             task = new_task(state.job, task_id, [i.as_record() for i in items],
                             home_partition=state.partition)
-            encoded = self.codec.encode("Task", task)
-            out.add(state.partition, topic, partition, state.job_id.encode(), encoded)
-            self.track(task, encoded, state.partition, partition, now)
+            out.add(state.partition, topic, partition, state.job_id.encode(),
+                    self.codec.encode("Task", task))
+            self.track(task, state.partition, partition, now)
             state.issued_tasks += 1
             state.issued_items += len(items)
         out.count(state.partition, ("tasks_issued", state.job["pool"]), len(tasks))
@@ -125,11 +130,53 @@ class TaskIssuer:
         state.changed = True
         out.ledger(*self.ledger.job_entry(state), state.partition)
 
-    def track(self, task: Task, encoded: bytes, home: int, partition: int, now: int) -> None:
+    def track(self, task: Task, home: int, partition: int, now: int) -> None:
         """Wait for `task` (issued on `partition` at `now` ms) where a deadline or the pace
         depends on it."""
         if self.options.migration_slack > 0 or self.options.issue_ahead_s > 0:
-            self.deadlines.issued(task, encoded, home, partition, now)
+            self.deadlines.issued(task, home, partition, now)
+
+    def again(self, state: JobState, task: Task, partition: int, out: Outbox, now: int, *,
+              why: str, kind: str) -> Task:
+        """`task` issued again as its next attempt on `partition` at `now` (ms) and tracked,
+        `why` logged and counted as `kind` (declined, migrated); the job's ledger entry too
+        where that attempt is the job's highest yet."""
+        again = Task(**{**task, "attempt": task["attempt"] + 1, "issued_at": now})
+        out.add(state.partition, self.config.task_topic(task["pool"]), partition,
+                task["job_id"].encode(), self.codec.encode("Task", again))
+        self.track(again, state.partition, partition, now)
+        out.count(state.partition, ("tasks_reissued", task["pool"], kind))
+        if state.max_attempt and again["attempt"] > state.max_attempt:  # 0: not recorded
+            state.max_attempt = again["attempt"]
+            out.ledger(*self.ledger.job_entry(state), state.partition)
+        log.info("job %s task %d %s: re-issued as attempt %d on partition %d", task["job_id"],
+                 task["task_id"], why, again["attempt"], partition)
+        return again
+
+    def adopt(self, state: JobState, now: int) -> None:
+        """Wait for the tasks an earlier owner of the adopted job issued that no result has
+        answered: their items cut again from the job's input (in its fixed order), as the
+        job's highest recorded attempt, with deadlines from the pool's speed. A job whose
+        ledger recorded no attempt (a controller before it) is left as it was."""
+        outstanding = set(range(state.issued_tasks)) - state.done
+        if self.options.migration_slack <= 0 or not outstanding or state.max_attempt < 1:
+            return
+        # an expanded job needs no cursor: the walk stops after its last outstanding task
+        skip = max(outstanding) + 1 if state.expanded else state.issued_tasks
+        try:
+            cut = JobExpansion(state.job, skip_tasks=skip, keep=outstanding)
+        except OSError as exc:  # its list file is gone: the next round's cursor says so
+            log.warning("job %s: its earlier tasks get no deadline: %s", state.job_id, exc)
+            return
+        if not state.expanded:
+            state.expansion = cut
+        tasks = [new_task(state.job, task_id, [item.as_record() for item in items],
+                          attempt=state.max_attempt, home_partition=state.partition)
+                 for task_id, items in sorted(cut.kept.items())]
+        cut.kept.clear()
+        self.deadlines.adopted(tasks, state.partition, now)
+        log.info("job %s: %d tasks issued by an earlier owner are waited for, deadlines from "
+                 "the pool's speed", state.job_id, len(tasks))
 
     def model_range(self, job: Job) -> ModelRange | None:
         """The partitions of the job's model on its pool's topic; None: all of them."""

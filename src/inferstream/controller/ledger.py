@@ -52,6 +52,9 @@ class JobState:
     output_written_at: int | None = None
     #: writing the output file failed here (logged); a later owner tries again
     output_failed: bool = False
+    #: the highest attempt issued of any of its tasks (`issuing`); 0: not recorded by the
+    #: controller that wrote its ledger entry
+    max_attempt: int = 1
 
     @property
     def job_id(self) -> str:
@@ -123,6 +126,7 @@ class LedgerCodec:
         entry["ok_items"], entry["error_items"] = state.ok_items, state.error_items
         entry["accepted_at"] = state.accepted_at_ms
         entry["output_written_at"] = state.output_written_at
+        entry["max_attempt"] = state.max_attempt
         return state.job_id.encode(), self.codec.encode("LedgerEntry", entry)
 
     def _job_bytes(self, state: JobState) -> bytes:
@@ -177,5 +181,6 @@ class LedgerCodec:
         state.issued_items = entry["issued_items"]
         state.expanded = entry["expanded"]
         state.output_written_at = entry["output_written_at"]
+        state.max_attempt = entry["max_attempt"]
         state.last_event_ms = entry["updated_at"]
         state.changed = False

@@ -8,14 +8,15 @@ controller writes about it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Container
+from collections.abc import Mapping
 
 from inferstream.config import Config
 from inferstream.controller.declines import failed_result
 from inferstream.controller.issuing import TaskIssuer
+from inferstream.controller.ledger import JobState
 from inferstream.controller.outbox import Outbox
 from inferstream.schemas import Codec
-from inferstream.schemas.records import Task, TaskControlReason
+from inferstream.schemas.records import TaskControlReason
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ class Migration:
         self.deadlines = issuer.deadlines
         self._checked_ms = 0
 
-    def migrate(self, out: Outbox, now: int, jobs: Container[str]) -> None:
+    def migrate(self, out: Outbox, now: int, jobs: Mapping[str, JobState]) -> None:
         """Issue the late tasks of `jobs` again elsewhere, telling workers to skip the
         attempt they hold; fail those out of attempts. `now`: the time in ms."""
         if (self.options.migration_slack <= 0 or not len(self.deadlines)
@@ -40,7 +41,8 @@ class Migration:
         self._checked_ms = now
         for late in self.deadlines.late(now):
             task, home = late.outstanding.task, late.outstanding.home
-            if task["job_id"] not in jobs:
+            state = jobs.get(task["job_id"])
+            if state is None:
                 continue
             if late.partition is None:
                 reason = f"task {task['task_id']} {late.reason}"
@@ -48,17 +50,7 @@ class Migration:
                 out.add(home, out.topics.results, home, task["job_id"].encode(),
                         self.codec.encode("TaskResult", failed_result(task, reason)))
                 continue
-            self._reissue(task, home, late.partition, late.reason, now, out)
-
-    def _reissue(self, task: Task, home: int, partition: int, reason: str, now: int,
-                 out: Outbox) -> None:
-        again = Task(**{**task, "attempt": task["attempt"] + 1, "issued_at": now})
-        encoded = self.codec.encode("Task", again)
-        out.add(home, self.config.task_topic(task["pool"]), partition, task["job_id"].encode(),
-                encoded)
-        out.control(home, task["job_id"], task["task_id"], again["attempt"],
-                    TaskControlReason.MIGRATED)
-        self.issuer.track(again, encoded, home, partition, now)
-        out.count(home, ("tasks_reissued", task["pool"], "migrated"))
-        log.info("job %s task %d %s: re-issued as attempt %d on partition %d", task["job_id"],
-                 task["task_id"], reason, again["attempt"], partition)
+            again = self.issuer.again(state, task, late.partition, out, now, why=late.reason,
+                                      kind="migrated")
+            out.control(home, task["job_id"], task["task_id"], again["attempt"],
+                        TaskControlReason.MIGRATED)

@@ -11,13 +11,14 @@ from inferstream.signals import dump_stacks_on_usr1, when_stopping
 
 def needs(config: Config) -> Needs:
     return Needs(topics=config.topics("jobs", "results", "job-events", "controller-ledger",
-                                      "dlq", "policy"),
+                                      "dlq", "policy", "workers"),
                  metrics_port=config.controller.metrics_port)
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
     from prometheus_client import CollectorRegistry
 
+    from inferstream.controller.announcements import WorkerAnnouncements
     from inferstream.controller.metrics import ControllerMetrics
     from inferstream.controller.replica import Controller
     from inferstream.metrics import serve_metrics
@@ -34,10 +35,14 @@ def run(args: argparse.Namespace, config: Config) -> int:
     # policy_max_age_s is none, and the default size and all partitions apply.
     policy = PolicyTable(config, max_age_s=config.worker.policy_max_age_s)
     policy.start()
-    controller = Controller(config, policy=policy, hooks=metrics)
+    # the workers that are starting: a task of their models waits for them (`waiting`)
+    starting = WorkerAnnouncements(config)
+    starting.start()
+    controller = Controller(config, policy=policy, hooks=metrics, starting=starting)
     when_stopping(controller.request_stop)  # thread-safe: sets an Event
     try:
         controller.run()
     finally:
         policy.stop()
+        starting.stop()
     return 0

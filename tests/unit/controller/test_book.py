@@ -188,7 +188,7 @@ def test_a_job_completes_with_its_event_ledger_entry_and_a_finish_control(
 
 def test_a_declined_task_goes_to_another_worker_then_fails_when_none_serves_it(
         make_book: MakeBook) -> None:
-    book = make_book(make_config())
+    book = make_book(make_config(model_wait_s=0))  # no wait for a worker of the model
     _, (task, _) = accepted(book)
     out = book.outbox()
     book.on_declined(declined(task, "w1"), out)
@@ -294,7 +294,7 @@ def test_an_output_file_is_due_once_completed_and_recorded_when_written(
 
 
 DECISIONS = ("book", "issuing", "migration", "deadlines", "pacing", "declines", "ledger",
-             "expansion", "admission", "sizing", "placement", "outbox")
+             "expansion", "admission", "sizing", "placement", "outbox", "waiting")
 
 
 @pytest.mark.parametrize("module", DECISIONS)

@@ -41,7 +41,7 @@ def where(table: Deadlines, tasks: int) -> Counter[str]:
     """Issue `tasks` tasks on the slowed worker's partitions, have it show 4x its speed,
     and count the workers the late tasks go to."""
     for task_id in range(tasks):
-        table.issued(task(task_id), b"", 0, OWNERS["slowing"][task_id % 2], 0)
+        table.issued(task(task_id), 0, OWNERS["slowing"][task_id % 2], 0)
     table.observe("slowing", 10, 0.4)  # 40 ms per item, 4x the 10 it was given
     owner = {p: w for w, parts in OWNERS.items() for p in parts}
     return Counter(owner[late.partition] for late in table.late(1) if late.partition is not None)

@@ -31,11 +31,12 @@ def worker_config(worker_id: str, models: tuple[str, ...] = ("sim:ms=0",)) -> Co
 
 def run_pool(running: Running, make_worker: MakeWorker,
              make_controller: Callable[..., Controller],
-             workers: list[tuple[str, LoadedModel]], jobs: int = 1) -> None:
+             workers: list[tuple[str, LoadedModel]], jobs: int = 1,
+             controller: Config | None = None) -> None:
     """The workers and a controller, until every job is COMPLETED and every answer read."""
     running.workers(*(make_worker(worker_config(worker_id, (model.name,)), model)
                       for worker_id, model in workers))
-    running.controller(make_controller())
+    running.controller(make_controller(controller))
     running.until(settled(running.broker, make_config(), jobs=jobs))
 
 
@@ -66,7 +67,8 @@ def test_items_fail_with_the_reason_when_no_live_worker_serves_the_model(
     job = Client(make_config(), CODEC, clients).submit(LITE0, write_photos(tmp_path),
                                                        chunk_size=1)
     run_pool(running, make_worker, make_controller,
-             [("sim-1", load_model("sim:ms=0")), ("sim-2", load_model("sim:ms=0"))])
+             [("sim-1", load_model("sim:ms=0")), ("sim-2", load_model("sim:ms=0"))],
+             controller=make_config(controller={"model_wait_s": 0}))  # no wait for a worker
 
     status = job.wait(timeout_s=5)
     assert (status.ok_items, status.error_items) == (0, 2)

@@ -54,7 +54,7 @@ def issue(paced: Pacing, start: int = 0, limit: int = 1000, partitions: int = 8,
             break
         placed.append(partition)
     for offset, partition in enumerate(placed):
-        paced.table.issued(task(start + offset), b"", 0, partition, 0)
+        paced.table.issued(task(start + offset), 0, partition, 0)
     paced.begin()
     return placed
 

@@ -1,0 +1,164 @@
+"""Tasks of a model that no live worker serves yet, held until one does.
+
+A worker that is starting is not in its pool's group yet: it announces itself
+(`announcements`) while it loads and compiles its models. A task declined by every live worker
+of its pool (`declines`) is not failed at once: it is held here while a worker of its pool
+announces that it is starting with the model, or within `model_wait_s` of the moment its job
+began to wait; each round the held tasks go again, as their next attempt, to a live worker
+that may serve the model as soon as there is one. Only when none is starting and the wait is
+over do their items fail with the reason, and a later decline of the job's tasks fails at once
+unless a worker of the model is starting again. While a job waits, no more of its tasks are
+issued (they would be declined too) and its PROGRESS events say what it waits for. Held tasks
+live in this replica's memory: a replica that takes the job over tracks them as outstanding
+(`deadlines`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from inferstream.config import Config
+from inferstream.controller.declines import PoolView, target_of, unserved
+from inferstream.controller.issuing import TaskIssuer
+from inferstream.controller.ledger import JobState
+from inferstream.controller.outbox import Outbox
+from inferstream.schemas import Codec
+from inferstream.schemas.records import LedgerStatus, Task
+
+log = logging.getLogger(__name__)
+
+#: Starting workers named in a job's event; the rest are counted.
+NAMED_WORKERS = 3
+
+
+class Starting(Protocol):
+    """Which workers are starting (`announcements.WorkerAnnouncements` follows them)."""
+
+    def starting(self, pool: str, model: str, now_ms: int) -> list[str]:
+        """The workers of `pool` starting with a model that serves `model`, at `now_ms`."""
+        ...
+
+
+class _NobodyStarting:
+    def starting(self, pool: str, model: str, now_ms: int) -> list[str]:
+        return []
+
+
+#: For a controller that follows no announcements.
+NOBODY_STARTING: Starting = _NobodyStarting()
+
+
+@dataclass
+class JobWait:
+    """A job's tasks that no live worker of its pool may serve, held since `since_ms`."""
+
+    pool: str
+    model: str
+    since_ms: int
+    held: dict[int, Task] = field(default_factory=dict)
+    #: what the job's events say it waits for
+    reason: str | None = None
+    #: the wait ended with its held tasks failed
+    gave_up: bool = False
+
+
+class ModelWaits:
+    """The held tasks of the jobs this replica owns, by job id."""
+
+    def __init__(self, config: Config, codec: Codec, pools: PoolView, starting: Starting,
+                 issuer: TaskIssuer, partitions: Callable[[str], int]) -> None:
+        self.config = config
+        self.codec = codec
+        self.pools = pools
+        self.starting = starting
+        self.issuer = issuer
+        self.partitions = partitions
+        self.wait_ms = config.controller.model_wait_s * 1000
+        self._waits: dict[str, JobWait] = {}
+
+    def hold(self, task: Task, now: int) -> bool:
+        """Hold `task`, which no live worker of its pool may serve, if its job may wait for
+        one; False when it may not (its items are to fail now)."""
+        wait = self._waits.get(task["job_id"])
+        if wait is None or wait.gave_up:
+            starting = self.starting.starting(task["pool"], task["model"], now)
+            if not starting and (wait is not None or self.wait_ms <= 0):
+                return False
+            wait = self._waits[task["job_id"]] = JobWait(task["pool"], task["model"], now)
+        wait.held[task["task_id"]] = task
+        log.info("job %s task %d held: no live worker of pool %r may serve model %r",
+                 task["job_id"], task["task_id"], task["pool"], task["model"])
+        return True
+
+    def waiting(self, job_id: str) -> bool:
+        """Whether the job holds tasks (and so issues no more)."""
+        wait = self._waits.get(job_id)
+        return wait is not None and bool(wait.held)
+
+    def reason(self, job_id: str) -> str | None:
+        """What the job waits for, for its PROGRESS events; None: for nothing."""
+        wait = self._waits.get(job_id)
+        return wait.reason if wait is not None and wait.held else None
+
+    def forget(self, job_ids: Iterable[str]) -> None:
+        for job_id in job_ids:
+            self._waits.pop(job_id, None)
+
+    def release(self, out: Outbox, now: int, jobs: Mapping[str, JobState]) -> None:
+        """Each waiting job's held tasks issued again where a live worker may serve them
+        now; failed with the reason when none is starting and the wait is over."""
+        for job_id, wait in list(self._waits.items()):
+            state = jobs.get(job_id)
+            if state is None or state.status != LedgerStatus.ACTIVE:
+                del self._waits[job_id]
+            elif wait.held and self._issue(wait, state, out, now):
+                del self._waits[job_id]  # served now: a later outage waits anew
+                state.changed = True  # its next event says it waits no more
+            elif wait.held:
+                self._wait_or_fail(wait, state, out, now)
+
+    def _issue(self, wait: JobWait, state: JobState, out: Outbox, now: int) -> bool:
+        """Issue the held tasks that a live worker may serve now; whether none is left."""
+        for task_id, task in sorted(wait.held.items()):
+            if task_id in state.done:  # an earlier attempt answered it meanwhile
+                del wait.held[task_id]
+                continue
+            partition = target_of(self.pools, self.config, task, self.partitions)
+            if partition is None:
+                return False
+            del wait.held[task_id]
+            self.issuer.again(state, task, partition, out, now, kind="declined",
+                              why=f"held for model {task['model']!r} (declined by every "
+                              "live worker)")
+        return True
+
+    def _wait_or_fail(self, wait: JobWait, state: JobState, out: Outbox, now: int) -> None:
+        starting = self.starting.starting(wait.pool, wait.model, now)
+        if starting or now - wait.since_ms < self.wait_ms:
+            reason = self._waiting_for(wait, starting)
+            if reason != wait.reason:
+                wait.reason, state.changed = reason, True
+            return
+        for task in wait.held.values():
+            out.append(state.partition, unserved(self.pools, self.config, self.codec, task,
+                                                 self.partitions))
+        wait.held.clear()
+        wait.gave_up, wait.reason, state.changed = True, None, True
+
+    def _waiting_for(self, wait: JobWait, starting: list[str]) -> str:
+        model, pool = wait.model, wait.pool
+        if starting:
+            named = ", ".join(starting[:NAMED_WORKERS])
+            more = len(starting) - NAMED_WORKERS
+            who = f"{named} and {more} more" if more > 0 else named
+            verb = "is" if len(starting) == 1 else "are"
+            return (f"waiting for a worker of model {model!r}: {who} of pool {pool!r} {verb} "
+                    "starting with it")
+        until = time.strftime("%H:%M:%S", time.gmtime((wait.since_ms + self.wait_ms) / 1000))
+        return (f"waiting for a worker of model {model!r}: no live worker of pool {pool!r} "
+                f"serves it and none is starting; its tasks fail at {until} UTC unless one "
+                "starts")

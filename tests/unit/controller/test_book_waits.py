@@ -1,0 +1,206 @@
+"""The job book, issue 26: a task that no live worker of its pool may serve waits for a worker
+that is starting with its model (or for `model_wait_s`) instead of failing, and a replica that
+takes a job over gives the tasks its predecessor issued deadlines. No Kafka, no thread."""
+
+from __future__ import annotations
+
+from inferstream.config import Config
+from inferstream.controller.announcements import WorkerAnnouncements
+from inferstream.controller.book import JobBook
+from inferstream.controller.outbox import Outbox
+from inferstream.policy.view import NO_POLICY, PolicyView, WorkerPolicy
+from inferstream.schemas.records import (
+    ItemStatus,
+    JobEventType,
+    LedgerEntry,
+    LedgerKind,
+    Task,
+    TaskControlReason,
+    TaskDeclined,
+    TaskResult,
+    WorkerAnnouncement,
+    WorkerState,
+    now_ms,
+    read_record,
+)
+from tests.unit.controller.test_book import (
+    CODEC,
+    HOME,
+    accepted,
+    controls,
+    events,
+    ledger,
+    make_config,
+    make_job,
+    result_of,
+    tasks,
+    written,
+)
+from tests.unit.support.policies import FixedPolicy
+
+LITE0 = "efficientnet_lite0"
+
+
+def book_of(config: Config, pool: dict[str, list[int]], starting: WorkerAnnouncements,
+            policy: PolicyView = NO_POLICY) -> JobBook:
+    """A book whose pool is `pool` as it is at each call (the test changes it)."""
+    book = JobBook(config, codec=CODEC, policy=policy, describe=lambda _group: dict(pool),
+                   partitions=lambda topic: 4 if topic == config.task_topic() else 2,
+                   starting=starting)
+    book.pools.ttl_s = 0.0  # the group as it is now, not as it was described 2 s ago
+    return book
+
+
+def announce(table: WorkerAnnouncements, worker: str, at_ms: int,
+             state: WorkerState = WorkerState.STARTING) -> None:
+    table.apply(worker.encode(), CODEC.encode("WorkerAnnouncement", WorkerAnnouncement(
+        worker=worker, pool="default", models=[LITE0], state=state, started_at=at_ms,
+        timestamp=at_ms, interval_s=5.0)))
+
+
+def declined_by(task: Task, worker: str, served: str = "sim:ms=0") -> TaskDeclined:
+    return TaskDeclined(job_id=task["job_id"], task_id=task["task_id"],
+                        attempt=task["attempt"], worker=worker, model=task["model"],
+                        served_models=[served], reason="not served",
+                        task=CODEC.encode("Task", task), declined_at=0)
+
+
+def failed_items(book: JobBook, out: Outbox) -> list[str]:
+    return [item["error"] or "" for _, result in written(out, book.topics.results, TaskResult)
+            for item in result["items"] if item["status"] == ItemStatus.ERROR]
+
+
+def test_a_task_every_live_worker_declines_waits_for_the_worker_starting_with_its_model(
+        ) -> None:
+    """The mixed pool of issue 26: a sim worker owns every partition while the lite0 worker
+    compiles. The job's tasks are held, its events say for whom, nothing more is issued;
+    once the lite0 worker is in the group every item goes to it."""
+    pool = {"sim-1": [0, 1, 2, 3]}
+    table = WorkerAnnouncements(make_config())
+    book = book_of(make_config(model_wait_s=0, tasks_per_round=1), pool, table)
+    _, (first,) = accepted(book, make_job(items=6, model=LITE0))
+    now = now_ms()
+    announce(table, "lite-1", now)
+
+    out = book.outbox()
+    book.on_declined(declined_by(first, "sim-1"), out)
+    book.tick(out, now)
+    assert tasks(book, out) == [] and failed_items(book, out) == []
+    (waiting,) = events(book, out)
+    assert waiting["type"] == JobEventType.PROGRESS
+    assert waiting["reason"] == ("waiting for a worker of model 'efficientnet_lite0': lite-1 "
+                                 "of pool 'default' is starting with it")
+
+    pool.update({"sim-1": [0, 1], "lite-1": [2, 3]})  # it joined the group
+    joined = book.outbox()
+    book.tick(joined, now + 1000)
+    issued = tasks(book, joined)
+    assert [(t["task_id"], t["attempt"]) for _, t in issued] == [(0, 2), (1, 1)]
+    assert {p for p, _ in issued} <= {2, 3}  # the held task on lite-1's partitions
+    assert [e["reason"] for e in events(book, joined)] == [None]  # it waits no more
+
+    done = book.outbox()
+    for _, task in issued:
+        book.on_result(result_of(task, worker="lite-1"), done)
+    book.tick(done, now + 2000)
+    (last,) = tasks(book, done)
+    book.on_result(result_of(last[1], worker="lite-1"), done)
+    book.tick(done, now + 3000)
+    assert events(book, done)[-1]["type"] == JobEventType.COMPLETED
+    assert book.jobs[first["job_id"]].ok_items == 6
+
+
+def test_a_worker_that_dies_while_starting_stops_counting_and_the_items_fail() -> None:
+    pool = {"sim-1": [0, 1, 2, 3]}
+    table = WorkerAnnouncements(make_config())
+    book = book_of(make_config(model_wait_s=0), pool, table)
+    _, (first, _) = accepted(book, make_job(items=4, model=LITE0))
+    now = now_ms()
+    announce(table, "lite-1", now)
+    out = book.outbox()
+    book.on_declined(declined_by(first, "sim-1"), out)
+    book.tick(out, now + 14_000)  # its last announcement is 3 intervals old: fresh still
+    assert failed_items(book, out) == []
+
+    gone = book.outbox()
+    book.tick(gone, now + 16_000)
+    errors = failed_items(book, gone)
+    assert len(errors) == 2 and all(
+        "no live worker of pool 'default' serves model 'efficientnet_lite0' (sim-1 serves "
+        "sim:ms=0)" in error for error in errors)
+
+
+def test_with_nobody_starting_a_task_waits_model_wait_s_then_fails() -> None:
+    pool = {"sim-1": [0, 1, 2, 3]}
+    book = book_of(make_config(model_wait_s=60), pool, WorkerAnnouncements(make_config()))
+    _, (first, second) = accepted(book, make_job(items=4, model=LITE0))
+    now = now_ms()
+    out = book.outbox()
+    book.on_declined(declined_by(first, "sim-1"), out)
+    book.tick(out, now)
+    (waiting,) = events(book, out)
+    assert "none is starting; its tasks fail at" in (waiting["reason"] or "")
+    assert failed_items(book, out) == []
+
+    over = book.outbox()
+    book.tick(over, now + 61_000)
+    assert len(failed_items(book, over)) == 2
+    later = book.outbox()
+    book.on_declined(declined_by(second, "sim-1"), later)  # the job gave up: at once now
+    assert len(failed_items(book, later)) == 2
+
+
+#: both workers serve the model at 100 items/s, as the policy says
+SPEEDS = FixedPolicy(workers={w: WorkerPolicy(0.5, True, 100.0, (LITE0,)) for w in ("w1", "w2")})
+
+
+def ledger_records(*outs: Outbox) -> list[tuple[bytes, int]]:
+    return [(r.value, HOME) for out in outs for r in out.records.get(HOME, [])
+            if r.topic == "t.controller-ledger"]
+
+
+def takeover() -> tuple[JobBook, list[tuple[bytes, int]], Task]:
+    """A first book issues a job's two tasks, task 0 declined once (attempt 2), task 1 done;
+    a second book adopts the job from the ledger. Task 0 is what the second waits for."""
+    config = make_config(migration_floor_s=1.0)
+    pool: dict[str, list[int]] = {"w1": [0, 1], "w2": [2, 3]}
+    first = book_of(config, pool, WorkerAnnouncements(config), SPEEDS)
+    out, (task0, task1) = accepted(first, make_job(items=4, model=LITE0))
+    redo = first.outbox()
+    first.on_declined(declined_by(task0, "w1"), redo)
+    first.on_result(result_of(task1, worker="w2"), redo)
+    records = ledger_records(out, redo)
+    second = book_of(config, pool, WorkerAnnouncements(config), SPEEDS)
+    return second, records, task0
+
+
+def test_a_takeover_gives_the_earlier_tasks_deadlines_and_issues_a_late_one_above_them(
+        ) -> None:
+    second, records, task0 = takeover()
+    assert [e["max_attempt"] for e in (_entry(value) for value, _ in records)
+            if e["kind"] == LedgerKind.JOB][-1] == 2  # written with the declined task
+    second.adopt(records, now_ms())
+    assert len(second.deadlines) == 1  # task 0: task 1 is done
+
+    late = second.outbox()
+    second.tick(late, now_ms() + 60_000)
+    ((_, again),) = tasks(second, late)
+    assert (again["task_id"], again["attempt"]) == (0, 3)  # above the first owner's 2
+    assert [i["name"] for i in again["items"]] == [i["name"] for i in task0["items"]]
+    assert [(c["task_id"], c["attempt"], c["reason"]) for c in controls(second, late)] == [
+        (0, 3, TaskControlReason.MIGRATED)]
+    assert [e["max_attempt"] for e in ledger(second, late) if e["kind"] == LedgerKind.JOB] == [3]
+
+
+def test_a_job_whose_ledger_records_no_attempt_is_adopted_without_deadlines() -> None:
+    """A ledger written before max_attempt (0: not recorded): the earlier tasks wait as
+    before, since an attempt above theirs cannot be known."""
+    second, records, _ = takeover()
+    older = [(CODEC.encode("LedgerEntry", {**_entry(value), "max_attempt": 0}), home)
+             for value, home in records]
+    second.adopt(older, now_ms())
+    assert len(second.deadlines) == 0 and len(second.jobs) == 1
+
+
+def _entry(value: bytes) -> LedgerEntry:
+    return read_record(CODEC, value, LedgerEntry)
