@@ -55,7 +55,7 @@ class Pane:
                 return text
             if time.monotonic() > deadline:
                 pytest.fail(f"the pane never showed {what}; it shows:\n{text}")
-            time.sleep(0.1)
+            time.sleep(0.02)
 
 
 @pytest.fixture

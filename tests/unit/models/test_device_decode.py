@@ -5,28 +5,21 @@ from __future__ import annotations
 
 import io
 
-import numpy as np
 import pytest
 import torch
 from PIL import Image
 from skimage import data as photos
 
-from inferstream.models import ItemError, TorchModel, load_model
+from inferstream.models import ItemError, LoadedModel, TorchModel, load_model
 from inferstream.models.device_decode import DeviceDecoder, choose_decoding, is_encoded
 from inferstream.models.forward import prepare_device_decode, prepare_forward
 from inferstream.models.preprocess import ImagePreprocessor
-
-CAT_CLASSES = {281, 282, 285}  # tabby, tiger cat, Egyptian cat
-
-
-def encode(array: np.ndarray, fmt: str = "JPEG", **options: object) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(array).save(buf, fmt, **options)
-    return buf.getvalue()
+from tests.unit.support.photos import CAT_CLASSES, encode
 
 
 @pytest.fixture(scope="module")
-def lite0() -> TorchModel:
+def decoding() -> TorchModel:
+    """efficientnet_lite0 of its own, prepared to decode its JPEGs on its device."""
     model = load_model("efficientnet_lite0")
     assert isinstance(model, TorchModel)
     prepare_forward(model, compile_mode="off")
@@ -35,23 +28,23 @@ def lite0() -> TorchModel:
     return model
 
 
-def test_the_bundled_photos_keep_their_labels_decoded_on_the_device(lite0: TorchModel) -> None:
-    items = [lite0.preprocess(encode(photo)) for photo in
+def test_the_bundled_photos_keep_their_labels_decoded_on_the_device(decoding: TorchModel) -> None:
+    items = [decoding.preprocess(encode(photo)) for photo in
              (photos.chelsea(), photos.coffee(), photos.rocket(), photos.camera())]
     assert all(is_encoded(item) for item in items)  # the decode threads only read headers
-    cat, coffee, rocket, camera = (p[0] for p in lite0.predict_items(items, top_k=5))
+    cat, coffee, rocket, camera = (p[0] for p in decoding.predict_items(items, top_k=5))
     assert not isinstance(cat, str) and cat[0] in CAT_CLASSES
     assert not isinstance(coffee, str) and coffee[0] == 967  # espresso
     assert not isinstance(rocket, str) and rocket[0] in {657, 744}  # missile, projectile
     assert not isinstance(camera, str) and camera[0] == 872  # tripod (a grey JPEG)
 
 
-def test_device_preprocessing_matches_the_cpu_path(lite0: TorchModel) -> None:
-    assert lite0.decoder is not None
-    preprocessor = lite0.preprocessor
+def test_device_preprocessing_matches_the_cpu_path(decoding: TorchModel) -> None:
+    assert decoding.decoder is not None
+    preprocessor = decoding.preprocessor
     assert isinstance(preprocessor, ImagePreprocessor)
     data = encode(photos.coffee(), quality=95)
-    (on_device,) = lite0.decoder.ready([lite0.preprocess(data)])
+    (on_device,) = decoding.decoder.ready([decoding.preprocess(data)])
     assert isinstance(on_device, torch.Tensor)
     on_cpu = preprocessor(data)
     assert on_device.shape == on_cpu.shape
@@ -59,7 +52,7 @@ def test_device_preprocessing_matches_the_cpu_path(lite0: TorchModel) -> None:
     assert (on_device - on_cpu).abs().mean() < 0.05
 
 
-def test_what_the_device_should_not_decode_goes_the_cpu_way(lite0: TorchModel) -> None:
+def test_what_the_device_should_not_decode_goes_the_cpu_way(decoding: TorchModel) -> None:
     rotated = Image.fromarray(photos.chelsea())
     exif = rotated.getexif()
     exif[0x0112] = 6  # a phone photo held upright: rotate 90 degrees
@@ -68,38 +61,38 @@ def test_what_the_device_should_not_decode_goes_the_cpu_way(lite0: TorchModel) -
     cmyk = io.BytesIO()
     Image.fromarray(photos.coffee()).convert("CMYK").save(cmyk, "JPEG")
     for data in (encode(photos.coffee(), "PNG"), rotated_jpeg.getvalue(), cmyk.getvalue()):
-        item = lite0.preprocess(data)
+        item = decoding.preprocess(data)
         assert not is_encoded(item) and item.shape == (3, 224, 224)
 
 
-def test_a_bad_jpeg_fails_alone_with_the_cpu_paths_reason(lite0: TorchModel) -> None:
+def test_a_bad_jpeg_fails_alone_with_the_cpu_paths_reason(decoding: TorchModel) -> None:
     good = encode(photos.coffee())
     with pytest.raises(ItemError, match="truncated image"):  # no end marker: the CPU's way
-        lite0.preprocess(good[: len(good) // 3])
+        decoding.preprocess(good[: len(good) // 3])
     huffman = good.index(b"\xff\xc4") + 5  # the counts of its first Huffman table
     bogus = good[:huffman] + b"\xff" * 16 + good[huffman + 16:]
-    items = [lite0.preprocess(good), lite0.preprocess(bogus), lite0.preprocess(good)]
+    items = [decoding.preprocess(good), decoding.preprocess(bogus), decoding.preprocess(good)]
     assert all(is_encoded(item) for item in items)  # its header reads fine
-    first, bad, last = lite0.predict_items(items, top_k=1)
+    first, bad, last = decoding.predict_items(items, top_k=1)
     assert bad == "corrupt image: broken data stream when reading image file"
     assert not isinstance(first, str) and first[0][0] == 967
     assert not isinstance(last, str) and last[0][0] == 967
 
 
 def test_auto_keeps_the_cpu_path_on_a_cpu_device_and_measures_elsewhere(
-        lite0: TorchModel) -> None:
-    other = load_model("efficientnet_lite0")
+        decoding: TorchModel, lite0: LoadedModel) -> None:
+    other = lite0  # one nobody prepared
     assert prepare_device_decode(other, "auto", 1, 8) is None
     assert isinstance(other, TorchModel) and other.decoder is None
-    assert lite0.decoder is not None
-    choice = choose_decoding(lite0.decoder, lambda batch: lite0.predict(batch, 1),
+    assert decoding.decoder is not None
+    choice = choose_decoding(decoding.decoder, lambda batch: decoding.predict(batch, 1),
                              decode_threads=1, max_batch=4)
     assert "items/s decoding on cpu against" in choice.why
     assert "on 1 decode threads" in choice.why
 
 
-def test_a_decoder_sends_ready_items_to_the_device_untouched() -> None:
-    spec_model = load_model("efficientnet_lite0")
+def test_a_decoder_sends_ready_items_to_the_device_untouched(lite0: LoadedModel) -> None:
+    spec_model = lite0
     assert isinstance(spec_model, TorchModel)
     preprocessor = spec_model.preprocessor
     assert isinstance(preprocessor, ImagePreprocessor)

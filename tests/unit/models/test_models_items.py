@@ -59,7 +59,8 @@ class Handler(BaseHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def base_url() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # polls for its shutdown every 10 ms, not 500: the module's teardown waits for it
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()

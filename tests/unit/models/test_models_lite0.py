@@ -2,30 +2,14 @@
 
 from __future__ import annotations
 
-import io
-
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 from skimage import data as photos
 
-from inferstream.models import LoadedModel, load_model
+from inferstream.models import LoadedModel
 from inferstream.models.collate import collate
 from inferstream.models.efficientnet_lite import SamePadConv2d
-
-CAT_CLASSES = {281, 282, 285}  # tabby, tiger cat, Egyptian cat
-
-
-@pytest.fixture(scope="module")
-def lite0() -> LoadedModel:
-    return load_model("efficientnet_lite0")
-
-
-def encode(array: np.ndarray, fmt: str) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(array).save(buf, fmt)
-    return buf.getvalue()
+from tests.unit.support.photos import CAT_CLASSES, encode
 
 
 @pytest.mark.parametrize("fmt", ["JPEG", "PNG"])

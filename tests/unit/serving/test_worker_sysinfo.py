@@ -194,7 +194,7 @@ def test_samples_that_cannot_be_sent_are_counted_and_tasks_still_commit(
     config = dataclasses.replace(make_config(), topic_prefix="nosysinfo.")
     broker.create_topics(s for s in topic_specs(config) if s.name != config.topic("sysinfo"))
     put_tasks(broker, config, 4)
-    worker = run_worker(config, until=lambda worker: worker.sysinfo.failed >= 1)
+    worker = run_worker(config)  # what is buffered at the stop is lost
 
     assert len(broker.values(config.topic("results"))) == 4
     assert worker.sysinfo.published == 0 and worker.sysinfo.failed >= 1

@@ -121,13 +121,13 @@ class Running:
             self._failed(exc)
 
     def _finished(self, run: concurrent.futures.Future[None]) -> None:
-        if not run.cancelled() and run.exception() is not None:
-            self._failed(run.exception())
+        error = None if run.cancelled() else run.exception()
+        if error is not None:
+            self._failed(error)
 
-    def _failed(self, exc: BaseException | None) -> None:
+    def _failed(self, error: BaseException) -> None:
         with self._lock:
-            if exc is not None:
-                self._errors.append(exc)
+            self._errors.append(error)
 
     def _raise_errors(self) -> None:
         with self._lock:
