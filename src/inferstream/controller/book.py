@@ -174,6 +174,8 @@ class JobBook:
             return
         self.pools.record_decline(declined["worker"], declined["model"],
                                   declined["served_models"])
+        if self.waits.holds(state.job_id, declined["task_id"]):
+            return  # an earlier attempt's: the one held goes out when a worker may serve it
         task = read_record(self.codec, declined["task"], Task)
         partition = target_of(self.pools, self.config, task, self.partitions)
         now = now_ms()

@@ -94,6 +94,11 @@ class ModelWaits:
                  task["job_id"], task["task_id"], task["pool"], task["model"])
         return True
 
+    def holds(self, job_id: str, task_id: int) -> bool:
+        """Whether the task is held (a decline of it is about an earlier attempt)."""
+        wait = self._waits.get(job_id)
+        return wait is not None and task_id in wait.held
+
     def waiting(self, job_id: str) -> bool:
         """Whether the job holds tasks (and so issues no more)."""
         wait = self._waits.get(job_id)

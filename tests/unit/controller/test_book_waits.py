@@ -90,6 +90,9 @@ def test_a_task_every_live_worker_declines_waits_for_the_worker_starting_with_it
     assert waiting["type"] == JobEventType.PROGRESS
     assert waiting["reason"] == ("waiting for a worker of model 'efficientnet_lite0': lite-1 "
                                  "of pool 'default' is starting with it")
+    again = book.outbox()
+    book.on_declined(declined_by(first, "sim-2"), again)  # the held task's, once more
+    assert tasks(book, again) == [] and failed_items(book, again) == []
 
     pool.update({"sim-1": [0, 1], "lite-1": [2, 3]})  # it joined the group
     joined = book.outbox()
