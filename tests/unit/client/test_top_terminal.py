@@ -72,7 +72,7 @@ def top_command(url: str, pid_file: Path) -> str:
     """top in the pane (its pid in `pid_file`); once it exits the shell prints its status on
     the restored screen."""
     top = shlex.join(["env", f"PYTHONPATH={_SRC}", sys.executable, "-m", "inferstream", "top",
-                      "--sysinfo-url", url, "--interval", "0.2"])
+                      "--sysinfo-url", url, "--interval", "0.05"])
     inner = shlex.quote(f"echo $$ > {shlex.quote(str(pid_file))}; exec {top}")
     return f'sh -c {inner}; echo "top exited with $?"; sleep 60'
 

@@ -118,7 +118,7 @@ class FakeSysInfo:
                 pass
 
         server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        thread = threading.Thread(target=server.serve_forever, args=(0.05,),
+        thread = threading.Thread(target=server.serve_forever, args=(0.01,),
                                   daemon=True)
         thread.start()
         self.url = f"http://127.0.0.1:{server.server_address[1]}"
