@@ -8,7 +8,7 @@ Needs only Java 17+, Maven and the Python 3 standard library. See ops/kafka/READ
     cluster kill    ID [--dir DIR]          # kill -9 one broker
     cluster restart ID [--dir DIR]          # (stop and) start one broker again, wait until back
     cluster logs    ID [--dir DIR] [-n N] [-f]
-    cluster clean   [--dir DIR]             # stop, then delete the cluster's files
+    cluster clean   [--dir DIR]             # kill -9 the brokers, delete the cluster's files
     cluster bootstrap [--dir DIR]           # print the bootstrap servers
     cluster classpath                        # resolve the jars, print the classpath
     cluster tool CLASS [ARGS...]             # run a Kafka tool class with the jars
@@ -107,8 +107,15 @@ def _add_stop_clean_status(sub: Subparsers, common: argparse.ArgumentParser) -> 
     s.add_argument("--wipe", action="store_true", help="then delete the cluster's files")
     s.set_defaults(func=cmd_stop)
 
-    s = sub.add_parser("clean", parents=[common], help="stop, then delete the cluster's files")
-    s.add_argument("--timeout", type=float, default=30.0)
+    s = sub.add_parser(
+        "clean", parents=[common], help="kill -9 the brokers, then delete the cluster's files"
+    )
+    s.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        help="seconds before SIGKILL where brokers stop gracefully (to write a CDS archive)",
+    )
     s.set_defaults(func=cmd_clean)
 
     s = sub.add_parser(

@@ -21,12 +21,14 @@ from .probes import check_ports, metadata_brokers, wait_ready
 from .processes import (
     after_exit,
     format_nodes,
+    kill_all,
     node_pid,
     spawn,
     stop_all,
     stop_gracefully,
     stop_node,
     wait_dead,
+    writes_cds_at_exit,
 )
 from .state import (
     ClusterState,
@@ -192,7 +194,10 @@ def cmd_clean(a: Args) -> int:
         print(f"no cluster in {d}")
         return 0
     with dir_lock(d):
-        stop_all(d, st, a.timeout)
+        if writes_cds_at_exit(d, st):
+            stop_all(d, st, a.timeout)  # the archive is written only at a clean exit
+        else:
+            kill_all(d, st)
     wipe(d, st)
     print(
         f"deleted {d}"
