@@ -10,12 +10,13 @@ import signal
 import socket
 import subprocess
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from inferstream.config import Config
-from tests.integration.conftest import INFERSTREAM
+from tests.integration.conftest import INFERSTREAM, topics_config
 from tests.roles import ROLE_ARGS
 
 pytestmark = pytest.mark.integration
@@ -33,12 +34,16 @@ COMMANDS = {
 }
 
 
-@pytest.fixture
-def nowhere() -> str:
+def free_address() -> str:
     """A loopback address that nothing listens on."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture
+def nowhere() -> str:
+    return free_address()
 
 
 def environment(servers: str, prefix: str = "inferstream.") -> dict[str, str]:
@@ -61,11 +66,68 @@ def the_one_line(stderr: str) -> str:
     return lines[0]
 
 
+class Together:
+    """Commands started at once, each awaited by the test that reads it: what waits out a
+    timeout (for a broker, 5 s; for topics to appear, as long) waits it out side by side
+    instead of one command after the other."""
+
+    def __init__(self, cwd: Path) -> None:
+        self.cwd = cwd
+        self.started: dict[str, subprocess.Popen[str]] = {}
+
+    def start(self, key: str, args: list[str], env: dict[str, str]) -> None:
+        self.started[key] = subprocess.Popen([*INFERSTREAM, *args], stdout=subprocess.PIPE,
+                                             stderr=subprocess.PIPE, text=True, env=env,
+                                             cwd=self.cwd)
+
+    def result(self, key: str) -> tuple[int, str]:
+        """(exit code, stderr) of the command started as `key`."""
+        _, stderr = self.started[key].communicate(timeout=120)
+        return self.started[key].returncode, stderr
+
+    def stop(self) -> None:
+        for proc in self.started.values():
+            proc.kill()
+            proc.communicate()
+
+
+@pytest.fixture(scope="module")
+def together(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Together]:
+    runs = Together(tmp_path_factory.mktemp("together"))
+    yield runs
+    runs.stop()
+
+
+@pytest.fixture(scope="module")
+def without_broker(together: Together) -> tuple[str, Together]:
+    """An address with no broker behind it, and every command of COMMANDS run against it
+    ("nowhere <command>")."""
+    nowhere = free_address()
+    for command, args in COMMANDS.items():
+        together.start(f"nowhere {command}", args, environment(nowhere))
+    return nowhere, together
+
+
+@pytest.fixture(scope="module")
+def without_topics(together: Together, kafka: str) -> tuple[str, Together]:
+    """A topic prefix that nothing created, and status, worker and controller run on the
+    cluster with it ("missing <command>"); a stream whose own topics are missing, with
+    inferstream's topics there ("missing stream")."""
+    prefix = f"t{uuid.uuid4().hex[:10]}."
+    for command in ("status", "worker", "controller"):
+        together.start(f"missing {command}", COMMANDS[command], environment(kafka, prefix))
+    config = topics_config(kafka)
+    together.start("missing stream", COMMANDS["stream"],
+                   environment(config.bootstrap_servers, config.topic_prefix))
+    return prefix, together
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("command", COMMANDS)
-def test_no_broker_is_one_line_naming_the_address(command: str, nowhere: str,
-                                                  tmp_path: Path) -> None:
-    code, stderr = run(COMMANDS[command], environment(nowhere), tmp_path)
+def test_no_broker_is_one_line_naming_the_address(
+        command: str, without_broker: tuple[str, Together]) -> None:
+    nowhere, runs = without_broker
+    code, stderr = runs.result(f"nowhere {command}")
     assert code == 2
     line = the_one_line(stderr)
     assert f"no Kafka broker answered at {nowhere}" in line
@@ -111,9 +173,10 @@ def test_sigterm_stops_a_process_that_waits_for_its_cluster(
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("command", ["status", "worker", "controller"])
-def test_missing_topics_say_to_create_them(command: str, kafka: str, tmp_path: Path) -> None:
-    prefix = f"t{uuid.uuid4().hex[:10]}."
-    code, stderr = run(COMMANDS[command], environment(kafka, prefix), tmp_path)
+def test_missing_topics_say_to_create_them(command: str,
+                                           without_topics: tuple[str, Together]) -> None:
+    prefix, runs = without_topics
+    code, stderr = runs.result(f"missing {command}")
     assert code == 2
     line = the_one_line(stderr)
     assert f"{prefix}" in line
@@ -121,11 +184,11 @@ def test_missing_topics_say_to_create_them(command: str, kafka: str, tmp_path: P
 
 
 @pytest.mark.timeout(600)
-def test_a_stream_whose_topics_are_missing_says_which(config: Config, tmp_path: Path) -> None:
+def test_a_stream_whose_topics_are_missing_says_which(
+        without_topics: tuple[str, Together]) -> None:
     """The input and output topics are the user's: the line names them and says to create
     them (not `inferstream topics create`, which makes only inferstream's own)."""
-    code, stderr = run(COMMANDS["stream"], environment(config.bootstrap_servers,
-                                                       config.topic_prefix), tmp_path)
+    code, stderr = without_topics[1].result("missing stream")
     assert code == 2
     line = the_one_line(stderr)
     assert "topics uploads, labels missing" in line and "create them first" in line
