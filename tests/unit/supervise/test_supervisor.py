@@ -121,9 +121,10 @@ def test_the_restart_counter_goes_on_from_the_supervisor_s_count(
 SUPERVISOR = textwrap.dedent("""
     import logging, sys
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    from inferstream.supervise.parent import Supervisor
+    from inferstream.supervise import parent
     from inferstream.supervise.policy import RestartPolicy
-    sys.exit(Supervisor("test", {command!r}, RestartPolicy({delay}, {delay}), 600).run())
+    parent.SECOND_SIGNAL_S = 0.1  # a child still there after a second signal: killed at once
+    sys.exit(parent.Supervisor("test", {command!r}, RestartPolicy({delay}, {delay}), 600).run())
 """)
 
 
