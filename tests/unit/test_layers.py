@@ -13,6 +13,7 @@ torch.
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -35,11 +36,17 @@ def home(path: Path) -> str:
     return path.relative_to(PACKAGE).parts[0].removesuffix(".py")
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """`path`'s syntax tree, parsed once for every test that reads it."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def imports(path: Path) -> set[str]:
     """The top-level inferstream packages `path` imports, anywhere in it (in functions and
     under TYPE_CHECKING too)."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -109,7 +116,7 @@ def test_modules_classes_and_functions_stay_within_the_house_limits(path: Path) 
     if path.is_relative_to(REPO / "tests"):
         return
     too_long = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parsed(path)):
         limit = (300 if isinstance(node, ast.ClassDef) else
                  40 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else None)
         if limit is not None and node.end_lineno is not None:
