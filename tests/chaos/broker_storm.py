@@ -25,7 +25,7 @@ from pathlib import Path
 from inferstream.client.client import Client
 from inferstream.config import Config
 from inferstream.kafka.topics import ensure_topics
-from tests.chaos.faults import ChaosCluster, ClusterUnavailableError, WorkerFleet
+from tests.chaos.fleets import ChaosCluster, ClusterUnavailableError, WorkerFleet
 from tests.chaos.scenario import ProgressFollower
 from tests.integration.conftest import Processes
 

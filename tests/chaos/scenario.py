@@ -36,15 +36,8 @@ from inferstream.kafka.settings import partition_for
 from inferstream.kafka.topics import ensure_topics
 from inferstream.schemas import Codec, SchemaError
 from tests.chaos.diagnose import render_evidence, source_fingerprint
-from tests.chaos.faults import (
-    ChaosCluster,
-    ClusterUnavailableError,
-    ControllerFleet,
-    FaultInjector,
-    FaultSchedule,
-    Timeline,
-    WorkerFleet,
-)
+from tests.chaos.faults import FaultInjector, FaultSchedule, Timeline
+from tests.chaos.fleets import ChaosCluster, ClusterUnavailableError, ControllerFleet, WorkerFleet
 from tests.chaos.verifier import ResultsReader, VerificationReport, verify
 from tests.integration.conftest import Processes
 
