@@ -1,6 +1,7 @@
 """A compiled forward pass predicts what the eager one does for every batch size, each size
-class compiled at load (issue 16.3). No broker: it is here because compiling takes about 20 s
-on a CPU, too long for the unit suite (tests/unit/models/test_forward.py has the rest)."""
+class compiled at load (issue 16.3), and so does the one a restart reads from the cache (issue
+26.4). No broker: it is here because compiling takes about 20 s on a CPU, too long for the unit
+suite (tests/unit/models/test_forward.py and test_forward_cache.py have the rest)."""
 
 from __future__ import annotations
 
@@ -36,3 +37,20 @@ def test_compiled_forward_predicts_what_eager_does_for_every_batch_size(
             got = inference.submit(model.predict, batch, 3).result()
             assert_same_predictions(got, eager.predict(batch, top_k=3))
     assert counters["stats"]["unique_graphs"] == graphs  # every size class compiled at load
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_restart_reads_the_compiled_package_and_predicts_what_the_first_start_did(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 26.4: the second load is a restarted worker's, with the cache the first one filled
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "compiled"))
+    first, second = tiny_model(), tiny_model()
+    cold = prepare_forward(first, compile_mode="on", max_batch=8, torch_threads=1)
+    warm = prepare_forward(second, compile_mode="on", max_batch=8, torch_threads=1)
+    assert cold.compiled and not cold.cached, cold.why
+    assert warm.compiled and warm.cached, warm.why
+    assert "from the cache" in warm.describe()
+    for size in (8, 3, 1):
+        batch = batch_of(first, size)
+        assert_same_predictions(second.predict(batch, 3), first.predict(batch, 3))

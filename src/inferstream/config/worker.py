@@ -45,12 +45,13 @@ class WorkerConfig:
         "else glibc), system (glibc) or a library's path; preloaded by re-executing the "
         "worker once at start")
     compile: str = setting(
-        "auto", "graph mode of the forward pass: auto (torch.compile, kept where it runs at "
-        "least as fast as eager, timed at start), on (compiled wherever it compiles), off "
-        "(eager); a model that does not compile runs eager", choices=AUTO_ON_OFF)
+        "auto", "graph mode of the forward pass: auto (compiled with AOTInductor, kept where "
+        "it runs at least as fast as eager, timed when compiled), on (compiled wherever it "
+        "compiles), off (eager); a model that does not compile runs eager", choices=AUTO_ON_OFF)
     compile_cache_dir: str = setting(
-        "", "where compiled graphs are kept between runs (empty: TORCHINDUCTOR_CACHE_DIR, "
-        "else ~/.cache/inferstream/torch-compile)")
+        "", "where compiled forward passes are kept between starts, so that a restart loads "
+        "one in seconds instead of compiling it again (empty: TORCHINDUCTOR_CACHE_DIR, else "
+        "~/.cache/inferstream/torch-compile)")
     precision: str = setting(
         "auto", "numbers of the forward pass: auto (fp16 on CUDA, fp32 on a CPU), fp32, fp16 "
         "or bf16 (fast on CPUs with AVX512-BF16 or AMX)", choices=PRECISIONS)

