@@ -185,46 +185,48 @@ def _compile(model: TorchModel, job: _Job, compiler: Compiler,
     `auto` keeps it where it measured as fast as eager. `report` completes the model's
     ForwardReport from `compiled` and `why` on."""
     eager = model.forward
+    cache = PackageCache(job.root, partial(_checked_load, compiler, model))
     try:
-        compiled = _compiled_forward(model, job, compiler)
+        key = package_key(model.module, model.name, model.device, precision=job.precision,
+                          channels_last=job.channels_last, max_batch=job.max_batch)
+        with cache.locked(key):  # a second worker starting at once waits for the package
+            compiled = cache.read(key) or _build(model, job, compiler, cache, key)
     except Exception as exc:  # any failure to compile leaves the model eager
         model.forward = eager
         first_line = (str(exc).strip().splitlines() or [""])[0][:160]
         return report(False, f"does not compile: {type(exc).__name__}: {first_line}")
-    timings, load_s = compiled.timings, compiled.load_s
-    how = (f"{timings.compile_s:.1f} s to compile" if load_s is None
+    load_s = compiled.load_s
+    how = (f"{compiled.timings.compile_s:.1f} s to compile" if load_s is None
            else f"from the cache, {load_s:.1f} s to load")
-    done = partial(report, compile_s=timings.compile_s if load_s is None else 0.0,
+    done = partial(report, compile_s=compiled.timings.compile_s if load_s is None else 0.0,
                    cached=load_s is not None, load_s=load_s or 0.0)
     if job.mode == "on":
         model.forward = compiled.forward
         return done(True, f"compile = on; {how}")
-    eager_ms, compiled_ms = timings.eager_ms_per_item, timings.compiled_ms_per_item
-    when = "" if load_s is None else " when compiled"
-    # Timed again where the entry has no figures (a `compile on` start's) or eager won when
-    # it was built: a busy neighbour then may have made compiled look slower.
-    if eager_ms is None or compiled_ms is None or (_slower(compiled_ms, eager_ms) and when):
-        eager_ms, compiled_ms = _time_both(model, eager, compiled.forward, job.max_batch)
-        when = ""
+    timings = _timings(model, job, compiled, eager)
+    if timings != compiled.timings:  # timed again: the next start reads these
+        cache.record(key, timings)
+    eager_ms, compiled_ms = timings.eager_ms_per_item or 0.0, timings.compiled_ms_per_item or 0.0
+    when = " when compiled" if timings == compiled.timings and load_s is not None else ""
     figures = f"{compiled_ms:.1f} ms/item against {eager_ms:.1f} eager{when}; {how}"
-    slower = _slower(compiled_ms, eager_ms)
+    slower = compiled_ms > eager_ms * COMPILED_TOLERANCE
     model.forward = eager if slower else compiled.forward
     return done(not slower, f"compiled ran slower: {figures}" if slower else figures,
                 eager_ms_per_item=eager_ms, compiled_ms_per_item=compiled_ms)
 
 
-def _slower(compiled_ms: float, eager_ms: float) -> bool:
-    return compiled_ms > eager_ms * COMPILED_TOLERANCE
-
-
-def _compiled_forward(model: TorchModel, job: _Job, compiler: Compiler) -> CompiledForward:
-    """`model`'s package from the cache, else built and kept there (under the key's lock: a
-    second worker starting at once waits for the first's package)."""
-    cache = PackageCache(job.root, partial(_checked_load, compiler, model))
-    key = package_key(model.module, model.name, model.device, precision=job.precision,
-                      channels_last=job.channels_last, max_batch=job.max_batch)
-    with cache.locked(key):
-        return cache.read(key) or _build(model, job, compiler, cache, key)
+def _timings(model: TorchModel, job: _Job, compiled: CompiledForward,
+             eager: Forward) -> Timings:
+    """What `auto` chooses by: the figures of the package's build, timed again where it has
+    none (a `compile on` start's) or eager won and it came from the cache (a busy neighbour
+    at the first start may have made compiled look slower)."""
+    timings = compiled.timings
+    eager_ms, compiled_ms = timings.eager_ms_per_item, timings.compiled_ms_per_item
+    if eager_ms is not None and compiled_ms is not None and (
+            compiled.load_s is None or compiled_ms <= eager_ms * COMPILED_TOLERANCE):
+        return timings
+    return Timings(timings.compile_s,
+                   *_time_both(model, eager, compiled.forward, job.max_batch))
 
 
 def _build(model: TorchModel, job: _Job, compiler: Compiler, cache: PackageCache,

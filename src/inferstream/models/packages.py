@@ -22,6 +22,7 @@ import hashlib
 import inspect
 import json
 import logging
+import os
 import platform
 import shutil
 import tempfile
@@ -202,6 +203,15 @@ class PackageCache:
             self.discard(key, exc)
             return None
         return CompiledForward(forward, timings, time.perf_counter() - started)
+
+    def record(self, key: PackageKey, timings: Timings) -> None:
+        """Replace the timings `key`'s entry records (atomic; nothing where it is gone)."""
+        path = self.root / key.entry_name()
+        record = {"key": asdict(key), "timings": asdict(timings)}
+        with contextlib.suppress(OSError):
+            fresh = path / f".{ENTRY}.{os.getpid()}"
+            fresh.write_text(json.dumps(record, indent=1))
+            fresh.replace(path / ENTRY)
 
     def discard(self, key: PackageKey, why: Exception) -> None:
         """Remove `key`'s entry, saying why (it is built again at the next load)."""

@@ -16,7 +16,12 @@ import torch
 from inferstream.models import TorchModel
 from inferstream.models.forward import CACHE_ENV, ForwardReport, prepare_forward
 from inferstream.models.packages import KEEP_PER_MODEL, PACKAGE, SUBDIR
-from tests.unit.support.compilers import InstantCompiler, PickledCompiler, SlowerCompiler
+from tests.unit.support.compilers import (
+    BusyFirstCompiler,
+    InstantCompiler,
+    PickledCompiler,
+    SlowerCompiler,
+)
 from tests.unit.support.models import assert_same_predictions, batch_of, tiny_model
 
 
@@ -72,11 +77,24 @@ def test_where_auto_kept_eager_a_restart_times_both_again(cache: Path) -> None:
     assert compiler.builds == 1
 
 
+def test_a_restart_that_times_compiled_faster_keeps_it_for_the_next(cache: Path) -> None:
+    compiler = BusyFirstCompiler()
+    _, cold = start(compiler, compile_mode="auto")
+    _, retimed = start(compiler, compile_mode="auto")
+    third, warm = start(compiler, compile_mode="auto")
+    assert not cold.compiled
+    assert retimed.compiled and "when compiled" not in retimed.why
+    assert warm.compiled and "when compiled; from the cache" in warm.why
+    assert (warm.eager_ms_per_item, warm.compiled_ms_per_item) == (
+        retimed.eager_ms_per_item, retimed.compiled_ms_per_item)
+    assert third.forward is not third.module
+
+
 def retrained() -> TorchModel:
     """The tiny model with other weights."""
     model = tiny_model()
     with torch.no_grad():
-        model.module[0].weight.add_(1.0)  # type: ignore[operator]
+        next(model.module.parameters()).add_(1.0)
     return model
 
 
