@@ -4,6 +4,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
+# `make test` and `make test-integration` run the tests in TEST_WORKERS processes (pytest-xdist),
+# one test file at a time each, each process with a broker of its own: an integration test
+# mostly waits (group sessions, simulated models' jobs), so two of them share 2 cores well.
+# TEST_WORKERS=0 runs them in one process.
+TEST_WORKERS ?= 2
+IN_PARALLEL := -n $(TEST_WORKERS) --dist loadfile
 
 .PHONY: help venv lint typecheck test test-unit test-integration chaos chaos-storm demo bench scale-study kafka-jars clean
 
@@ -28,13 +34,13 @@ typecheck: $(STAMP) ## mypy --strict on src/ and ops/
 	$(VENV)/bin/mypy
 
 test: lint typecheck kafka-jars ## lint, type check, then every test (unit, integration, chaos)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(IN_PARALLEL) $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## the unit tests only (no broker)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 test-integration: $(STAMP) kafka-jars ## the tests against a real local broker
-	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+	$(PY) -m pytest $(IN_PARALLEL) tests/integration $(PYTEST_ARGS)
 
 demo: $(STAMP) kafka-jars ## classify scikit-image's photos end to end on a local Kafka
 	$(PY) ops/demo.py
