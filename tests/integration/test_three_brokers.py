@@ -161,3 +161,62 @@ def test_acks_all_writes_need_two_live_replicas(cluster: Cluster) -> None:
     # may still have been appended by the leader and show up: only acknowledged ones count.)
     stored = committed_values(config, topic)
     assert [v for v in stored if v in acknowledged] == acknowledged
+
+
+#: Describes a group through `describe_with` (1 s waits) while the test kills the group's
+#: coordinator: prints the coordinator, then each outcome, and exits 0 three seconds after
+#: it was answered again. librdkafka#4605 aborted such a process when the coordinator
+#: came back after a describe had timed out (issue 26.1).
+DESCRIBER = """
+import sys, time
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+from inferstream.kafka.groups import describe_with
+
+servers, group = sys.argv[1], sys.argv[2]
+admin = AdminClient({"bootstrap.servers": servers})
+deadline = time.monotonic() + 60
+while True:
+    try:
+        coordinator = admin.describe_consumer_groups([group])[group].result(10).coordinator
+        break
+    except Exception:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.5)
+print("coordinator", coordinator.id, flush=True)
+sys.stdin.readline()  # the test killed it
+describe = describe_with(lambda: AdminClient({"bootstrap.servers": servers}), timeout_s=1.0)
+answered = None
+while answered is None or time.monotonic() < answered + 3:
+    try:
+        describe(group)
+        print("answered", flush=True)
+        answered = answered or time.monotonic()
+    except TimeoutError:
+        print("timeout", flush=True)
+    except KafkaException:  # a coordinator moving: NOT_COORDINATOR, then a new admin client
+        print("error", flush=True)
+    time.sleep(0.2)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_describing_a_group_whose_coordinator_was_killed_does_not_abort(
+        cluster: Cluster) -> None:
+    child = subprocess.Popen([sys.executable, "-c", DESCRIBER, cluster.servers,
+                              f"outage-{uuid.uuid4().hex[:8]}"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdin is not None and child.stdout is not None
+    coordinator = int(child.stdout.readline().split()[-1])
+    cluster.kill(coordinator)
+    try:
+        child.stdin.write("killed\n")
+        child.stdin.flush()
+        out, err = child.communicate(timeout=120)
+    finally:
+        cluster.restart(coordinator)
+    assert child.returncode == 0, f"exit {child.returncode}: {err[-2000:]}"
+    outcomes = out.split()
+    # The outage was long enough for a describe to give up, and the group was described again.
+    assert "timeout" in outcomes and outcomes[-1] == "answered", outcomes

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from inferstream.client.stalls import QUIET_S, StallWatch
@@ -181,9 +182,10 @@ class Job:
     def live_workers(self) -> int | None:
         """How many workers the job's pool has now; None when that cannot be known."""
         config = self.client.config
-        admin = self.client.clients.admin(config.confluent_config(logger=LIBRDKAFKA_LOG))
+        new_admin = partial(self.client.clients.admin,
+                            config.confluent_config(logger=LIBRDKAFKA_LOG))
         try:
-            return len(describe_with(admin)(config.worker_group(self.pool)))
+            return len(describe_with(new_admin)(config.worker_group(self.pool)))
         except Exception:  # a hint only: unknown is not zero
             return None
 

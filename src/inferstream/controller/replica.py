@@ -15,6 +15,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from typing import Any, cast
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
@@ -84,9 +85,9 @@ class Controller:
         self.options = config.controller
         self.codec = codec or Codec(config.schema_registry_url)
         self.clients = clients
-        admin = clients.admin(config.confluent_config(logger=LIBRDKAFKA_LOG))
+        new_admin = partial(clients.admin, config.confluent_config(logger=LIBRDKAFKA_LOG))
         self.book = JobBook(config, codec=self.codec, policy=policy,
-                            describe=describe_with(admin), partitions=self.partitions,
+                            describe=describe_with(new_admin), partitions=self.partitions,
                             starting=starting)
         self.topics = self.book.topics
         self._stop = threading.Event()
