@@ -44,6 +44,11 @@ from tests.integration.conftest import Processes
 __all__ = ["ClusterUnavailableError", "ScenarioOptions", "ScenarioResult", "run_scenario"]
 
 
+#: How far behind its place in the job (a fraction of the items) a fault stops waiting for
+#: joins (FaultInjector.settled): about one step of the schedule.
+OVERDUE = 0.05
+
+
 @dataclass(frozen=True)
 class ScenarioOptions:
     seed: int
@@ -188,8 +193,8 @@ def _drive(options: ScenarioOptions, result: ScenarioResult, follower: ProgressF
         if now - last_print >= 15:
             last_print = now
             injector.timeline.note(f"progress {status.state if status else 'no event yet'}")
-        due = pending and follower.done_items >= pending[0].at_fraction * options.items
-        if due and injector.settled():
+        behind = follower.done_items / options.items - pending[0].at_fraction if pending else 0
+        if pending and behind >= 0 and injector.settled(overdue=behind >= OVERDUE):
             injector.inject(pending.pop(0).kind)
         injector.run_due()
         if now - started > options.job_timeout_s:
