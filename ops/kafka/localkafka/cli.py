@@ -2,7 +2,7 @@
 
 Needs only Java 17+, Maven and the Python 3 standard library. See ops/kafka/README.md.
 
-    cluster start   [--brokers 1|3] [--dir DIR] [--port BASE|auto] [--timeout S]
+    cluster start   [--brokers 1|3] [--dir DIR] [--port BASE|auto] [--set K=V] [--timeout S]
     cluster stop    [--dir DIR] [--timeout S] [--wipe]
     cluster status  [--dir DIR] [--json]
     cluster kill    ID [--dir DIR]          # kill -9 one broker
@@ -32,11 +32,11 @@ from .commands import (
     cmd_logs,
     cmd_restart,
     cmd_start,
-    cmd_status,
     cmd_stop,
     cmd_tool,
 )
 from .common import CONTROLLER_OFFSET, DEFAULT_DIR, DEFAULT_PORT, ClusterError, log
+from .status import cmd_status
 
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]  # noqa: SLF001
@@ -89,7 +89,18 @@ def _add_start(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "'auto' picks a free range",
     )
     s.add_argument(
-        "--controller-port", help=f"controller port of broker 1 (default BASE+{CONTROLLER_OFFSET})"
+        "--controller-port",
+        help=f"controller port of node 1 (default BASE+{CONTROLLER_OFFSET}); node i gets "
+        "CBASE+i-1, and several brokers get a dedicated KRaft controller, node N+1",
+    )
+    s.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a server.properties entry for every node, kept for the cluster's life "
+        "(repeatable), e.g. --set broker.session.timeout.ms=9000",
     )
     s.add_argument(
         "--timeout", type=float, default=180.0, help="seconds to wait for readiness (default 180)"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -12,12 +11,11 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypedDict
 
 from .common import ClusterError, PortRace, log
 from .config import check_existing, new_state, write_config
 from .jars import check_java, classpath, ensure_jars, java_bin, java_cmd
-from .probes import check_ports, metadata_brokers, wait_ready
+from .probes import check_ports, wait_ready
 from .processes import (
     after_exit,
     format_nodes,
@@ -31,8 +29,10 @@ from .processes import (
     writes_cds_at_exit,
 )
 from .state import (
+    AnyNode,
     ClusterState,
     NodeState,
+    all_nodes,
     bootstrap,
     describe,
     dir_lock,
@@ -55,6 +55,7 @@ class Args(argparse.Namespace):
     brokers: int | None
     port: str | None  # a number or "auto"
     controller_port: str | None
+    settings: list[str]
     timeout: float
     stop_timeout: float
     wipe: bool
@@ -64,17 +65,6 @@ class Args(argparse.Namespace):
     follow: bool
     main: str
     args: list[str]
-
-
-class NodeStatus(TypedDict):
-    """One node in `status --json`."""
-
-    id: int
-    pid: int | None
-    running: bool
-    port: int
-    controller_port: int
-    live_brokers_seen: list[int] | None
 
 
 # --------------------------------------------------------------------------------------------
@@ -100,11 +90,12 @@ def start(a: Args) -> int:
     with dir_lock(d):
         st = load_state(d)
         fresh_auto = st is None and a.port == "auto"
+        settings = parse_settings(a.settings)
         if st is not None:
-            check_existing(d, st, a.brokers, a.port)
+            check_existing(d, st, a.brokers, a.port, settings)
         else:
-            st = new_state(d, a.brokers, a.port, a.controller_port)
-        down = [n for n in st["nodes"] if node_pid(d, n["id"]) is None]
+            st = new_state(d, a.brokers, a.port, a.controller_port, settings)
+        down = [n for n in all_nodes(st) if node_pid(d, n["id"]) is None]
         if not down:
             print(f"already running: {describe(st, d)}")
             print(bootstrap(st))
@@ -116,7 +107,18 @@ def start(a: Args) -> int:
     return 0
 
 
-def _prepare_nodes(java: str, d: Path, st: ClusterState, down: list[NodeState]) -> None:
+def parse_settings(pairs: list[str]) -> dict[str, str]:
+    """`--set KEY=VALUE` options as server.properties entries."""
+    settings = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ClusterError(f"--set expects KEY=VALUE, got {pair!r}")
+        settings[key.strip()] = value.strip()
+    return settings
+
+
+def _prepare_nodes(java: str, d: Path, st: ClusterState, down: list[AnyNode]) -> None:
     """Before starting the nodes `down`: free ports, their configs, the state, formatting."""
     check_ports(down)
     for n in down:
@@ -128,14 +130,14 @@ def _prepare_nodes(java: str, d: Path, st: ClusterState, down: list[NodeState]) 
         format_nodes(java, d, st, unformatted)
         save_state(d, st)
         ids = [n["id"] for n in unformatted]
-        log(f"formatted broker(s) {ids} in {time.monotonic() - tf:.1f}s")
+        log(f"formatted node(s) {ids} in {time.monotonic() - tf:.1f}s")
 
 
 def _spawn_and_wait(
     java: str,
     d: Path,
     st: ClusterState,
-    down: list[NodeState],
+    down: list[AnyNode],
     timeout: float,
     t0: float,
     fresh_auto: bool,
@@ -143,12 +145,12 @@ def _spawn_and_wait(
     """Starts the nodes `down` and waits until the whole cluster is ready; on any failure
     stops those it started (and, for a new --port auto cluster that lost a port, wipes it
     and raises PortRace so that `cmd_start` tries other ports)."""
-    started: list[NodeState] = []
+    started: list[AnyNode] = []
     try:
         for n in down:
             spawn(java, d, n)
             started.append(n)
-        log(f"started broker(s) {[n['id'] for n in down]} in {d}; waiting until ready ...")
+        log(f"started node(s) {[n['id'] for n in down]} in {d}; waiting until ready ...")
         wait_ready(d, st, [n["port"] for n in st["nodes"]], timeout, t0)
     except BaseException as e:
         for n in started:
@@ -173,11 +175,11 @@ def cmd_stop(a: Args) -> int:
     with dir_lock(d):
         t0 = time.monotonic()
         stopped = stop_all(d, st, a.timeout)
-        for n in st["nodes"]:
+        for n in all_nodes(st):
             with contextlib.suppress(OSError):
                 (node_dir(d, n["id"]) / "kafka.pid").unlink()
     print(
-        f"stopped broker(s) {stopped} in {time.monotonic() - t0:.1f}s"
+        f"stopped node(s) {stopped} in {time.monotonic() - t0:.1f}s"
         if stopped
         else f"cluster in {d} was not running"
     )
@@ -205,78 +207,6 @@ def cmd_clean(a: Args) -> int:
         else f"deleted the cluster's files in {d} (other files remain)"
     )
     return 0
-
-
-# --------------------------------------------------------------------------------------------
-# status
-# --------------------------------------------------------------------------------------------
-
-
-def cmd_status(a: Args) -> int:
-    d = resolve_dir(a.dir)
-    st = load_state(d)
-    if st is None:
-        if a.json:
-            print(json.dumps({"dir": str(d), "exists": False, "running": 0}))
-        else:
-            print(f"no cluster in {d}")
-        return 3
-    rows = _status_rows(d, st)
-    up = sum(r["running"] for r in rows)
-    code = 0 if up == len(rows) else (3 if up == 0 else 1)
-    if a.json:
-        print(
-            json.dumps(
-                {
-                    "dir": str(d),
-                    "exists": True,
-                    "kafka_version": st["kafka_version"],
-                    "cluster_id": st["cluster_id"],
-                    "brokers": len(rows),
-                    "running": up,
-                    "nodes": rows,
-                    "bootstrap_servers": bootstrap(st),
-                }
-            )
-        )
-        return code
-    _print_status(d, st, rows, up)
-    return code
-
-
-def _status_rows(d: Path, st: ClusterState) -> list[NodeStatus]:
-    rows: list[NodeStatus] = []
-    for n in st["nodes"]:
-        pid = node_pid(d, n["id"])
-        seen = metadata_brokers(n["port"], timeout=2.0) if pid else None
-        rows.append(
-            {
-                "id": n["id"],
-                "pid": pid,
-                "running": pid is not None,
-                "port": n["port"],
-                "controller_port": n["controller_port"],
-                "live_brokers_seen": sorted(seen) if seen is not None else None,
-            }
-        )
-    return rows
-
-
-def _print_status(d: Path, st: ClusterState, rows: list[NodeStatus], up: int) -> None:
-    print(f"cluster {st['cluster_id']}  Kafka {st['kafka_version']}  dir {d}")
-    for r in rows:
-        state = f"running pid {r['pid']}" if r["running"] else "stopped"
-        seen = (
-            f"  sees brokers {r['live_brokers_seen']}"
-            if r["live_brokers_seen"] is not None
-            else ("  (not answering)" if r["running"] else "")
-        )
-        print(
-            f"  broker {r['id']}: 127.0.0.1:{r['port']} "
-            f"(controller {r['controller_port']})  {state}{seen}"
-        )
-    print(f"{up}/{len(rows)} running")
-    print(bootstrap(st))
 
 
 # --------------------------------------------------------------------------------------------
@@ -339,7 +269,12 @@ def _wait_back(d: Path, st: ClusterState, n: NodeState, timeout: float, t0: floa
         return {m["id"] for m in st["nodes"] if node_pid(d, m["id"]) is not None}
 
     up = running()
-    if 2 * len(up) <= len(st["nodes"]):
+    if "controller" in st and node_pid(d, st["controller"]["id"]) is None:
+        log(
+            f"warning: KRaft controller {st['controller']['id']} not running, so broker {nid} "
+            f"cannot register until it is started (`cluster start`)"
+        )
+    elif "controller" not in st and 2 * len(up) <= len(st["nodes"]):
         log(
             f"warning: only broker(s) {sorted(up)} of {len(st['nodes'])} running: no controller "
             f"quorum, so broker {nid} cannot register until more are started"
@@ -360,7 +295,8 @@ def _wait_back(d: Path, st: ClusterState, n: NodeState, timeout: float, t0: floa
 def cmd_logs(a: Args) -> int:
     d = resolve_dir(a.dir)
     st = require_state(d)
-    get_node(st, a.id)
+    if a.id not in {n["id"] for n in all_nodes(st)}:
+        get_node(st, a.id)  # says which ids there are
     path = node_dir(d, a.id) / "server.log"
     if not path.exists():
         raise ClusterError(f"no log yet: {path}")

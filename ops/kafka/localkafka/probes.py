@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .common import ClusterError
 from .processes import node_pid
-from .state import ClusterState, NodeState, node_dir, tail_file
+from .state import AnyNode, ClusterState, all_nodes, is_broker, node_dir, tail_file
 
 # --------------------------------------------------------------------------------------------
 # Ports
@@ -30,12 +30,15 @@ def port_free(port: int) -> bool:
         s.close()
 
 
-def check_ports(nodes: list[NodeState]) -> None:
+def check_ports(nodes: list[AnyNode]) -> None:
     for n in nodes:
-        for what, p in (("client", n["port"]), ("controller", n["controller_port"])):
+        ports = [("controller", n["controller_port"])]
+        if is_broker(n):
+            ports.insert(0, ("client", n["port"]))
+        for what, p in ports:
             if not port_free(p):
                 raise ClusterError(
-                    f"port {p} on 127.0.0.1 ({what} port of broker {n['id']}) is already in use by "
+                    f"port {p} on 127.0.0.1 ({what} port of node {n['id']}) is already in use by "
                     f"another process; pick another --port base (or the --dir of the cluster "
                     f"that has it)"
                 )
@@ -153,11 +156,13 @@ def wait_ready(
 
 
 def _fail_if_exited(d: Path, st: ClusterState, pending: list[int]) -> None:
-    """A broker still awaited (its port in `pending`) that no longer runs is an error."""
-    for n in st["nodes"]:
-        if n["port"] in pending and node_pid(d, n["id"]) is None:
+    """A broker still awaited (its port in `pending`), or the dedicated controller they all
+    wait for, that no longer runs is an error."""
+    for n in all_nodes(st):
+        awaited = n["port"] in pending if is_broker(n) else bool(pending)
+        if awaited and node_pid(d, n["id"]) is None:
             server_log = node_dir(d, n["id"]) / "server.log"
             raise ClusterError(
-                f"broker {n['id']} exited while starting; last lines of "
+                f"node {n['id']} is not running (it exited while starting?); last lines of "
                 f"{server_log}:\n{tail_file(server_log)}"
             )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .common import ClusterError, log
 from .jars import cds_tmp_path, java_bin, java_cmd, promote_cds
-from .state import ClusterState, NodeState, node_dir
+from .state import AnyNode, ClusterState, all_nodes, node_dir
 
 # --------------------------------------------------------------------------------------------
 # Which process is which broker
@@ -80,9 +80,9 @@ def node_pid(d: Path, nid: int) -> int | None:
 # --------------------------------------------------------------------------------------------
 
 
-def format_nodes(java: str, d: Path, st: ClusterState, nodes: list[NodeState]) -> None:
+def format_nodes(java: str, d: Path, st: ClusterState, nodes: list[AnyNode]) -> None:
     """kafka-storage format, one JVM per node, in parallel."""
-    procs: list[tuple[NodeState, Path | None, subprocess.Popen[str]]] = []
+    procs: list[tuple[AnyNode, Path | None, subprocess.Popen[str]]] = []
     for n in nodes:
         props = node_dir(d, n["id"]) / "server.properties"
         args = ["format", "--cluster-id", st["cluster_id"], "--config", str(props)]
@@ -96,16 +96,16 @@ def format_nodes(java: str, d: Path, st: ClusterState, nodes: list[NodeState]) -
         out, _ = p.communicate()
         promote_cds(java, "tool", tmp, p.returncode == 0)
         if p.returncode != 0:
-            raise ClusterError(f"formatting broker {n['id']} failed:\n{out.strip()}")
+            raise ClusterError(f"formatting node {n['id']} failed:\n{out.strip()}")
         n["formatted"] = True
 
 
-def spawn(java: str, d: Path, n: NodeState) -> int:
+def spawn(java: str, d: Path, n: AnyNode) -> int:
     nd = node_dir(d, n["id"])
     props = nd / "server.properties"
     logf = open(nd / "server.log", "ab")
     logf.write(
-        f"\n===== cluster: starting broker {n['id']} at "
+        f"\n===== cluster: starting node {n['id']} at "
         f"{time.strftime('%Y-%m-%d %H:%M:%S')} =====\n".encode()
     )
     logf.flush()
@@ -173,7 +173,7 @@ def wait_dead(d: Path, pids: dict[int, int], timeout: float) -> list[int]:
 
 
 def stop_all(d: Path, st: ClusterState, timeout: float) -> list[int]:
-    found = {n["id"]: node_pid(d, n["id"]) for n in st["nodes"]}
+    found = {n["id"]: node_pid(d, n["id"]) for n in all_nodes(st)}
     pids = {k: v for k, v in found.items() if v is not None}
     # All at once: stopping combined broker+controller nodes one by one makes the last ones
     # wait for a controller quorum that is already gone.
@@ -182,7 +182,7 @@ def stop_all(d: Path, st: ClusterState, timeout: float) -> list[int]:
             os.kill(p, signal.SIGTERM)
     stuck = wait_dead(d, pids, timeout)
     for nid in stuck:
-        log(f"broker {nid} did not stop within {timeout:.0f}s; SIGKILL")
+        log(f"node {nid} did not stop within {timeout:.0f}s; SIGKILL")
         with contextlib.suppress(ProcessLookupError):
             os.kill(pids[nid], signal.SIGKILL)
     wait_dead(d, {nid: pids[nid] for nid in stuck}, 10)
@@ -192,14 +192,14 @@ def stop_all(d: Path, st: ClusterState, timeout: float) -> list[int]:
 
 
 def kill_all(d: Path, st: ClusterState) -> list[int]:
-    """SIGKILL every broker of the cluster in d (for `clean`: its data go next, so nothing is
+    """SIGKILL every node of the cluster in d (for `clean`: its data go next, so nothing is
     gained by a graceful stop, which takes 3 brokers 5-30 s); ids of those that ran."""
-    return [n["id"] for n in st["nodes"] if stop_node(d, n["id"])]
+    return [n["id"] for n in all_nodes(st) if stop_node(d, n["id"])]
 
 
 def writes_cds_at_exit(d: Path, st: ClusterState) -> bool:
     """Whether a running broker writes the class-data archive at a clean exit (see spawn)."""
-    return any((node_dir(d, n["id"]) / "cds-tmp").exists() for n in st["nodes"])
+    return any((node_dir(d, n["id"]) / "cds-tmp").exists() for n in all_nodes(st))
 
 
 def after_exit(d: Path, nid: int, clean: bool) -> None:

@@ -13,18 +13,28 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TypedDict
+from typing import NotRequired, TypedDict, TypeGuard
 
 from .common import DEFAULT_DIR, STATE_FILE, ClusterError
 
 
 class NodeState(TypedDict):
-    """One node (broker and controller) of `cluster.json`'s "nodes"."""
+    """One broker of `cluster.json`'s "nodes" (also a KRaft controller where the cluster has
+    no dedicated one)."""
 
     id: int  # node id, 1..N
     port: int  # client listener on 127.0.0.1
-    controller_port: int  # controller listener on 127.0.0.1
+    controller_port: int  # controller listener on 127.0.0.1 (unused beside a dedicated one)
     formatted: bool  # storage formatted (kafka.tools.StorageTool format) already
+
+
+class ControllerState(TypedDict):
+    """The dedicated KRaft controller of a multi-broker cluster (`cluster.json`'s
+    "controller"), the metadata quorum's only voter."""
+
+    id: int  # node id N+1
+    controller_port: int
+    formatted: bool
 
 
 class ClusterState(TypedDict):
@@ -35,6 +45,24 @@ class ClusterState(TypedDict):
     dir: str
     created: str  # local time, %Y-%m-%dT%H:%M:%S%z
     nodes: list[NodeState]
+    #: absent: every broker is a controller too (a single broker, or a cluster made before)
+    controller: NotRequired[ControllerState]
+    #: server.properties lines that `start --set` added, on every node
+    settings: NotRequired[dict[str, str]]
+
+
+#: A process of the cluster: a broker or the dedicated controller.
+AnyNode = NodeState | ControllerState
+
+
+def is_broker(n: AnyNode) -> TypeGuard[NodeState]:
+    return "port" in n
+
+
+def all_nodes(st: ClusterState) -> list[AnyNode]:
+    """Every process of the cluster, the dedicated controller (if any) first."""
+    controller: list[AnyNode] = [st["controller"]] if "controller" in st else []
+    return controller + list(st["nodes"])
 
 
 def resolve_dir(d: str | None) -> Path:
@@ -95,12 +123,14 @@ def get_node(st: ClusterState, nid: int) -> NodeState:
 
 
 def describe(st: ClusterState, d: Path) -> str:
-    return f"{len(st['nodes'])} broker(s), Kafka {st['kafka_version']}, dir {d}"
+    quorum = (f" and KRaft controller {st['controller']['id']}" if "controller" in st
+              else "")
+    return f"{len(st['nodes'])} broker(s){quorum}, Kafka {st['kafka_version']}, dir {d}"
 
 
 def wipe(d: Path, st: ClusterState, keep_dir: bool = False) -> None:
     # Only what `cluster` created, so a wrong --dir cannot delete anything else.
-    for n in st["nodes"]:
+    for n in all_nodes(st):
         shutil.rmtree(node_dir(d, n["id"]), ignore_errors=True)
     for f in (STATE_FILE, STATE_FILE + ".tmp") + (() if keep_dir else (".lock",)):
         with contextlib.suppress(OSError):
