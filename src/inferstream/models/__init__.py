@@ -15,9 +15,10 @@ from inferstream.models.errors import ItemError, ModelError, UnknownModelError, 
 from inferstream.models.names import SimParams, check_model_name, known_models
 
 if TYPE_CHECKING:
-    from inferstream.models.base import LoadedModel, Prediction, TorchModel, imagenet_labels
+    from inferstream.models.base import LoadedModel, TorchModel, imagenet_labels
     from inferstream.models.decode import DEFAULT_MAX_PIXELS, decode_image
     from inferstream.models.items import DEFAULT_MAX_BYTES, fetch_item
+    from inferstream.models.outputs import Prediction
     from inferstream.models.preprocess import ImagePreprocessor, Preprocessing
     from inferstream.models.registry import ModelSpec, get_model_spec, load_model
     from inferstream.models.sim import SimModel
@@ -25,7 +26,8 @@ if TYPE_CHECKING:
 
 #: name -> the submodule that defines it, imported when the name is first used
 _LAZY = {
-    **dict.fromkeys(("LoadedModel", "Prediction", "TorchModel", "imagenet_labels"), "base"),
+    **dict.fromkeys(("LoadedModel", "TorchModel", "imagenet_labels"), "base"),
+    "Prediction": "outputs",
     **dict.fromkeys(("DEFAULT_MAX_PIXELS", "decode_image"), "decode"),
     **dict.fromkeys(("DEFAULT_MAX_BYTES", "fetch_item"), "items"),
     **dict.fromkeys(("ImagePreprocessor", "Preprocessing"), "preprocess"),

@@ -13,11 +13,9 @@ from inferstream.models.collate import collate
 from inferstream.models.device_decode import DeviceDecoder, is_encoded
 from inferstream.models.errors import ModelError
 from inferstream.models.items import DEFAULT_MAX_BYTES, fetch_item
+from inferstream.models.outputs import Prediction
 
 NUM_IMAGENET_CLASSES = 1000
-
-Prediction = list[tuple[int, str, float]]
-"""Top-k (class id, label, probability) of one item, most probable first."""
 
 
 class LoadedModel(ABC):

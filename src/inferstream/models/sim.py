@@ -16,8 +16,9 @@ import time
 
 import torch
 
-from inferstream.models.base import LoadedModel, Prediction, check_top_k, imagenet_labels
+from inferstream.models.base import LoadedModel, check_top_k, imagenet_labels
 from inferstream.models.names import SimParams, parse_sim_name
+from inferstream.models.outputs import Prediction
 
 __all__ = ["SimModel", "SimParams", "parse_sim_name"]
 
