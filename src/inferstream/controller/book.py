@@ -17,7 +17,7 @@ from collections.abc import Callable, Container
 from inferstream.config import Config
 from inferstream.controller.admission import rejection_reason
 from inferstream.controller.deadlines import Deadlines
-from inferstream.controller.declines import PoolView, target_of, unserved
+from inferstream.controller.declines import PoolView
 from inferstream.controller.hooks import JobProgress, RoundState
 from inferstream.controller.issuing import TaskIssuer, cursor
 from inferstream.controller.ledger import JobState, LedgerCodec
@@ -73,8 +73,8 @@ class JobBook:
                                    options.max_attempts)
         pacing = Pacing(self.deadlines, self.pools, policy, options.issue_ahead_s)
         self.issuer = TaskIssuer(config, codec, policy, self.deadlines, pacing, partitions)
-        self.migration = Migration(config, codec, self.issuer)
         self.waits = ModelWaits(config, codec, self.pools, starting, self.issuer, partitions)
+        self.migration = Migration(config, codec, self.issuer, self.waits)
 
     def outbox(self) -> Outbox:
         """An empty outbox for one round."""
@@ -177,16 +177,8 @@ class JobBook:
         if self.waits.holds(state.job_id, declined["task_id"]):
             return  # an earlier attempt's: the one held goes out when a worker may serve it
         task = read_record(self.codec, declined["task"], Task)
-        partition = target_of(self.pools, self.config, task, self.partitions)
-        now = now_ms()
-        if partition is not None:
-            self.issuer.again(state, task, partition, out, now, kind="declined",
-                              why=f"declined by {declined['worker']}")
-        elif self.waits.hold(task, now):
-            self.deadlines.done(state.job_id, task["task_id"])  # held here, late nowhere
-        else:
-            out.append(state.partition, unserved(self.pools, self.config, self.codec, task,
-                                                 self.partitions))
+        self.waits.place(state, task, out, now_ms(), kind="declined",
+                         why=f"declined by {declined['worker']}")
 
     # -- the round --------------------------------------------------------------------------
     def tick(self, out: Outbox, now: int) -> None:

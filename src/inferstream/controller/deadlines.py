@@ -75,11 +75,13 @@ class Outstanding:
 
 @dataclass(frozen=True)
 class Late:
-    """A task to issue again (on `partition`) or, with `partition` None, to fail."""
+    """A task to issue again (on `partition`) or, with `partition` None, to fail; or, where
+    `unplaced`, to place as a declined task is (no worker is known to serve its model)."""
 
     outstanding: Outstanding
     reason: str
     partition: int | None
+    unplaced: bool = False
 
 
 class Deadlines:
@@ -185,6 +187,9 @@ class Deadlines:
                                   "attempts", None))
                 continue
             target = self._target(entry, planned)
+            if target is None and entry.owner is None:  # adopted, its worker unknown
+                found.append(Late(entry, reason, None, unplaced=True))
+                continue
             if target is None:  # nowhere better: keep waiting on the same worker, anew
                 self._add(entry)
                 entry.issued_ms = now_ms
@@ -208,6 +213,10 @@ class Deadlines:
             return (f"worker {entry.owner} takes {observed * 1000:.0f} ms per item, "
                     f"{observed / entry.per_item_s:.1f}x what the task was given")
         deadline = entry.deadline_ms(self.slack, self.floor_s)
+        if deadline is None and entry.owner is None:
+            # Adopted with no speed known (no policy, no result yet): the task may be held
+            # for a model no live worker serves, which no result will ever answer.
+            deadline = entry.issued_ms + int(self.floor_s * max(self.slack, 1.0) * 1000)
         if deadline is None or now_ms <= deadline:
             return None
         return (f"past its deadline on {entry.owner or 'its worker'} "

@@ -15,6 +15,7 @@ from inferstream.controller.declines import failed_result
 from inferstream.controller.issuing import TaskIssuer
 from inferstream.controller.ledger import JobState
 from inferstream.controller.outbox import Outbox
+from inferstream.controller.waiting import ModelWaits
 from inferstream.schemas import Codec
 from inferstream.schemas.records import TaskControlReason
 
@@ -24,8 +25,10 @@ log = logging.getLogger(__name__)
 class Migration:
     """Checks for late tasks at most every `migration_check_s`; none with a slack of 0."""
 
-    def __init__(self, config: Config, codec: Codec, issuer: TaskIssuer) -> None:
+    def __init__(self, config: Config, codec: Codec, issuer: TaskIssuer,
+                 waits: ModelWaits) -> None:
         self.config = config
+        self.waits = waits
         self.options = config.controller
         self.codec = codec
         self.issuer = issuer
@@ -43,6 +46,13 @@ class Migration:
             task, home = late.outstanding.task, late.outstanding.home
             state = jobs.get(task["job_id"])
             if state is None:
+                continue
+            if late.unplaced:  # adopted from an earlier owner: placed as if declined
+                again = self.waits.place(state, task, out, now, why=late.reason,
+                                         kind="migrated")
+                if again is not None:
+                    out.control(home, task["job_id"], task["task_id"], again["attempt"],
+                                TaskControlReason.MIGRATED)
                 continue
             if late.partition is None:
                 reason = f"task {task['task_id']} {late.reason}"

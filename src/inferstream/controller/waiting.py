@@ -2,15 +2,16 @@
 
 A worker that is starting is not in its pool's group yet: it announces itself
 (`announcements`) while it loads and compiles its models. A task declined by every live worker
-of its pool (`declines`) is not failed at once: it is held here while a worker of its pool
-announces that it is starting with the model, or within `model_wait_s` of the moment its job
-began to wait; each round the held tasks go again, as their next attempt, to a live worker
-that may serve the model as soon as there is one. Only when none is starting and the wait is
-over do their items fail with the reason, and a later decline of the job's tasks fails at once
-unless a worker of the model is starting again. While a job waits, no more of its tasks are
-issued (they would be declined too) and its PROGRESS events say what it waits for. Held tasks
-live in this replica's memory: a replica that takes the job over tracks them as outstanding
-(`deadlines`).
+of its pool (`declines`), or adopted from an earlier owner of its job and late with no worker
+known to serve its model, is not failed at once (`place`): it is held here while a worker of
+its pool announces that it is starting with the model, or within `model_wait_s` of the moment
+its job began to wait; each round the held tasks go again, as their next attempt, to a live
+worker that may serve the model as soon as there is one. Only when none is starting and the
+wait is over do their items fail with the reason, and a later decline of the job's tasks fails
+at once unless a worker of the model is starting again. While a job waits, no more of its
+tasks are issued (they would be declined too) and its PROGRESS events say what it waits for.
+Held tasks live in this replica's memory: a replica that takes the job over tracks them as
+outstanding (`deadlines`) and places them again once they are late.
 """
 
 from __future__ import annotations
@@ -79,6 +80,21 @@ class ModelWaits:
         self.partitions = partitions
         self.wait_ms = config.controller.model_wait_s * 1000
         self._waits: dict[str, JobWait] = {}
+
+    def place(self, state: JobState, task: Task, out: Outbox, now: int, *, why: str,
+              kind: str) -> Task | None:
+        """`task`, which its worker will not answer (it declined, or the task is late where
+        it went), issued again on a live worker of its pool that may serve its model (the
+        new attempt returned); held while none may but one may come; else its items failed."""
+        partition = target_of(self.pools, self.config, task, self.partitions)
+        if partition is not None:
+            return self.issuer.again(state, task, partition, out, now, kind=kind, why=why)
+        if self.hold(task, now):
+            self.issuer.deadlines.done(state.job_id, task["task_id"])  # held here, late nowhere
+        else:
+            out.append(state.partition, unserved(self.pools, self.config, self.codec, task,
+                                                 self.partitions))
+        return None
 
     def hold(self, task: Task, now: int) -> bool:
         """Hold `task`, which no live worker of its pool may serve, if its job may wait for

@@ -205,5 +205,32 @@ def test_a_job_whose_ledger_records_no_attempt_is_adopted_without_deadlines() ->
     assert len(second.deadlines) == 0 and len(second.jobs) == 1
 
 
+def test_an_adopted_task_no_live_worker_serves_waits_model_wait_s_then_fails() -> None:
+    """The first owner held task 0 (every live worker declined it) and died: the second finds
+    it late with no worker known to serve its model, holds it as a decline would, and fails
+    its items once `model_wait_s` is over (it waited forever before)."""
+    second, records, _ = takeover()
+    config = make_config(model_wait_s=600, migration_floor_s=1.0)
+    pool = {"sim-1": [0, 1, 2, 3]}  # the lite0 workers are gone
+    third = book_of(config, pool, WorkerAnnouncements(config))
+    third.adopt(records, now_ms())
+    now = now_ms() + 60_000
+    late = third.outbox()
+    third.tick(late, now)
+    ((_, again),) = tasks(third, late)  # to a live worker that has not declined it yet
+    assert again["attempt"] == 3 and [c["attempt"] for c in controls(third, late)] == [3]
+
+    held = third.outbox()
+    third.on_declined(declined_by(again, "sim-1"), held)
+    third.tick(held, now + 1000)
+    assert failed_items(third, held) == [] and tasks(third, held) == []
+    assert "none is starting" in (events(third, held)[-1]["reason"] or "")
+    over = third.outbox()
+    third.tick(over, now + 600_000)
+    errors = failed_items(third, over)
+    assert len(errors) == 2 and "serves model 'efficientnet_lite0'" in errors[0]
+    assert second.jobs == {}
+
+
 def _entry(value: bytes) -> LedgerEntry:
     return read_record(CODEC, value, LedgerEntry)
