@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from inferstream.config import Config
 from tests.integration.conftest import INFERSTREAM, topics_config
@@ -192,6 +193,33 @@ def test_a_stream_whose_topics_are_missing_says_which(
     assert code == 2
     line = the_one_line(stderr)
     assert "topics uploads, labels missing" in line and "create them first" in line
+
+
+@pytest.mark.timeout(180)
+def test_a_stream_started_as_its_topics_are_created_runs(config: Config,
+                                                         tmp_path: Path) -> None:
+    """Issue 26.7: topics created while a stream starts (after its first look at the
+    cluster) are not missing: the start-up check asks again within connect_timeout_s."""
+    names = [f"{config.topic_prefix}{uuid.uuid4().hex[:8]}-{role}" for role in ("in", "out")]
+    env = {**environment(config.bootstrap_servers, config.topic_prefix),
+           "INFERSTREAM_CONNECT_TIMEOUT_S": "30"}
+    proc = subprocess.Popen(
+        [*INFERSTREAM, "stream", "--model", "sim:ms=1", "--input-topic", names[0],
+         "--output-topic", names[1], "--idle-exit", "3", "--log-level", "DEBUG"],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env, cwd=tmp_path)
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # its first look at the cluster, before the topics exist
+        seen.append(line)
+        if "checking the Kafka cluster" in line:
+            break
+    admin = AdminClient(config.confluent_config())
+    for future in admin.create_topics([NewTopic(name, num_partitions=1) for name in names]
+                                      ).values():
+        future.result(60)
+    _, rest = proc.communicate(timeout=120)
+    assert proc.returncode == 0, "".join(seen) + rest
+    assert "missing" not in rest and "Traceback" not in rest
 
 
 @pytest.mark.timeout(180)
