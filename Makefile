@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 IN_PARALLEL := -n $(TEST_WORKERS) --dist loadfile
 
-.PHONY: help venv lint typecheck test test-unit test-integration chaos chaos-storm demo bench scale-study kafka-jars clean
+.PHONY: help venv lint typecheck test test-unit test-integration chaos chaos-schedule chaos-storm chaos-coordinators demo bench scale-study kafka-jars clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -49,8 +49,14 @@ SEEDS ?= 3 4 6
 chaos: $(STAMP) kafka-jars ## full-size chaos scenario (20,000 items, 3-broker cluster) for each of SEEDS
 	set -e; for seed in $(SEEDS); do $(PY) -m tests.chaos.scenario --seed $$seed --items 20000; done
 
+chaos-schedule: $(STAMP) kafka-jars ## issue 26's fault schedule (one controller, three workers, two worker kills, a pause, a broker kill) RUNS times (default 10)
+	$(PY) -m tests.chaos.schedule_runs --runs $(or $(RUNS),10)
+
 chaos-storm: $(STAMP) kafka-jars ## kill -9 and restart brokers for MINUTES (default 20) under back-to-back jobs
 	$(PY) -m tests.chaos.broker_storm --minutes $(or $(MINUTES),20)
+
+chaos-coordinators: $(STAMP) kafka-jars ## kill -9 the broker of a controller's coordinator KILLS times (default 50, ~25 s each); counts controller aborts
+	$(PY) -m tests.chaos.coordinator_kills --kills $(or $(KILLS),50)
 
 scale-study: $(STAMP) kafka-jars ## the scale study: 1 to 100 simulated nodes, outages, a mix (about 35 min; every job bounded by --job-timeout-s)
 	$(PY) ops/bench/scale_study.py

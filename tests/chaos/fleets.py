@@ -23,11 +23,13 @@ class ClusterUnavailableError(Exception):
 
 # -- the cluster ----------------------------------------------------------------------------
 class ChaosCluster:
-    """A 3-broker cluster in `directory`, driven through `ops/kafka/cluster`."""
+    """A 3-broker cluster in `directory`, driven through `ops/kafka/cluster`; `settings`:
+    server.properties entries (KEY=VALUE) for `start --set`."""
 
-    def __init__(self, directory: Path, brokers: int = 3) -> None:
+    def __init__(self, directory: Path, brokers: int = 3, settings: tuple[str, ...] = ()) -> None:
         self.directory = directory
         self.brokers = brokers
+        self.settings = settings
         self.bootstrap = ""
         self.restarting: dict[int, subprocess.Popen[str]] = {}
 
@@ -36,7 +38,8 @@ class ChaosCluster:
 
     def start(self) -> str:
         proc = subprocess.run(
-            self._cmd("start", "--brokers", str(self.brokers), "--port", "auto"),
+            self._cmd("start", "--brokers", str(self.brokers), "--port", "auto",
+                      *(f"--set={setting}" for setting in self.settings)),
             capture_output=True, text=True, timeout=600, check=False)
         if proc.returncode != 0:
             raise ClusterUnavailableError(f"cannot start Kafka: {proc.stderr.strip()[-2000:]}")
