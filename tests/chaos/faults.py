@@ -9,6 +9,7 @@ so the job keeps running meanwhile.
 
 from __future__ import annotations
 
+import argparse
 import random
 import signal
 import time
@@ -21,8 +22,19 @@ KILL_WORKER, PAUSE_WORKER, KILL_BROKER = "kill-worker", "pause-worker", "kill-br
 ADD_WORKERS, REMOVE_WORKER = "add-workers", "remove-worker"
 KILL_CONTROLLER, PAUSE_CONTROLLER = "kill-controller", "pause-controller"
 SLOW_WORKER = "slow-worker"
+KINDS = (KILL_WORKER, PAUSE_WORKER, KILL_BROKER, ADD_WORKERS, REMOVE_WORKER, KILL_CONTROLLER,
+         PAUSE_CONTROLLER, SLOW_WORKER)
 #: How much slower the worker of a SLOW_WORKER fault is.
 SLOW_FACTOR = 8
+
+
+def fault_kinds(text: str) -> tuple[str, ...]:
+    """Comma-separated fault kinds as a tuple (an argparse type)."""
+    kinds = tuple(kind.strip() for kind in text.split(",") if kind.strip())
+    unknown = [kind for kind in kinds if kind not in KINDS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown faults {unknown}; known: {', '.join(KINDS)}")
+    return kinds
 
 
 # -- the timeline ---------------------------------------------------------------------------
@@ -93,6 +105,15 @@ class FaultSchedule:
         fractions = [first + i * step + rng.uniform(-step / 4, step / 4) for i in range(len(kinds))]
         return cls(tuple(ScheduledFault(round(f, 3), k) for f, k in zip(fractions, kinds,
                                                                         strict=True)))
+
+    @classmethod
+    def spread(cls, kinds: tuple[str, ...], first: float = 0.06,
+               last: float = 0.6) -> FaultSchedule:
+        """`kinds` in their order, spread evenly over [first, last] of the job (a fixed
+        schedule: only the victims and durations come from the seed)."""
+        step = (last - first) / max(1, len(kinds) - 1)
+        return cls(tuple(ScheduledFault(round(first + i * step, 3), kind)
+                         for i, kind in enumerate(kinds)))
 
     def render(self) -> str:
         return ", ".join(f"{f.kind}@{100 * f.at_fraction:.0f}%" for f in self.faults)

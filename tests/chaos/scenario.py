@@ -1,6 +1,7 @@
 """A replayable chaos scenario: one job through a 3-broker cluster while things break.
 
     python -m tests.chaos.scenario --seed 7 --items 20000 [--workers 4] [--ms 2] [--dir DIR]
+                                   [--controllers 2] [--faults KIND,KIND,...]
 
 It starts a 3-broker KRaft cluster (RF 3, min ISR 2), two controller replicas and `--workers`
 workers on a `sim:` model, submits one job, and while the job runs injects the faults of a
@@ -8,7 +9,8 @@ schedule drawn from `random.Random(seed)` at fractions of the job's done items (
 workers, which are replaced; SIGSTOP a worker past its session timeout, then SIGCONT; kill -9
 a broker and restart it; add two workers; SIGTERM one; kill -9 the controller replica that
 owns the job, replaced by a third; SIGSTOP the owning replica past its session timeout, then
-SIGCONT; a worker 8x slower than the others joins). Then it checks "exactly one result per
+SIGCONT; a worker 8x slower than the others joins), or with `--faults` those kinds in that
+order at even fractions (`tests.chaos.schedule_runs`). Then it checks "exactly one result per
 item" with the independent verifier (`tests.chaos.verifier`), and that the job's final counts
 equal its output. The same seed gives the same schedule, victims and durations. Process logs
 stay in the scenario directory.
@@ -36,7 +38,7 @@ from inferstream.kafka.settings import partition_for
 from inferstream.kafka.topics import ensure_topics
 from inferstream.schemas import Codec, SchemaError
 from tests.chaos.diagnose import render_evidence, source_fingerprint
-from tests.chaos.faults import FaultInjector, FaultSchedule, Timeline
+from tests.chaos.faults import KINDS, FaultInjector, FaultSchedule, Timeline, fault_kinds
 from tests.chaos.fleets import ChaosCluster, ClusterUnavailableError, ControllerFleet, WorkerFleet
 from tests.chaos.verifier import ResultsReader, VerificationReport, verify
 from tests.integration.conftest import Processes
@@ -59,6 +61,8 @@ class ScenarioOptions:
     partitions: int = 8
     chunk_size: int = 16
     session_timeout_ms: int = 6_000
+    controllers: int = 2
+    faults: tuple[str, ...] = ()  # a fixed schedule (FaultSchedule.spread); empty: drawn
     directory: Path | None = None
     #: give up waiting for the job after this long from submission
     job_timeout_s: float = 900.0
@@ -70,8 +74,10 @@ class ScenarioOptions:
         return f"sim:ms={self.ms:g}"
 
     def replay(self) -> str:
+        fixed = f" --faults {','.join(self.faults)}" if self.faults else ""
         return (f"python -m tests.chaos.scenario --seed {self.seed} --items {self.items} "
-                f"--workers {self.workers} --ms {self.ms:g} --kills {self.worker_kills}")
+                f"--workers {self.workers} --ms {self.ms:g} --kills {self.worker_kills} "
+                f"--controllers {self.controllers}{fixed}")
 
 
 @dataclass
@@ -99,7 +105,7 @@ class ScenarioResult:
         done = self.status.done_items if self.status else 0
         lines = [
             f"=== chaos scenario seed={opts.seed} items={opts.items} workers={opts.workers} "
-            f"model={opts.model} partitions={opts.partitions} "
+            f"controllers={opts.controllers} model={opts.model} partitions={opts.partitions} "
             f"session-timeout={opts.session_timeout_ms}ms ===",
             f"schedule: {self.schedule.render()}",
             "timeline:", self.timeline.render(),
@@ -279,8 +285,9 @@ def run_scenario(options: ScenarioOptions) -> ScenarioResult:
     rng = random.Random(options.seed)
     follower: ProgressFollower | None = None
     timeline = Timeline(lambda: (follower.done_items if follower else 0, options.items))
-    result = ScenarioResult(options, directory, FaultSchedule.from_seed(rng, options.worker_kills),
-                            timeline)
+    schedule = (FaultSchedule.spread(options.faults) if options.faults
+                else FaultSchedule.from_seed(rng, options.worker_kills))
+    result = ScenarioResult(options, directory, schedule, timeline)
     print(f"chaos: seed={options.seed} dir={directory}\nchaos: schedule "
           f"{result.schedule.render()}\nchaos: replay with `{options.replay()}`", flush=True)
     source = source_fingerprint()
@@ -298,7 +305,7 @@ def run_scenario(options: ScenarioOptions) -> ScenarioResult:
         assert topics.ok, topics.mismatched
         procs = Processes(config, directory / "logs")
         controllers = ControllerFleet(procs, ["--idle-exit", "900"])
-        for _ in range(2):
+        for _ in range(options.controllers):
             controllers.add()
         fleet = WorkerFleet(procs, options.model, [
             "--session-timeout-ms", str(options.session_timeout_ms), "--idle-exit", "900"])
@@ -333,8 +340,7 @@ def run_scenario(options: ScenarioOptions) -> ScenarioResult:
 
 def _clean_up(result: ScenarioResult, cluster: ChaosCluster, procs: Processes | None,
               fleet: WorkerFleet | None, during: ResultsReader | None,
-              follower: ProgressFollower | None,
-              controllers: ControllerFleet | None = None) -> None:
+              follower: ProgressFollower | None, controllers: ControllerFleet | None) -> None:
     if follower is not None:
         follower.stop()
     if during is not None:
@@ -362,6 +368,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kills", type=int, default=2, help="worker kill -9s")
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--session-timeout-ms", type=int, default=6_000)
+    parser.add_argument("--controllers", type=int, default=2, help="controller replicas")
+    parser.add_argument("--faults", type=fault_kinds, default=(),
+                        help=f"a fixed schedule, in this order: some of {','.join(KINDS)}")
     parser.add_argument("--dir", type=Path, default=None, help="default: a new temporary dir")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -370,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
     options = ScenarioOptions(seed=seed, items=args.items, workers=args.workers, ms=args.ms,
                               worker_kills=args.kills, partitions=args.partitions,
-                              session_timeout_ms=args.session_timeout_ms, directory=args.dir)
+                              session_timeout_ms=args.session_timeout_ms,
+                              controllers=args.controllers, faults=args.faults, directory=args.dir)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         result = run_scenario(options)
