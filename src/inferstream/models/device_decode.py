@@ -130,14 +130,15 @@ class DeviceDecoder:
         """A decoded CHW uint8 image (or one the CPU preprocessed) to the model's input."""
         if image.dtype != torch.uint8:
             return image.to(self.device)
-        crop, resize = self.spec.crop_size, self.spec.resize_size
         _, height, width = image.shape
-        # The crop's size in source pixels, as ImagePreprocessor.resize_crop, rounded.
-        side = max(1, round(crop * min(width, height) / resize))
-        top, left = max(0, (height - side) // 2), max(0, (width - side) // 2)
-        region = image[:, top:top + side, left:left + side].unsqueeze(0).float()
-        resized = torch.nn.functional.interpolate(region, size=(crop, crop), mode=self.mode,
-                                                  antialias=True, align_corners=False)
+        # The crop in source pixels, as ImagePreprocessor.resize_crop (`spec.box`), rounded.
+        left, top, right, bottom = self.spec.box(width, height)
+        side_w, side_h = max(1, round(right - left)), max(1, round(bottom - top))
+        top, left = max(0, (height - side_h) // 2), max(0, (width - side_w) // 2)
+        region = image[:, top:top + side_h, left:left + side_w].unsqueeze(0).float()
+        resized = torch.nn.functional.interpolate(region, size=self.spec.output_size,
+                                                  mode=self.mode, antialias=True,
+                                                  align_corners=False)
         return resized[0].clamp_(0, 255).sub_(self._mean).div_(self._std)
 
 

@@ -216,3 +216,23 @@ def test_preprocess_matches_resize_then_crop() -> None:
     resized = img.resize((200, 150), Image.Resampling.BILINEAR)
     reference = ImagePreprocessor(spec).to_tensor(resized.crop((40, 15, 160, 135)))
     assert (ours - reference).abs().mean() < 0.05
+
+
+def test_preprocess_a_rectangle_matches_resize_then_crop() -> None:
+    img = photo((400, 300))
+    spec = Preprocessing(resize_size=150, size=(120, 160))  # a repository card's [h, w]
+    ours = ImagePreprocessor(spec)(encode(img))
+    resized = img.resize((200, 150), Image.Resampling.BILINEAR)
+    reference = ImagePreprocessor(spec).to_tensor(resized.crop((20, 15, 180, 135)))
+    assert ours.shape == (3, 120, 160)
+    assert (ours - reference).abs().mean() < 0.05
+
+
+def test_preprocess_without_a_crop_resizes_the_whole_image() -> None:
+    img = photo((400, 300))
+    spec = Preprocessing(size=(100, 50), crop=False)
+    ours = ImagePreprocessor(spec)(encode(img))
+    reference = ImagePreprocessor(spec).to_tensor(img.resize((50, 100),
+                                                             Image.Resampling.BILINEAR))
+    assert ours.shape == (3, 100, 50)
+    assert (ours - reference).abs().mean() < 0.05

@@ -13,7 +13,7 @@ from skimage import data as photos
 from inferstream.models import ItemError, LoadedModel, TorchModel, load_model
 from inferstream.models.device_decode import DeviceDecoder, choose_decoding, is_encoded
 from inferstream.models.forward import prepare_device_decode, prepare_forward
-from inferstream.models.preprocess import ImagePreprocessor
+from inferstream.models.preprocess import ImagePreprocessor, Preprocessing
 from tests.unit.support.photos import CAT_CLASSES, encode
 
 
@@ -50,6 +50,20 @@ def test_device_preprocessing_matches_the_cpu_path(decoding: TorchModel) -> None
     assert on_device.shape == on_cpu.shape
     # JPEG decoders and resamplers differ in rounding, not in the picture
     assert (on_device - on_cpu).abs().mean() < 0.05
+
+
+@pytest.mark.parametrize("spec", [Preprocessing(resize_size=240, size=(200, 300)),
+                                  Preprocessing(size=(150, 100), crop=False)],
+                         ids=["rectangle", "no crop"])
+def test_a_repository_cards_shapes_decode_on_the_device_as_on_the_cpu(
+        spec: Preprocessing) -> None:
+    cpu = ImagePreprocessor(spec)
+    decoder = DeviceDecoder(spec, torch.device("cpu"), cpu, cpu.max_pixels)
+    data = encode(photos.coffee(), quality=95)
+    (on_device,) = decoder.ready([decoder.encode_item(data)])
+    assert isinstance(on_device, torch.Tensor)
+    assert on_device.shape == cpu(data).shape == (3, *spec.output_size)
+    assert (on_device - cpu(data)).abs().mean() < 0.05
 
 
 def test_what_the_device_should_not_decode_goes_the_cpu_way(decoding: TorchModel) -> None:
