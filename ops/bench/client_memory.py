@@ -62,7 +62,8 @@ def produce_job(config: Config, items: int) -> str:
                                f"n{i % 1000:08d}_{i:07d}.JPEG", data=None)
                       for i in range(first, min(first + CHUNK, items))]
         result = TaskResult(job_id=job_id, task_id=task_id, attempt=1, worker="bench-worker",
-                            model="sim:ms=0", items=[ok_item(i, TOP) for i in task_items],
+                            model="sim:ms=0", model_version="sim",
+                            items=[ok_item(i, TOP) for i in task_items],
                             started_at=now_ms(), finished_at=now_ms(), decode_seconds=0.0,
                             inference_seconds=0.0)
         _produce(producer, results, part, job_id, codec.encode("TaskResult", result))

@@ -102,7 +102,7 @@ def first_batch(args: argparse.Namespace) -> None:
     print(json.dumps({
         "imported": imported, "loaded": loaded, "first_batch": done, "log": lines,
         "cpu_s": sum(u.ru_utime + u.ru_stime for u in usage),
-        "top1": [p if isinstance(p, str) else p[0][0] for p in predictions[:4]]}))
+        "top1": [p[0][0] if isinstance(p, list) else p for p in predictions[:4]]}))
 
 
 def start(args: argparse.Namespace, model: str, cache: Path, log: Path) -> dict[str, Any]:

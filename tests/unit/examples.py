@@ -41,6 +41,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "attempt": 1,
         "worker": "worker-a",
         "model": "googlenet",
+        "model_version": "IMAGENET1K_V1",
         "items": [
             {
                 "index": 0,
@@ -50,9 +51,12 @@ EXAMPLES: dict[str, dict[str, Any]] = {
                     {"class_id": 281, "label": "tabby", "score": 0.75},
                     {"class_id": 285, "label": "Egyptian cat", "score": 0.125},
                 ],
+                "embedding": None,
+                "tensors": [],
                 "error": None,
             },
-            {"index": 1, "name": "tiny.png", "status": "ERROR", "top_k": [], "error": "corrupt"},
+            {"index": 1, "name": "tiny.png", "status": "ERROR", "top_k": [], "embedding": None,
+             "tensors": [], "error": "corrupt"},
         ],
         "started_at": T0 + 2,
         "finished_at": T0 + 3,
@@ -182,8 +186,11 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "StreamResult": {
         "status": "OK",
         "top_k": [{"class_id": 285, "label": "Egyptian cat", "score": 0.5}],
+        "embedding": None,
+        "tensors": [],
         "error": None,
         "model": "efficientnet_lite0",
+        "model_version": "2",
         "worker": "host-1234",
         "origin": {"topic": "uploads", "partition": 2, "offset": 41, "timestamp": T0 + 10},
         "labelled_at": T0 + 11,

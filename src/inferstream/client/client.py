@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferstream.client.stalls import QUIET_S, StallWatch
 from inferstream.client.submitted import job_submitted
@@ -41,10 +41,14 @@ from inferstream.schemas.records import (
     JobEventType,
     TaskControl,
     TaskControlReason,
+    TaskResult,
     now_ms,
     read_record,
 )
 from inferstream.schemas.records import Job as JobRecord
+
+if TYPE_CHECKING:
+    from inferstream.jobs.npz import NpzWritten
 
 #: Before the controller's first event a job is SUBMITTED; then its latest event's type.
 SUBMITTED = "SUBMITTED"
@@ -192,6 +196,16 @@ class Job:
     def results(self) -> Iterator[dict[str, Any]]:
         """One output line per input item so far (all of them once COMPLETED), in item
         order; an error for a job unknown, not accepted yet, or rejected."""
+        return output_lines(self._task_results())
+
+    def write_npz(self, path: str) -> NpzWritten:
+        """Write the outputs so far (as `results`) to `path` as numpy arrays, one row per
+        item (`jobs.npz`: `numpy.load(path)["embedding"]`); imports numpy."""
+        from inferstream.jobs.npz import write_npz
+
+        return write_npz(self._task_results(), path)
+
+    def _task_results(self) -> Iterator[TaskResult]:
         status = self._status if self._status.finished else self.progress()
         if status.state == SUBMITTED:
             raise JobNotAcceptedError(self.job_id)
@@ -199,8 +213,8 @@ class Job:
             raise JobRejectedError(self.job_id, status.reason or "no reason given")
         total = status.total_tasks if status.state == JobEventType.COMPLETED else None
         client = self.client
-        return output_lines(job_results(client.config, self.job_id, total, client.codec,
-                                        client.clients, status.home_partition))
+        return job_results(client.config, self.job_id, total, client.codec, client.clients,
+                           status.home_partition)
 
 
 class Client:

@@ -190,9 +190,12 @@ def run_cancel(args: argparse.Namespace, client: Client) -> int:
 
 def results_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job", help="job id")
-    parser.add_argument("--output", metavar="FILE", help="(default: standard output)")
-    parser.add_argument("--format", choices=["jsonl", "csv"], default="jsonl",
-                        help="(default: %(default)s)")
+    parser.add_argument("--output", metavar="FILE",
+                        help="(default: standard output; npz needs a file)")
+    parser.add_argument("--format", choices=["jsonl", "csv", "npz"], default="jsonl",
+                        help="jsonl: one JSON line per item; csv: the top-1 prediction of "
+                        "each; npz: numpy arrays, one row per item (embeddings, tensors, "
+                        "top-k) (default: %(default)s)")
 
 
 def results(args: argparse.Namespace, config: Config) -> int:
@@ -204,6 +207,12 @@ def results(args: argparse.Namespace, config: Config) -> int:
 def run_results(args: argparse.Namespace, client: Client) -> int:
     if args.output:
         _check_writable(args.output)
+    if args.format == "npz":
+        if not args.output:
+            raise ConfigError("--format npz needs --output FILE")
+        written = client.job(args.job).write_npz(args.output)
+        print(f"wrote {written.rows} rows to {args.output}", file=sys.stderr)
+        return _all_failed(args.job, written.ok, written.errors)
     tally = _Tally(client.job(args.job).results())
     _write_output(tally, args.output, args.format)
     return _all_failed(args.job, tally.ok, tally.errors)

@@ -88,7 +88,7 @@ def failed_result(task: Task, reason: str) -> TaskResult:
     """The outcome of a task no live worker will run: every item an error with `reason`."""
     now = now_ms()
     return TaskResult(job_id=task["job_id"], task_id=task["task_id"], attempt=task["attempt"],
-                      worker="controller", model=task["model"],
+                      worker="controller", model=task["model"], model_version=None,
                       items=[error_item(item, reason) for item in task["items"]],
                       started_at=now, finished_at=now, decode_seconds=0.0,
                       inference_seconds=0.0)

@@ -77,3 +77,9 @@ class InvalidJobError(InferstreamError):
         self.option = option
         self.value = value
         self.rule = rule
+
+
+
+class OutputFormatError(InferstreamError):
+    """A job's outputs cannot be written in the format asked for (e.g. npz arrays of one
+    width, from items of different widths)."""

@@ -13,7 +13,7 @@ from inferstream.models.collate import collate
 from inferstream.models.device_decode import DeviceDecoder, is_encoded
 from inferstream.models.errors import ModelError
 from inferstream.models.items import DEFAULT_MAX_BYTES, fetch_item
-from inferstream.models.outputs import Prediction
+from inferstream.models.outputs import ItemOutput
 
 NUM_IMAGENET_CLASSES = 1000
 
@@ -46,12 +46,12 @@ class LoadedModel(ABC):
         """One item's bytes to a CPU tensor; thread-safe; ItemError for a bad item."""
 
     @abstractmethod
-    def predict(self, batch: torch.Tensor, top_k: int) -> list[Prediction]:
-        """Top-k predictions for each row of a collated batch."""
+    def predict(self, batch: torch.Tensor, top_k: int) -> Sequence[ItemOutput]:
+        """The output of each row of a collated batch (a classifier's: its top-k predictions)."""
 
-    def predict_items(self, items: Sequence[torch.Tensor], top_k: int) -> list[Prediction | str]:
-        """Top-k predictions for each of `preprocess`'s outputs, or why the item is bad (a str:
-        where the last of its decoding happens in the batch, `models.device_decode`)."""
+    def predict_items(self, items: Sequence[torch.Tensor], top_k: int) -> list[ItemOutput | str]:
+        """The output of each of `preprocess`'s outputs, or why the item is bad (a str: where
+        the last of its decoding happens in the batch, `models.device_decode`)."""
         return list(self.predict(collate(items, self.device), top_k))
 
     def synthetic_item(self) -> torch.Tensor:
@@ -104,7 +104,7 @@ class TorchModel(LoadedModel):
             return self.decoder.encode_item(data)
         return self.preprocessor(data)
 
-    def predict_items(self, items: Sequence[torch.Tensor], top_k: int) -> list[Prediction | str]:
+    def predict_items(self, items: Sequence[torch.Tensor], top_k: int) -> list[ItemOutput | str]:
         if self.decoder is None or not any(is_encoded(item) for item in items):
             return super().predict_items(items, top_k)
         ready = self.decoder.ready(items)
@@ -122,7 +122,7 @@ class TorchModel(LoadedModel):
         inputs = batch.to(self.device, non_blocking=batch.is_pinned())
         return inputs.to(dtype=self.dtype, memory_format=self.memory_format)
 
-    def predict(self, batch: torch.Tensor, top_k: int) -> list[Prediction]:
+    def predict(self, batch: torch.Tensor, top_k: int) -> Sequence[ItemOutput]:
         """Run the batch on the device under inference_mode; softmax; top-k."""
         k = check_top_k(top_k, len(self.labels))
         with torch.inference_mode():

@@ -14,7 +14,8 @@ __all__ = ["LITE0", "SIM_SYNTAX", "TORCHVISION_MODELS", "SimParams", "check_mode
 
 TORCHVISION_MODELS = ("alexnet", "googlenet", "resnet50", "mobilenet_v3_large", "efficientnet_b0")
 LITE0 = "efficientnet_lite0"
-_SIM_KEYS = ("ms", "batch_ms", "as", "slower", "jitter", "slow_after", "slow_factor")
+_SIM_KEYS = ("ms", "batch_ms", "as", "slower", "jitter", "slow_after", "slow_factor",
+             "embedding")
 
 #: Published single-GPU inference throughput as (ms per batch, ms per item) fitted to
 #: time(batch) = batch_ms + ms x size: one Tesla P40, INT8 with TensorRT, batch sizes 1 to 256
@@ -38,6 +39,8 @@ class SimParams:
 
     With `slow_after`, each item after the first `slow_after` a model has processed takes
     `slow_factor` x `ms`: a worker that slows down in the middle of a job (benchmarks).
+    With `embedding` D > 0 the model answers each item with a vector of D floats, drawn from
+    the item's bytes, instead of top-k predictions.
     """
 
     ms: float
@@ -47,6 +50,7 @@ class SimParams:
     batch_ms: float = 0.0
     slower: float = 1.0
     profile: str | None = None
+    embedding: int = 0
 
 
 def known_models() -> tuple[str, ...]:
@@ -64,7 +68,8 @@ def parse_sim_name(name: str) -> SimParams:
         key, sep, value = (s.strip() for s in part.partition("="))
         if not sep or key not in _SIM_KEYS:
             raise ValueError(f"expected ms=N or as=PROFILE, then batch_ms=B, slower=S, "
-                             f"jitter=F or slow_after=K,slow_factor=X; got {part!r}")
+                             f"jitter=F, slow_after=K,slow_factor=X or embedding=D; "
+                             f"got {part!r}")
         if key == "as":
             if value not in GPU_PROFILES:
                 raise ValueError(f"as={value!r}: profiles are {', '.join(GPU_PROFILES)}")
@@ -83,13 +88,19 @@ def parse_sim_name(name: str) -> SimParams:
         raise ValueError("ms=N (or as=alexnet|googlenet) is required")
     if ("slow_after" in fields) != ("slow_factor" in fields):
         raise ValueError("slow_after=K and slow_factor=X go together")
-    slow_after = fields.pop("slow_after", None)
-    if slow_after is not None and not (0 <= slow_after < math.inf and slow_after.is_integer()):
-        raise ValueError("need slow_after a whole number >= 0")
-    params = SimParams(**fields, slow_after=None if slow_after is None else int(slow_after),
+    slow_after, embedding = _whole(fields, "slow_after", 0), _whole(fields, "embedding", 1)
+    params = SimParams(**fields, slow_after=slow_after, embedding=embedding or 0,
                        profile=profile)
     _check_sim(params)
     return params
+
+
+def _whole(fields: dict[str, float], key: str, least: int) -> int | None:
+    """`fields[key]`, taken out of `fields`, as a whole number >= `least`; None if not given."""
+    value = fields.pop(key, None)
+    if value is not None and not (least <= value < math.inf and value.is_integer()):
+        raise ValueError(f"need {key} a whole number >= {least}")
+    return None if value is None else int(value)
 
 
 def _check_sim(params: SimParams) -> None:

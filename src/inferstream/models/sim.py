@@ -1,10 +1,12 @@
 """Simulated models (`records.SIM_SYNTAX`): a batch of n items sleeps (`batch_ms` + n x `ms`)
 x `slower` ms, not computing; `as=alexnet|googlenet` takes the two times from one GPU's
 published throughput (`names.GPU_PROFILES`); with `slow_after`, the items after the first K
-take `slow_factor` x as long.
+take `slow_factor` x as long; with `embedding=D`, each item's answer is a vector of D
+floats instead of top-k predictions.
 
 They stand in for GPU nodes in scale and fault tests: many can share one CPU, and each
-returns the same prediction for the same bytes wherever and however often it runs.
+returns the same prediction (or vector) for the same bytes wherever and however often it
+runs.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ import hashlib
 import logging
 import random
 import time
+from collections.abc import Sequence
 
 import torch
 
 from inferstream.models.base import LoadedModel, check_top_k, imagenet_labels
 from inferstream.models.names import SimParams, parse_sim_name
-from inferstream.models.outputs import Prediction
+from inferstream.models.outputs import Embedding, ItemOutput, Prediction
 
 __all__ = ["SimModel", "SimParams", "parse_sim_name"]
 
@@ -52,11 +55,13 @@ class SimModel(LoadedModel):
     def synthetic_item(self) -> torch.Tensor:
         return self.preprocess(b"calibration")
 
-    def predict(self, batch: torch.Tensor, top_k: int) -> list[Prediction]:
-        """Sleep ms x batch size (± jitter), then predict from each item's hash."""
+    def predict(self, batch: torch.Tensor, top_k: int) -> Sequence[ItemOutput]:
+        """Sleep ms x batch size (± jitter), then predict (or embed) from each item's hash."""
         k = check_top_k(top_k, len(self.labels))
         hashes = [int(h) for h in batch.reshape(len(batch), -1)[:, 0].tolist()]
         time.sleep(self._delay_s(len(hashes)))
+        if self.params.embedding:
+            return [sim_embedding(h, self.params.embedding) for h in hashes]
         return [self._prediction(h, k) for h in hashes]
 
     def _delay_s(self, items: int) -> float:
@@ -84,3 +89,9 @@ class SimModel(LoadedModel):
         first = item_hash % len(self.labels)
         ids = [(first + i) % len(self.labels) for i in range(k)]
         return [(c, self.labels[c], 0.5 ** (i + 1)) for i, c in enumerate(ids)]
+
+
+def sim_embedding(item_hash: int, size: int) -> Embedding:
+    """The vector of `size` standard normal float32 values that an item's hash seeds."""
+    generator = torch.Generator().manual_seed(item_hash)
+    return Embedding(tuple(torch.randn(size, generator=generator).tolist()))

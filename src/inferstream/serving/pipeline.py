@@ -24,9 +24,12 @@ import torch
 
 from inferstream.config import WorkerConfig
 from inferstream.models import ItemError, LoadedModel
+from inferstream.models.outputs import Embedding, ItemOutput, Tensors
 from inferstream.models.threads import plan_threads, thread_initializer
 from inferstream.schemas.records import (
     ItemResult,
+    NamedTensor,
+    OutputFields,
     Prediction,
     Task,
     TaskItem,
@@ -52,8 +55,9 @@ class TaskRun:
     cancelled: bool = False
     #: some of its items went into a forward pass (or were answered): it is under way
     started: bool = False
-    #: the model that runs the task (set by the pipeline it is submitted to)
+    #: the model that runs the task, and its version (set by the pipeline it is submitted to)
     model: str = ""
+    model_version: str | None = None
     #: why the task was not run after all (its model could not load); None: it was run
     refusal: str | None = None
 
@@ -119,7 +123,7 @@ class BatchingPipeline:
     def submit(self, run: TaskRun) -> None:
         """Queue every item of `run` for decoding; outcomes arrive through the batch loop."""
         loop = asyncio.get_running_loop()
-        run.model = self.model.name
+        run.model, run.model_version = self.model.name, self.model.version
         if not run.outcomes:
             run.finished_at = time.time()
             run.on_done(run)
@@ -220,17 +224,21 @@ class BatchingPipeline:
             return
         seconds = time.perf_counter() - started
         self.hooks.after_batch(self.model.name, len(good), seconds)
-        for (slot, _), preds in zip(good, predictions, strict=True):
+        for (slot, _), output in zip(good, predictions, strict=True):
             slot.run.inference_seconds += seconds / len(good)
-            if isinstance(preds, str):  # its decoding, finished in the batch, failed
-                self._finish(slot, error_item(_item(slot), preds))
-            else:
-                self._finish(slot, ok_item(_item(slot), preds[: slot.run.task["top_k"]]))
+            self._answer(slot, output)
 
-    def _forward(self, tensors: list[torch.Tensor],
-                 top_k: int) -> list[list[Prediction] | str]:
-        return [item if isinstance(item, str) else
-                [Prediction(class_id=c, label=label, score=float(s)) for c, label, s in item]
+    def _answer(self, slot: _Slot, output: OutputFields | str) -> None:
+        """Finish `slot` with its output, or (a str) why its decoding, finished in the batch,
+        failed."""
+        if isinstance(output, str):
+            self._finish(slot, error_item(_item(slot), output))
+        else:
+            self._finish(slot, ok_item(_item(slot), output["top_k"][: slot.run.task["top_k"]],
+                                       embedding=output["embedding"], tensors=output["tensors"]))
+
+    def _forward(self, tensors: list[torch.Tensor], top_k: int) -> list[OutputFields | str]:
+        return [item if isinstance(item, str) else output_fields(item)
                 for item in self.model.predict_items(tensors, top_k)]
 
     def _finish(self, slot: _Slot, outcome: ItemResult) -> None:
@@ -253,6 +261,19 @@ def _settle(target: asyncio.Future[tuple[torch.Tensor | str, float]],
         target.set_exception(error)
     else:
         target.set_result(source.result())
+
+
+def output_fields(output: ItemOutput) -> OutputFields:
+    """The result fields that hold one item's output, by its kind: top-k predictions, an
+    embedding or named tensors."""
+    if isinstance(output, Embedding):
+        return OutputFields(top_k=[], embedding=list(output.vector), tensors=[])
+    if isinstance(output, Tensors):
+        return OutputFields(top_k=[], embedding=None, tensors=[
+            NamedTensor(name=t.name, dtype=t.dtype, shape=list(t.shape), data=t.data)
+            for t in output.tensors])
+    return OutputFields(top_k=[Prediction(class_id=c, label=label, score=float(s))
+                               for c, label, s in output], embedding=None, tensors=[])
 
 
 def _item(slot: _Slot) -> TaskItem:

@@ -6,8 +6,9 @@ and `avro` (a record framed by the Confluent registry or in single-object encodi
 `--field` is bytes or a string URI). A record that cannot be read raises `RecordError`; the
 image itself is decoded later, by the worker's pipeline, like any job item.
 
-Output (`--output-format`): `json` (one UTF-8 object per record) or `avro` (an
-`inferstream.StreamResult` through the codec).
+Output (`--output-format`): `json` (one UTF-8 object per record: the output in the keys of
+`records.output_json`, the model and its version) or `avro` (an `inferstream.StreamResult`
+through the codec).
 """
 
 from __future__ import annotations
@@ -26,7 +27,13 @@ from inferstream.config import Config
 from inferstream.errors import ConfigError
 from inferstream.schemas import Codec, SchemaError
 from inferstream.schemas.codec import schema_fingerprint
-from inferstream.schemas.records import ItemResult, StreamOrigin, StreamResult, TaskItem
+from inferstream.schemas.records import (
+    ItemResult,
+    StreamOrigin,
+    StreamResult,
+    TaskItem,
+    output_json,
+)
 from inferstream.schemas.schema_registry import SchemaRegistryClient
 from inferstream.stream.errors import RecordError
 
@@ -195,14 +202,16 @@ class OutputWriter:
     def value(self, result: StreamResult) -> bytes:
         if self.format == "avro":
             return self.codec.encode("StreamResult", result)
-        shown = {"status": result["status"].lower(), "top_k": result["top_k"],
-                 "error": result["error"], "model": result["model"], "worker": result["worker"],
+        shown = {"status": result["status"].lower(), **output_json(result),
+                 "error": result["error"], "model": result["model"],
+                 "model_version": result["model_version"], "worker": result["worker"],
                  "origin": {k: result["origin"][k] for k in ("topic", "partition", "offset")}}
         return json.dumps(shown, separators=(",", ":")).encode()
 
 
-def stream_result(outcome: ItemResult, model: str, worker: str, origin: StreamOrigin,
-                  labelled_at: int) -> StreamResult:
+def stream_result(outcome: ItemResult, model: str, model_version: str | None, worker: str,
+                  origin: StreamOrigin, labelled_at: int) -> StreamResult:
     return StreamResult(status=outcome["status"], top_k=outcome["top_k"],
-                        error=outcome["error"], model=model, worker=worker, origin=origin,
-                        labelled_at=labelled_at)
+                        embedding=outcome["embedding"], tensors=outcome["tensors"],
+                        error=outcome["error"], model=model, model_version=model_version,
+                        worker=worker, origin=origin, labelled_at=labelled_at)

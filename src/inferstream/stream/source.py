@@ -83,10 +83,12 @@ class StreamSource(Source):
         self.reader = InputReader(config)
         self.writer = OutputWriter(config, codec)
         self.model = ""
+        self.model_version: str | None = None
 
     async def start(self, worker: WorkerContext) -> None:
         await super().start(worker)
         self.model = worker.served.names[0]
+        self.model_version = worker.served.pipelines[self.model].model.version
         stream, partitions = self.stream, worker.partitions
         log.info("stream group=%s: %s (%d partitions, %s) -> %s (%d partitions, %s), model %s",
                  self.group_id, stream.input_topic, partitions[stream.input_topic],
@@ -101,7 +103,7 @@ class StreamSource(Source):
             item = self.reader.item(record.value, origin)
         except RecordError as exc:
             log.debug("unreadable record %s: %s", item_name(origin), exc)
-            return [self._output(record, _failed(origin, str(exc)))]
+            return [self._output(record, _failed(origin, str(exc)), self.model_version)]
         return Task(job_id=self.group_id, task_id=record.offset, attempt=1,
                     pool=self.config.pool, model=self.model, top_k=self.stream.top_k,
                     items=[item], issued_at=now_ms(), deadline_ms=None, home_partition=None)
@@ -110,7 +112,7 @@ class StreamSource(Source):
         outcome = run.outcomes[0]
         if outcome is None:  # refused: the model could not load
             outcome = _failed(_origin(record), run.refusal or "not run")
-        return [self._output(record, outcome)]
+        return [self._output(record, outcome, run.model_version)]
 
     def after_commit(self, committed: Sequence[PendingTask]) -> None:
         """Each committed record's outcome, and its latency from the input's timestamp."""
@@ -126,10 +128,10 @@ class StreamSource(Source):
             return "ok"
         return "dead_letter" if self.stream.on_error == "dlq" else "error"
 
-    def _output(self, record: Record, outcome: ItemResult) -> Outgoing:
-        """The output record of `outcome`: keyed like the input, on the input's partition
-        index when the output has as many partitions, else on the key's; or, with
-        `--on-error dlq`, the dead letter of a failed record."""
+    def _output(self, record: Record, outcome: ItemResult, version: str | None) -> Outgoing:
+        """The output record of `outcome` (by `version` of the model): keyed like the input,
+        on the input's partition index when the output has as many partitions, else on the
+        key's; or, with `--on-error dlq`, the dead letter of a failed record."""
         partitions = self.worker.partitions
         if outcome["status"] == ItemStatus.ERROR and self.stream.on_error == "dlq":
             return dead_letter(self.codec, self.dlq, partitions[self.dlq], topic=record.topic,
@@ -137,8 +139,8 @@ class StreamSource(Source):
                                reason=outcome["error"] or "error", value=record.value,
                                consumer=self.worker.worker_id, key=record.key,
                                origin_timestamp_ms=record.timestamp)
-        result = stream_result(outcome, self.model, self.worker.worker_id, _origin(record),
-                               now_ms())
+        result = stream_result(outcome, self.model, version, self.worker.worker_id,
+                               _origin(record), now_ms())
         outputs = partitions[self.stream.output_topic]
         if outputs == partitions[self.stream.input_topic] or record.key is None:
             partition = record.partition % outputs

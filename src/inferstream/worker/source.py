@@ -91,7 +91,7 @@ class TaskSource(Source):
             return [self._declined(task, run.refusal)]
         result = TaskResult(
             job_id=task["job_id"], task_id=task["task_id"], attempt=task["attempt"],
-            worker=self.worker.worker_id, model=run.model,
+            worker=self.worker.worker_id, model=run.model, model_version=run.model_version,
             items=[outcome for outcome in run.outcomes if outcome is not None],
             started_at=int(run.started_at * 1000), finished_at=int(run.finished_at * 1000),
             decode_seconds=run.decode_seconds, inference_seconds=run.inference_seconds,

@@ -3,13 +3,18 @@ task wins, output in item order."""
 
 from __future__ import annotations
 
+import base64
 import io
+import json
+import struct
 import tracemalloc
+
+import numpy as np
 
 from inferstream.client.client import Client
 from inferstream.jobs.ids import new_job_id
 from inferstream.jobs.output import job_results, output_lines, write_lines
-from inferstream.schemas.records import JobEventType
+from inferstream.schemas.records import JobEventType, NamedTensor, TaskItem, TaskResult, ok_item
 from inferstream.testing import MemoryKafkaClients
 from tests.unit.support.memory import CODEC, make_config
 from tests.unit.support.records import put_event, put_results
@@ -48,3 +53,26 @@ def test_results_come_in_item_order_with_the_first_result_of_each_task(
     assert [line["item"] for line in lines] == [f"/data/images/n{i:07d}.JPEG"
                                                 for i in range(8)]
     assert {line["worker"] for line in lines} == {"w1"}
+
+
+def test_an_output_line_carries_the_model_version_and_an_embedding_or_tensors() -> None:
+    """Lines keep today's keys (top_k empty here) and add the output of other kinds: the
+    embedding as a list, each tensor with its data in base64."""
+    data = struct.pack("<2f", 0.5, -2.0)
+    result = TaskResult(
+        job_id="j", task_id=0, attempt=1, worker="w", model="encoder", model_version="3",
+        items=[ok_item(TaskItem(index=1, name="b", data=None),
+                       tensors=[NamedTensor(name="z", dtype="float32", shape=[2], data=data)]),
+               ok_item(TaskItem(index=0, name="a", data=None), embedding=[0.25, 1.5])],
+        started_at=0, finished_at=0, decode_seconds=0.0, inference_seconds=0.0)
+    buffer = io.StringIO()
+    write_lines(output_lines([result]), buffer)
+    first, second = (json.loads(line) for line in buffer.getvalue().splitlines())
+    assert first == {"job_id": "j", "item": "a", "status": "ok", "top_k": [],
+                     "embedding": [0.25, 1.5], "error": None, "worker": "w", "attempt": 1,
+                     "model": "encoder", "model_version": "3"}
+    assert second["tensors"] == [{"name": "z", "dtype": "float32", "shape": [2],
+                                  "data": base64.b64encode(data).decode()}]
+    assert "embedding" not in second and second["top_k"] == []
+    decoded = np.frombuffer(base64.b64decode(second["tensors"][0]["data"]), "<f4")
+    assert decoded.tolist() == [0.5, -2.0]

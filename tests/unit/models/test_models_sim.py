@@ -17,6 +17,8 @@ from inferstream.models import (
 from inferstream.models import sim as sim_module
 from inferstream.models.collate import collate
 from inferstream.models.errors import UnknownModelError
+from inferstream.models.outputs import Embedding
+from inferstream.schemas.records import serves
 
 
 def predict(model: SimModel, items: list[bytes], top_k: int = 3) -> list[Prediction]:
@@ -109,7 +111,28 @@ def test_a_gpu_profile_is_a_batch_time_plus_a_time_per_item(
     ("sim:as=alexnet,ms=3", "as=alexnet sets ms"),
     ("sim:ms=1,slower=0", "slower > 0"),
     ("sim:ms=1,batch_ms=x", "batch_ms='x' is not a number"),
+    ("sim:ms=1,embedding=0", "need embedding a whole number >= 1"),
+    ("sim:ms=1,embedding=2.5", "need embedding a whole number >= 1"),
 ])
 def test_a_wrong_sim_name_says_what_is_wrong(name: str, says: str) -> None:
     with pytest.raises(UnknownModelError, match=re.escape(says)):
         get_model_spec(name)
+
+
+def test_an_embedding_sim_model_answers_a_vector_drawn_from_the_item_bytes() -> None:
+    """The same bytes give the same float32 vector in any model and batch; others differ."""
+    model, other = load_model("sim:ms=0,embedding=1280"), load_model("sim:ms=5,embedding=1280")
+    assert isinstance(model, SimModel) and isinstance(other, SimModel)
+    assert model.params.embedding == 1280
+    cat, dog = predict(model, [b"cat.jpg", b"dog.jpg"])
+    assert isinstance(cat, Embedding) and len(cat.vector) == 1280
+    assert [float(torch.tensor(v)) for v in cat.vector] == list(cat.vector)  # float32 values
+    assert cat != dog and predict(other, [b"dog.jpg"]) == [dog]
+
+
+def test_a_simulated_task_is_served_by_a_simulated_model_of_the_same_output() -> None:
+    assert serves("sim:ms=5", "sim:ms=0,jitter=0.1")
+    assert serves("sim:ms=5,embedding=16", "sim:as=alexnet, embedding = 16")
+    assert not serves("sim:ms=0", "sim:ms=0,embedding=16")
+    assert not serves("sim:ms=0,embedding=8", "sim:ms=0,embedding=16")
+    assert not serves("sim:ms=0,embedding=8", "googlenet")

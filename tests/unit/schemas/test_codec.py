@@ -319,3 +319,20 @@ def test_load_schema_returns_a_fresh_copy() -> None:
     schema["fields"].clear()
     assert load_schema("Task")["fields"]
     assert json.loads(json.dumps(load_schema("Task"))) == load_schema("Task")
+
+
+def test_decode_head_reads_the_leading_ids_of_a_record_alone(codec: Codec) -> None:
+    """What a reader of the results topic needs to sort a result, read from the current and
+    an earlier writer schema; another record type or fields not leading are an error."""
+    ids = ("job_id", "task_id")
+    current = codec.encode("TaskResult", EXAMPLES["TaskResult"])
+    assert codec.decode_head(current, "TaskResult", ids) == {"job_id": "job-1", "task_id": 7}
+    older = (GOLDEN / "TaskResult.v1.bin").read_bytes()
+    assert codec.decode_head(older, "TaskResult", ids) == {"job_id": "job-1", "task_id": 7}
+    declined = codec.encode("TaskDeclined", EXAMPLES["TaskDeclined"])
+    with pytest.raises(SchemaError, match="expected a TaskResult record, got a TaskDeclined"):
+        codec.decode_head(declined, "TaskResult", ids)
+    with pytest.raises(SchemaError, match="TaskResult records do not begin with task_id"):
+        codec.decode_head(current, "TaskResult", ("task_id",))
+    with pytest.raises(SchemaError, match="truncated header"):
+        codec.decode_head(current[:5], "TaskResult", ids)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import struct
 import time
 from typing import Any
 
@@ -15,6 +16,7 @@ from inferstream.client.progress import ProgressBar
 from inferstream.config import WorkerConfig
 from inferstream.jobs.output import output_lines, write_lines
 from inferstream.models import ItemError, load_model
+from inferstream.models.outputs import Embedding, NamedTensor, Tensors
 from inferstream.models.sim import SimModel, SimParams
 from inferstream.serving.hooks import WorkerHooks
 from inferstream.serving.pipeline import BatchingPipeline, TaskRun
@@ -81,7 +83,7 @@ def test_items_of_several_tasks_share_batches_and_bad_items_become_errors() -> N
     first = by_task[0].outcomes
     assert [o["status"] for o in first] == ["OK", "ERROR", "OK"]  # type: ignore[index]
     assert first[1] == {"index": 1, "name": "bad-1", "status": "ERROR", "top_k": [],
-                        "error": "not an image"}
+                        "embedding": None, "tensors": [], "error": "not an image"}
     assert all(len(o["top_k"]) == 1 for o in by_task[1].outcomes if o["status"] == "OK")  # type: ignore[index]
     assert sum(hooks.batches) == 5 and max(hooks.batches) <= 4
     assert hooks.decoded.count(False) == 2
@@ -95,6 +97,44 @@ def test_a_failed_forward_pass_fails_its_items_not_the_worker() -> None:
     assert reasons == {"inference failed: RuntimeError: CUDA out of memory"}
 
 
+class OutputModel(PickyModel):
+    """A model of another output kind: an embedding (the item's hash in two floats) or two
+    named tensors, per item."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__("sim:ms=0", SimParams(ms=0))
+        self.version, self.kind = "7", kind
+
+    def predict(self, batch: torch.Tensor, top_k: int) -> list[Any]:
+        hashes = [int(h) % 1000 for h in batch[:, 0].tolist()]
+        if self.kind == "embedding":
+            return [Embedding((h / 4, -0.5)) for h in hashes]
+        return [Tensors((NamedTensor("box", "int32", (2,), struct.pack("<2i", h, -h)),
+                         NamedTensor("score", "float32", (), struct.pack("<f", 0.25))))
+                for h in hashes]
+
+
+def test_embeddings_and_tensors_become_the_item_results_fields() -> None:
+    """Bad items stay errors; good ones hold the model's output in the field of its kind,
+    and the run records the model's version."""
+    embedded, = asyncio.run(run_tasks(OutputModel("embedding"), [task(0, ["a", "bad", "b"])],
+                                      WorkerHooks()))
+    assert embedded.model_version == "7"
+    hashes = [int(OutputModel("embedding").preprocess(n)[0]) % 1000 for n in (b"a", b"b")]
+    first, bad, last = embedded.outcomes
+    assert first == {"index": 0, "name": "a", "status": "OK", "top_k": [],
+                     "embedding": [hashes[0] / 4, -0.5], "tensors": [], "error": None}
+    assert bad is not None and (bad["status"], bad["embedding"]) == ("ERROR", None)
+    assert last is not None and last["embedding"] == [hashes[1] / 4, -0.5]
+    tensors, = asyncio.run(run_tasks(OutputModel("tensor"), [task(0, ["a"])], WorkerHooks()))
+    only = tensors.outcomes[0]
+    assert only is not None and (only["top_k"], only["embedding"]) == ([], None)
+    assert only["tensors"] == [
+        {"name": "box", "dtype": "int32", "shape": [2],
+         "data": struct.pack("<2i", hashes[0], -hashes[0])},
+        {"name": "score", "dtype": "float32", "shape": [], "data": struct.pack("<f", 0.25)}]
+
+
 def test_an_empty_task_finishes_at_once() -> None:
     model = load_model("sim:ms=0")
     done = asyncio.run(run_tasks(model, [task(0, [])], WorkerHooks()))
@@ -102,10 +142,12 @@ def test_an_empty_task_finishes_at_once() -> None:
 
 
 def test_output_lines_follow_item_order_and_csv_has_top1_columns() -> None:
-    result = {"job_id": "j", "task_id": 0, "attempt": 2, "worker": "w", "items": [
-        {"index": 1, "name": "b.jpg", "status": "ERROR", "top_k": [], "error": "not an image"},
-        {"index": 0, "name": "a.jpg", "status": "OK", "error": None,
-         "top_k": [{"class_id": 967, "label": "espresso", "score": 0.9}]},
+    result = {"job_id": "j", "task_id": 0, "attempt": 2, "worker": "w", "model": "m",
+              "model_version": "3", "items": [
+        {"index": 1, "name": "b.jpg", "status": "ERROR", "top_k": [], "embedding": None,
+         "tensors": [], "error": "not an image"},
+        {"index": 0, "name": "a.jpg", "status": "OK", "error": None, "embedding": None,
+         "tensors": [], "top_k": [{"class_id": 967, "label": "espresso", "score": 0.9}]},
     ]}
     lines = list(output_lines([result]))
     assert [line["item"] for line in lines] == ["a.jpg", "b.jpg"]
@@ -114,13 +156,14 @@ def test_output_lines_follow_item_order_and_csv_has_top1_columns() -> None:
     first = json.loads(buffer.getvalue().splitlines()[0])
     assert first == {"job_id": "j", "item": "a.jpg", "status": "ok", "error": None,
                      "top_k": [{"class_id": 967, "label": "espresso", "score": 0.9}],
-                     "worker": "w", "attempt": 2}
+                     "worker": "w", "attempt": 2, "model": "m", "model_version": "3"}
     buffer = io.StringIO()
     write_lines(iter(lines), buffer, "csv")
     rows = buffer.getvalue().splitlines()
-    assert rows[0] == "job_id,item,status,class_id,label,score,error,worker,attempt"
-    assert rows[1] == "j,a.jpg,ok,967,espresso,0.9,,w,2"
-    assert rows[2] == "j,b.jpg,error,,,,not an image,w,2"
+    assert rows[0] == ("job_id,item,status,class_id,label,score,error,worker,attempt,model,"
+                       "model_version")
+    assert rows[1] == "j,a.jpg,ok,967,espresso,0.9,,w,2,m,3"
+    assert rows[2] == "j,b.jpg,error,,,,not an image,w,2,m,3"
 
 
 def test_the_progress_bar_shows_done_total_rate_and_eta() -> None:

@@ -21,6 +21,7 @@ from inferstream.config import Config, StreamConfig
 from inferstream.errors import ConfigError
 from inferstream.kafka.settings import partition_of_key
 from inferstream.models import LoadedModel, load_model
+from inferstream.models.sim import sim_embedding
 from inferstream.schemas.codec import schema_fingerprint
 from inferstream.serving.loop import Worker
 from inferstream.stream.metrics import StreamMetrics
@@ -205,6 +206,27 @@ def test_avro_input_in_single_object_encoding(
              for r in outputs(broker)}
     assert found[b"good"]["status"] == "OK" and found[b"good"]["top_k"]
     assert "unknown writer fingerprint" in (found[b"bad"]["error"] or "")
+
+
+@pytest.mark.parametrize("output_format", ["json", "avro"])
+def test_an_embedding_model_answers_each_record_with_its_vector_and_version(
+        broker: MemoryBroker, running: Running, output_format: str) -> None:
+    name = "sim:ms=0,embedding=8"
+    streams(broker)
+    broker.produce(IN, 0, b"a", b"image-a")
+    broker.produce(IN, 1, b"tombstone", None)
+    model = load_model(name)
+    run_members(running, make_config(name, output_format=output_format), model)
+    if output_format == "json":
+        found = {r.key: decoded(r) for r in outputs(broker)}
+    else:
+        found = {r.key: CODEC.decode(r.value or b"", expected="StreamResult")
+                 for r in outputs(broker)}
+    expected = sim_embedding(int(model.preprocess(b"image-a")[0]), 8).vector
+    assert found[b"a"]["embedding"] == pytest.approx(expected, rel=1e-7)
+    assert (found[b"a"]["top_k"], found[b"a"]["model_version"]) == ([], "sim")
+    assert found[b"tombstone"]["model_version"] == "sim"
+    assert found[b"tombstone"]["status"].upper() == "ERROR"
 
 
 def test_avro_input_needs_a_schema_source() -> None:

@@ -12,6 +12,7 @@ from inferstream.config import Config
 from inferstream.controller.replica import controller_group
 from inferstream.kafka.settings import partition_for
 from inferstream.schemas.records import (
+    ItemResult,
     Job,
     JobEvent,
     JobEventType,
@@ -49,17 +50,19 @@ def put_tasks(broker: MemoryBroker, config: Config, count: int, items: int = 2) 
 
 def put_results(clients: MemoryKafkaClients, config: Config, job_id: str, tasks: int,
                 chunk: int, order: list[int] | None = None, worker: str = "w1",
-                ok: bool = True) -> None:
-    """One TaskResult per task (in `order`, default task order), as workers commit them."""
+                ok: bool = True, answer: Callable[[TaskItem], ItemResult] | None = None
+                ) -> None:
+    """One TaskResult per task (in `order`, default task order), as workers commit them;
+    each item's outcome is `answer`'s (default: TOP, or an error where not `ok`)."""
     producer = clients.producer({})
     topic = config.topic("results")
     for task_id in order if order is not None else range(tasks):
         items = [TaskItem(index=i, name=f"/data/images/n{i:07d}.JPEG", data=None)
                  for i in range(task_id * chunk, (task_id + 1) * chunk)]
         result = TaskResult(job_id=job_id, task_id=task_id, attempt=1, worker=worker,
-                            model="sim:ms=0",
-                            items=[ok_item(i, TOP) if ok else error_item(i, "not an image")
-                                   for i in items],
+                            model="sim:ms=0", model_version="sim",
+                            items=[answer(i) if answer is not None else ok_item(i, TOP) if ok
+                                   else error_item(i, "not an image") for i in items],
                             started_at=0, finished_at=0, decode_seconds=0.0,
                             inference_seconds=0.0)
         producer.produce(topic, CODEC.encode("TaskResult", result), job_id.encode(),

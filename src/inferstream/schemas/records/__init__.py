@@ -49,11 +49,14 @@ from inferstream.schemas.records.readings import (
 from inferstream.schemas.records.results import (
     ItemResult,
     ItemStatus,
+    NamedTensor,
+    OutputFields,
     Prediction,
     TaskDeclined,
     TaskResult,
     error_item,
     ok_item,
+    output_json,
 )
 from inferstream.schemas.records.streams import (
     DeadLetter,
@@ -98,6 +101,8 @@ __all__ = [
     "MemoryFields",
     "ModelPerformance",
     "ModelRange",
+    "NamedTensor",
+    "OutputFields",
     "PerformanceFields",
     "PolicyEntry",
     "PolicyKind",
@@ -124,6 +129,7 @@ __all__ = [
     "new_task",
     "now_ms",
     "ok_item",
+    "output_json",
     "plain_record",
     "read_record",
     "read_result",

@@ -10,18 +10,29 @@ from typing import TypedDict
 
 from inferstream.schemas.records.clock import now_ms
 
-#: Simulated models: `sim:ms=N,...`, whose parameters describe a node's speed, not a model.
+#: Simulated models: `sim:ms=N,...`, whose parameters describe a node's speed, not a model
+#: (apart from `embedding=D`: the output, vectors of D floats instead of top-k).
 SIM_PREFIX = "sim:"
 #: The names of simulated models (parsed by `models.names.parse_sim_name`).
 SIM_SYNTAX = ("sim:ms=N[,jitter=F][,slow_after=K,slow_factor=X] (as=alexnet or as=googlenet "
-              "instead of ms; batch_ms=B, slower=S)")
+              "instead of ms; batch_ms=B, slower=S; embedding=D: vectors of D floats)")
 
 
 def serves(model: str, task_model: str) -> bool:
     """Whether a result of `model` answers a Task asking for `task_model`: the same name,
-    or any simulated model for a simulated task."""
-    return model == task_model or (model.startswith(SIM_PREFIX)
-                                   and task_model.startswith(SIM_PREFIX))
+    or any simulated model for a simulated task that asks for the same output."""
+    return model == task_model or (
+        model.startswith(SIM_PREFIX) and task_model.startswith(SIM_PREFIX)
+        and _sim_embedding(model) == _sim_embedding(task_model))
+
+
+def _sim_embedding(name: str) -> str:
+    """The `embedding=` value of a simulated model's name; empty for top-k."""
+    for part in name[len(SIM_PREFIX):].split(","):
+        key, _, value = part.partition("=")
+        if key.strip() == "embedding":
+            return value.strip()
+    return ""
 
 
 class InlineItem(TypedDict):

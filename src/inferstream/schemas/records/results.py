@@ -1,10 +1,15 @@
 """What a worker answers a task with: a TaskResult (one ItemResult per item), or a
-TaskDeclined when it does not serve the task's model."""
+TaskDeclined when it does not serve the task's model.
+
+An item's output sits in the fields of its model's output kind (`OutputFields`): `top_k`
+(classification), `embedding` or `tensors`; the others stay empty.
+"""
 
 from __future__ import annotations
 
+import base64
 from enum import StrEnum
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from inferstream.schemas.records.jobs import TaskItem
 
@@ -20,11 +25,31 @@ class Prediction(TypedDict):
     score: float
 
 
+class NamedTensor(TypedDict):
+    """One named output of one item: `data` holds its values, C order, little-endian, of
+    numpy `dtype` and `shape`."""
+
+    name: str
+    dtype: str
+    shape: list[int]
+    data: bytes
+
+
+class OutputFields(TypedDict):
+    """The fields of an ItemResult (and a StreamResult) that hold an item's output."""
+
+    top_k: list[Prediction]
+    embedding: list[float] | None
+    tensors: list[NamedTensor]
+
+
 class ItemResult(TypedDict):
     index: int
     name: str
     status: ItemStatus
     top_k: list[Prediction]
+    embedding: list[float] | None
+    tensors: list[NamedTensor]
     error: str | None
 
 
@@ -34,6 +59,7 @@ class TaskResult(TypedDict):
     attempt: int
     worker: str
     model: str
+    model_version: str | None
     items: list[ItemResult]
     started_at: int
     finished_at: int
@@ -53,11 +79,28 @@ class TaskDeclined(TypedDict):
     declined_at: int
 
 
-def ok_item(item: TaskItem, top_k: list[Prediction]) -> ItemResult:
+def ok_item(item: TaskItem, top_k: list[Prediction] | None = None, *,
+            embedding: list[float] | None = None,
+            tensors: list[NamedTensor] | None = None) -> ItemResult:
+    """An item's output, in the fields of its model's output kind: the `top_k` of a
+    classification, an `embedding` or `tensors`."""
     return ItemResult(index=item["index"], name=item["name"], status=ItemStatus.OK,
-                      top_k=top_k, error=None)
+                      top_k=top_k or [], embedding=embedding, tensors=tensors or [], error=None)
 
 
 def error_item(item: TaskItem, reason: str) -> ItemResult:
     return ItemResult(index=item["index"], name=item["name"], status=ItemStatus.ERROR,
-                      top_k=[], error=reason)
+                      top_k=[], embedding=None, tensors=[], error=reason)
+
+
+def output_json(output: OutputFields) -> dict[str, Any]:
+    """An item's output as JSON output shows it: `top_k` always; `embedding` and `tensors`
+    (each tensor's data in base64) only where the item has them."""
+    shown: dict[str, Any] = {"top_k": output["top_k"]}
+    if output["embedding"] is not None:
+        shown["embedding"] = output["embedding"]
+    if output["tensors"]:
+        shown["tensors"] = [{"name": t["name"], "dtype": t["dtype"], "shape": t["shape"],
+                             "data": base64.b64encode(t["data"]).decode("ascii")}
+                            for t in output["tensors"]]
+    return shown

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TypedDict
 
 from inferstream.schemas.records.clock import now_ms
-from inferstream.schemas.records.results import ItemStatus, Prediction
+from inferstream.schemas.records.results import ItemStatus, NamedTensor, Prediction
 
 
 class StreamOrigin(TypedDict):
@@ -21,8 +21,11 @@ class StreamResult(TypedDict):
 
     status: ItemStatus
     top_k: list[Prediction]
+    embedding: list[float] | None
+    tensors: list[NamedTensor]
     error: str | None
     model: str
+    model_version: str | None
     worker: str
     origin: StreamOrigin
     labelled_at: int

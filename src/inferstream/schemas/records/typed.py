@@ -25,6 +25,7 @@ from inferstream.schemas.records.policy_entry import ModelRange, PolicyEntry
 from inferstream.schemas.records.readings import Calibration, ModelPerformance, SysInfoSample
 from inferstream.schemas.records.results import (
     ItemResult,
+    NamedTensor,
     Prediction,
     TaskDeclined,
     TaskResult,
@@ -41,7 +42,7 @@ Convert = Callable[[Any], Any]
 RECORD_TYPES: dict[str, type] = {
     "Job": Job, "InlineItem": InlineItem, "Task": Task, "TaskItem": TaskItem,
     "TaskResult": TaskResult, "ItemResult": ItemResult, "Prediction": Prediction,
-    "TaskDeclined": TaskDeclined,
+    "NamedTensor": NamedTensor, "TaskDeclined": TaskDeclined,
     "JobEvent": JobEvent, "LedgerEntry": LedgerEntry, "DeadLetter": DeadLetter,
     "SysInfoSample": SysInfoSample, "ModelPerformance": ModelPerformance,
     "Calibration": Calibration, "PolicyEntry": PolicyEntry,
