@@ -172,16 +172,7 @@ class Codec:
                 raise SchemaError(f"{writer.name} records do not begin with {', '.join(names)}")
             head = self._heads[key] = parse_schema(
                 {"type": "record", "name": f"{NAMESPACE}.{writer.name}Head", "fields": fields})
-        buffer = io.BytesIO(data)
-        buffer.seek(start)
-        try:
-            record = schemaless_reader(buffer, head, None)
-        except Exception as exc:  # fastavro raises EOF, struct, unicode and index errors
-            raise SchemaError(f"not valid Avro for schema {writer.name}: {exc!r}") from exc
-        if not isinstance(record, dict):
-            raise SchemaError(f"not valid Avro for schema {writer.name}: read "
-                              f"{type(record).__name__}")
-        return record
+        return _read(data, start, _Writer(writer.name, head, None))[0]
 
     def decode_named(self, data: bytes) -> tuple[str, dict[str, Any]]:
         """Decode one record of any inferstream type; return its name ("Job", ...) and it."""
@@ -262,6 +253,16 @@ class Codec:
 
 
 def _read_body(data: bytes, start: int, writer: _Writer) -> dict[str, Any]:
+    record, end = _read(data, start, writer)
+    if end != len(data):
+        raise SchemaError(
+            f"trailing garbage: {len(data) - end} bytes after the {writer.name} record"
+        )
+    return record
+
+
+def _read(data: bytes, start: int, writer: _Writer) -> tuple[dict[str, Any], int]:
+    """The record that `writer` reads from `data` at `start`, and where it ends."""
     buffer = io.BytesIO(data)
     buffer.seek(start)
     try:
@@ -272,14 +273,9 @@ def _read_body(data: bytes, start: int, writer: _Writer) -> dict[str, Any]:
         ) from exc
     except Exception as exc:  # fastavro raises struct/index/unicode/resolution errors
         raise SchemaError(f"not valid Avro for schema {writer.name}: {exc!r}") from exc
-    end = buffer.tell()
-    if end != len(data):
-        raise SchemaError(
-            f"trailing garbage: {len(data) - end} bytes after the {writer.name} record"
-        )
     if not isinstance(record, dict):
         raise SchemaError(f"not valid Avro for schema {writer.name}: read {type(record).__name__}")
-    return record
+    return record, buffer.tell()
 
 
 def _explain(schema: Any, record: Any, exc: Exception) -> str:
