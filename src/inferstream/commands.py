@@ -20,6 +20,7 @@ from inferstream.controller import run as controller
 from inferstream.kafka.preflight import Needs
 from inferstream.stream import run as stream
 from inferstream.sysinfo import run as sysinfo
+from inferstream.worker import models_command
 from inferstream.worker import run as worker
 
 
@@ -73,4 +74,6 @@ COMMANDS: dict[str, Command] = {
                     needs=admin.cluster_needs),
     "top": Command("live view of the workers and pools the sysinfo app sees", top.top_args,
                    top.top),
+    "models": Command("list the models of a model repository, or check that a worker could "
+                      "serve each", models_command.models_args, models_command.models),
 }

@@ -10,12 +10,13 @@ from inferstream.errors import ConfigError
 
 def setting(default: Any, help: str, *, flag: str | None = None,
             choices: tuple[str, ...] | None = None, secret: bool = False,
-            metavar: str | None = None) -> Any:
+            metavar: str | None = None, env: str | None = None) -> Any:
     """A field of a settings class: its default (written only here), CLI help and flag.
 
-    The flag defaults to `--<name with dashes>`; `secret` keeps the value out of `repr`.
+    The flag defaults to `--<name with dashes>`; `secret` keeps the value out of `repr`;
+    `env` is a second environment variable read where `INFERSTREAM_<SECTION>_<NAME>` is unset.
     """
-    meta = {"help": help, "flag": flag, "choices": choices, "metavar": metavar}
+    meta = {"help": help, "flag": flag, "choices": choices, "metavar": metavar, "env": env}
     return field(default=default, repr=not secret, metadata=meta)
 
 

@@ -38,6 +38,8 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     for section, cls in SECTIONS.items():
         for f in dataclasses.fields(cls):
             raw = environ.get(f"INFERSTREAM_{section.upper()}_{f.name.upper()}")
+            if raw is None and f.metadata.get("env"):
+                raw = environ.get(f.metadata["env"])
             if raw is not None:
                 values.setdefault(section, {})[f.name] = raw
     return values

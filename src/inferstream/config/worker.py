@@ -27,6 +27,13 @@ class WorkerConfig:
     models: tuple[str, ...] = setting(
         (), "a model to serve, by registry name, e.g. efficientnet_lite0 (repeatable; "
         "at least one)", flag="--model", metavar="NAME")
+    model_repository: str = setting(
+        "", "a model repository, a folder or file:// URI, whose models --model may name "
+        "besides the built-in ones (docs/model-repository.md; INFERSTREAM_MODEL_REPOSITORY "
+        "too; empty: none)", metavar="DIR", env="INFERSTREAM_MODEL_REPOSITORY")
+    allow_python_models: bool = setting(
+        False, "serve repository models whose version is a Python handler (model.py): code "
+        "of the model's author, run inside the worker")
     load_on_demand: bool = setting(
         False, "also load other registry models when a task asks for them")
     max_loaded_models: int = setting(

@@ -143,8 +143,13 @@ def weights_digest(module: torch.nn.Module) -> str:
 
 def code_digest(module: torch.nn.Module) -> str:
     """sha256 of the source files of the module's classes outside torch (torch's own are
-    its version): a model's code edited is another package, whatever its version says."""
+    its version), and of the code of its graphs (a torch.export or TorchScript program's
+    class is torch's): a model's code edited is another package, whatever its version says."""
     digest = hashlib.sha256()
+    for part in module.modules():
+        code = getattr(part, "code", None)
+        if isinstance(code, str):
+            digest.update(code.encode())
     classes = {type(m) for m in module.modules() if not type(m).__module__.startswith("torch.")}
     for qualified in sorted(f"{cls.__module__}.{cls.__qualname__}" for cls in classes):
         digest.update(qualified.encode())

@@ -1,4 +1,6 @@
-"""The worker's model loader: a registry model by name, with its forward pass prepared.
+"""The worker's model loader: a registry model by name, or the newest version of a model of its
+model repository (`models.repository`, checked on a synthetic batch), with its forward pass
+prepared (in the settings its card sets, where it is a repository model: `model_settings`).
 
 Used for the models a worker or stream member starts with and for those it loads on demand.
 Each load logs how the model runs (`models.forward`), whether its compiled forward pass came
@@ -11,42 +13,58 @@ from the cache, and how long the whole load took:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
 
 from inferstream.config import WorkerConfig
-from inferstream.models import LoadedModel, load_model
+from inferstream.models import DEFAULT_MAX_PIXELS, LoadedModel, load_model
 from inferstream.models.forward import prepare_device_decode, prepare_forward
+from inferstream.models.repository import open_repository
+from inferstream.models.repository.check import check_names, load_checked
+from inferstream.models.repository.model import RepositoryModel
 from inferstream.models.threads import plan_threads
 from inferstream.serving.hooks import WorkerHooks
 
 log = logging.getLogger(__name__)
 
-#: Builds a registry model by name (on the worker's device, with its weights settings).
+#: Builds a model by name, built-in or of the worker's repository (on the worker's device).
 ModelLoader = Callable[[str], LoadedModel]
 
 
 def model_loader(settings: WorkerConfig, device: str,
                  hooks: WorkerHooks | None = None) -> ModelLoader:
     """Loads models on `device` with the weights settings (`--weights` is the first
-    `--model`'s) and prepares their forward pass and decoding with the worker's thread plan.
-    Blocks for the compile: call it before joining a group, or on a thread."""
+    `--model`'s), or from the model repository, and prepares their forward pass and decoding
+    with the worker's thread plan. Blocks for the compile: call it before joining a group, or
+    on a thread. RepositoryError (one line) for a repository model that cannot serve."""
     hooks = hooks or WorkerHooks()
     threads = plan_threads(device, settings.torch_threads, settings.decode_threads)
+    repository = open_repository(settings.model_repository) if settings.model_repository \
+        else None
+    if repository is not None:  # a folder named like a built-in: refused (RepositoryError)
+        check_names(repository, (), allow_python=settings.allow_python_models)
 
     def load(name: str) -> LoadedModel:
         started = time.perf_counter()
-        weights = settings.weights if settings.models and name == settings.models[0] else None
-        model = load_model(name, device=device, weights=weights,
-                           random_weights=settings.random_weights)
+        if repository is not None and name in repository:
+            model: LoadedModel = load_checked(repository, name, device,
+                                              allow_python=settings.allow_python_models,
+                                              max_pixels=DEFAULT_MAX_PIXELS)
+        else:
+            weights = settings.weights if settings.models and name == settings.models[0] \
+                else None
+            model = load_model(name, device=device, weights=weights,
+                               random_weights=settings.random_weights)
+        options = model_settings(settings, model)
         report = prepare_forward(
-            model, precision=settings.precision, channels_last=settings.channels_last == "on",
-            compile_mode=settings.compile, max_batch=settings.max_batch,
+            model, precision=options.precision, channels_last=options.channels_last == "on",
+            compile_mode=options.compile, max_batch=options.max_batch,
             torch_threads=threads.torch_threads, cache_dir=settings.compile_cache_dir)
         log.info("%s", report.describe())
         decoding = prepare_device_decode(model, settings.decode_on_device,
-                                         threads.decode_threads, settings.max_batch)
+                                         threads.decode_threads, options.max_batch)
         if decoding:
             log.info("%s", decoding)
         hooks.after_model_prepared(model.name, report.compiled, report.compile_s)
@@ -54,3 +72,11 @@ def model_loader(settings: WorkerConfig, device: str,
         return model
 
     return load
+
+
+def model_settings(settings: WorkerConfig, model: LoadedModel) -> WorkerConfig:
+    """The worker's settings with those `model` sets for itself (a repository model's card:
+    max_batch, compile, precision, channels_last)."""
+    if isinstance(model, RepositoryModel):
+        return dataclasses.replace(settings, **model.settings())
+    return settings

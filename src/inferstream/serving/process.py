@@ -45,11 +45,18 @@ def prepare_process(settings: WorkerConfig) -> str:
 
 
 def check_serving(config: Config, role: str) -> None:
-    """What a process that serves a model needs before any connection: a model, and
-    collectors that load (one line each, failing fast)."""
+    """What a process that serves a model needs before any connection: a model (a repository
+    model's card and folders readable), and collectors that load (one line each, failing
+    fast)."""
     if not config.worker.models:
         raise ConfigError(f"the {role} needs a model: --model NAME "
                           "(or INFERSTREAM_WORKER_MODELS)")
+    if config.worker.model_repository:  # the models' cards and folders, before torch loads
+        from inferstream.models.repository import open_repository
+        from inferstream.models.repository.check import check_names
+
+        check_names(open_repository(config.worker.model_repository), config.worker.models,
+                    allow_python=config.worker.allow_python_models)
     from inferstream.serving.collectors import check_collectors
 
     check_collectors(config.worker.collectors)

@@ -17,7 +17,7 @@ from inferstream.config import WorkerConfig
 from inferstream.models import LoadedModel, ModelError, get_model_spec
 from inferstream.schemas.records import serves
 from inferstream.serving.hooks import WorkerHooks
-from inferstream.serving.loader import ModelLoader
+from inferstream.serving.loader import ModelLoader, model_settings
 from inferstream.serving.pipeline import BatchingPipeline, TaskRun
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,8 @@ class ServedModels:
         self._unloadable: dict[str, str] = {}
         self._waiting: set[asyncio.Task[None]] = set()
         for model in models:
-            self.pipelines[model.name] = BatchingPipeline(model, settings, hooks)
+            self.pipelines[model.name] = BatchingPipeline(
+                model, model_settings(settings, model), hooks)
 
     @property
     def names(self) -> list[str]:
@@ -111,7 +112,8 @@ class ServedModels:
             self._unloadable[task_model] = f"cannot load {task_model}: {exc}"
             raise
         self._evict()
-        pipeline = BatchingPipeline(model, self.settings, self.hooks)
+        pipeline = BatchingPipeline(model, model_settings(self.settings, model),
+                                     self.hooks)
         self.pipelines[model.name] = pipeline
         self._start(model.name)
         return pipeline

@@ -203,6 +203,16 @@ tasks_per_round = 9
     assert config.controller.idle_exit_s == 3.0  # typed from the environment
 
 
+def test_the_model_repository_has_a_short_environment_name_too(tmp_path: Path) -> None:
+    short, long = "INFERSTREAM_MODEL_REPOSITORY", "INFERSTREAM_WORKER_MODEL_REPOSITORY"
+    assert load_config({}, {short: "/srv/models"}).worker.model_repository == "/srv/models"
+    both = {short: "/srv/models", long: "file:///srv/other"}
+    assert load_config({}, both).worker.model_repository == "file:///srv/other"
+    path = write_toml(tmp_path, '[worker]\nmodel_repository = "/srv/file"\n')
+    in_file = {"INFERSTREAM_CONFIG": path, short: "/srv/env"}
+    assert load_config({}, in_file).worker.model_repository == "/srv/env"  # env over file
+
+
 def test_role_flags_on_the_cli_and_in_config_show(capsys: pytest.CaptureFixture[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("INFERSTREAM_WORKER_DECODE_THREADS", "3")

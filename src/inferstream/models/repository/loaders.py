@@ -1,0 +1,134 @@
+"""A version's model file loaded into a module that runs a batch: `model.pt2`
+(torch.export.save), `model.pt` (torch.jit.save) or `model.py` (a Python handler).
+
+A handler is a Python file of the user's, imported only with `allow_python_models`. It
+defines `load(version_dir: pathlib.Path, device: torch.device)`, which returns an object with
+`predict(batch: Tensor) -> Tensor | tuple[Tensor, ...] | dict[str, Tensor]` (one row per item
+of the batch, on `device`) and, optionally, `preprocess(data: bytes) -> Tensor` (one item's
+bytes to its CPU input tensor, called on several threads at once; without it the card's
+[input] applies). The handler places its own weights and picks its own precision.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from inferstream.models.repository.archive import vet_export_archive
+from inferstream.models.repository.errors import HANDLER_REFUSED, RepositoryError
+from inferstream.models.repository.layout import ModelVersion
+
+
+@dataclass(frozen=True)
+class Program:
+    """What a model file loaded into: the module `predict` runs on a batch and, for a
+    handler, its own preprocess (None: the card's [input])."""
+
+    module: torch.nn.Module
+    preprocess: Callable[[bytes], torch.Tensor] | None = None
+    handler: bool = False
+
+
+class ExportedModule(torch.nn.Module):
+    """A torch.export program's module, in the mode it was exported in (it refuses eval())."""
+
+    def __init__(self, program: torch.nn.Module) -> None:
+        super().__init__()
+        self.program = program
+
+    def train(self, mode: bool = True) -> ExportedModule:
+        self.training = mode  # the program's own train() and eval() raise NotImplementedError
+        return self
+
+    def forward(self, batch: torch.Tensor) -> Any:
+        return self.program(batch)
+
+
+class HandlerModule(torch.nn.Module):
+    """A handler's `predict` as the module `RepositoryModel` runs."""
+
+    def __init__(self, handler: Any) -> None:
+        super().__init__()
+        self.handler = handler
+
+    def forward(self, batch: torch.Tensor) -> Any:
+        return self.handler.predict(batch)
+
+
+def load_program(version: ModelVersion, device: torch.device, *,
+                 allow_python: bool) -> Program:
+    """`version`'s model file loaded on `device`; RepositoryError naming the file and why it
+    does not load (a handler without `allow_python`: refused before it is read)."""
+    if version.format == "handler":
+        if not allow_python:
+            raise RepositoryError(version.file, HANDLER_REFUSED)
+        return _load_handler(version, device)
+    try:
+        if version.format == "export":
+            return Program(ExportedModule(_load_exported(version)))
+        with warnings.catch_warnings():
+            # TorchScript is deprecated upstream and still common: the issue's format too.
+            warnings.filterwarnings("ignore", category=FutureWarning, message=".*torch.jit")
+            jit_load: Callable[..., torch.nn.Module] = torch.jit.load  # untyped upstream
+            return Program(jit_load(str(version.file), map_location=device))
+    except RepositoryError:
+        raise
+    except Exception as exc:  # torch raises anything for a file it cannot read
+        raise RepositoryError(version.file, f"does not load: {_first_line(exc)}") from None
+
+
+def _load_exported(version: ModelVersion) -> torch.nn.Module:
+    vet_export_archive(version.file)
+    read: Callable[[Path], torch.export.ExportedProgram] = torch.export.load  # untyped upstream
+    program = read(version.file)
+    inputs = program.graph_signature.user_inputs
+    if len(inputs) != 1:
+        raise RepositoryError(version.file, f"the program takes {len(inputs)} inputs; a "
+                              "repository model takes one batch tensor")
+    placeholder = next(n for n in program.graph.nodes if n.name == inputs[0])
+    value = placeholder.meta.get("val")
+    batch = value.shape[0] if isinstance(value, torch.Tensor) and value.dim() else None
+    if isinstance(batch, int):
+        raise RepositoryError(version.file, f"its batch dimension is fixed at {batch}: export "
+                              "it with dynamic_shapes=({0: torch.export.Dim('batch')},)")
+    # check_guards=False: the guards would be code the file carries, exec'd (archive.py).
+    module: torch.nn.Module = program.module(check_guards=False)
+    return module
+
+
+def _load_handler(version: ModelVersion, device: torch.device) -> Program:
+    name = f"inferstream_handler_{version.name}_{version.number}"
+    spec = importlib.util.spec_from_file_location(name, version.file)
+    if spec is None or spec.loader is None:
+        raise RepositoryError(version.file, "not importable as a Python module")
+    try:
+        source = importlib.util.module_from_spec(spec)
+        sys.modules[name] = source  # as an import does: dataclasses and pickle look there
+        spec.loader.exec_module(source)
+        load = getattr(source, "load", None)
+        if not callable(load):
+            raise RepositoryError(version.file, "defines no load(version_dir, device)")
+        handler = load(version.folder, device)
+    except RepositoryError:
+        raise
+    except Exception as exc:  # the handler's own code failed
+        raise RepositoryError(version.file, f"does not load: {_first_line(exc)}") from None
+    if not callable(getattr(handler, "predict", None)):
+        raise RepositoryError(version.file, "load() returned an object without "
+                              "predict(batch)")
+    preprocess = getattr(handler, "preprocess", None)
+    return Program(HandlerModule(handler), preprocess if callable(preprocess) else None,
+                   handler=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    """`Type: first line of the message`, at most 200 characters."""
+    first = (str(exc).strip().splitlines() or [""])[0][:200]
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

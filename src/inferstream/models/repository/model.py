@@ -1,0 +1,119 @@
+"""`RepositoryModel`: one version of a repository model, ready to serve like a built-in one.
+
+It is a `TorchModel`, so the worker's forward path applies to it as to a built-in
+(`models.forward`: compiled or eager, precision, channels-last; JPEGs decoded on the device),
+with the card's [serving] keys in place of the worker's settings (`settings`). `check` runs a
+synthetic batch through it before it serves: a model whose output does not fit its card never
+serves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from inferstream.models.base import TorchModel
+from inferstream.models.collate import collate
+from inferstream.models.errors import ItemError
+from inferstream.models.outputs import ItemOutput
+from inferstream.models.repository.answers import (
+    OutputMismatchError,
+    OutputReader,
+    chosen,
+    class_labels,
+    named_outputs,
+)
+from inferstream.models.repository.card import ModelCard
+from inferstream.models.repository.errors import RepositoryError
+from inferstream.models.repository.inputs import input_preprocessor, synthetic_data
+from inferstream.models.repository.layout import ModelVersion, read_labels
+from inferstream.models.repository.loaders import Program
+
+#: items in the batch `check` runs: more than one, so that a batch dimension exported as a
+#: constant shows
+CHECK_BATCH = 2
+
+
+class RepositoryModel(TorchModel):
+    """A repository model's version on a device; `version` is its number, as a string.
+
+    `predict` answers per the card's output kind (`answers.OutputReader`). A handler's module
+    gets its batch as its preprocess made it (no precision or memory format of the worker's).
+    """
+
+    def __init__(self, version: ModelVersion, card: ModelCard, program: Program,
+                 device: torch.device, *, max_pixels: int) -> None:
+        preprocessor = program.preprocess or input_preprocessor(card.input, max_pixels)
+        labels = read_labels(version.labels) if version.labels is not None else ()
+        shape = (3, *card.input.size) if card.input.kind == "image" else card.input.shape
+        super().__init__(version.name, program.module, preprocessor, device, labels,
+                         input_shape=shape, version=str(version.number))
+        self.card = card
+        self.file = version.file
+        self.handler = program.handler
+        self.reader = OutputReader(card.output, labels)
+        self._synthetic = synthetic_data(card.input)
+
+    def settings(self) -> dict[str, Any]:
+        """The worker settings this model sets for itself: its card's [serving] keys, and
+        what its input allows (channels-last only for image batches; a handler runs eager,
+        in the precision it chose)."""
+        serving = self.card.serving
+        given = {"max_batch": serving.max_batch, "compile": serving.compile,
+                 "precision": serving.precision, "channels_last": serving.channels_last}
+        if self.handler:
+            given.update(compile="off", precision="fp32", channels_last="off")
+        elif len(self.input_shape) != 3:
+            given["channels_last"] = "off"
+        return {name: value for name, value in given.items() if value is not None}
+
+    def synthetic_item(self) -> torch.Tensor:
+        """A synthetic item of the card's input kind, preprocessed (`inputs.synthetic_data`)."""
+        return self.preprocessor(self._synthetic)
+
+    def to_inputs(self, batch: torch.Tensor) -> torch.Tensor:
+        """A collated batch on the device; floats in the model's precision, image batches
+        in its memory format (a handler's as they are)."""
+        inputs = batch.to(self.device, non_blocking=batch.is_pinned())
+        if self.handler:
+            return inputs
+        if inputs.is_floating_point():
+            inputs = inputs.to(dtype=self.dtype)
+        return inputs.contiguous(memory_format=self.memory_format) if inputs.dim() == 4 \
+            else inputs
+
+    def predict(self, batch: torch.Tensor, top_k: int) -> list[ItemOutput]:
+        """Run the batch on the device under inference_mode; one answer per item."""
+        with torch.inference_mode():
+            return self.reader.read(self.forward(self.to_inputs(batch)), len(batch), top_k)
+
+    def check(self) -> None:
+        """RepositoryError unless a synthetic batch runs and its output fits the card; a
+        classifier without a labels file gets class_0, class_1, ... for its width."""
+        try:
+            item = self.synthetic_item()
+        except ItemError as exc:
+            raise RepositoryError(self.file, f"its preprocess refuses a synthetic "
+                                  f"{self.card.input.kind} item: {exc}") from None
+        batch = collate([item] * CHECK_BATCH)
+        try:
+            with torch.inference_mode():
+                raw = self.forward(self.to_inputs(batch))
+            if self.card.output.kind == "classification" and not self.labels:
+                self.labels = class_labels(_width(raw, self.card.output.tensor))
+                self.reader = OutputReader(self.card.output, self.labels)
+            self.reader.read(raw, CHECK_BATCH, 1)
+        except OutputMismatchError as exc:
+            raise RepositoryError(self.file, str(exc)) from None
+        except Exception as exc:  # the model's own code raises anything
+            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            raise RepositoryError(self.file, f"fails on a synthetic batch of {CHECK_BATCH}: "
+                                  f"{type(exc).__name__}: {first}") from None
+
+
+def _width(raw: object, choices: tuple[str | int, ...]) -> int:
+    """The classes of a classifier's output (0 where it is not [batch, classes])."""
+    outputs = named_outputs(raw, CHECK_BATCH)
+    values = chosen(outputs, choices)[0][1] if len(outputs) == 1 or choices else None
+    return values.shape[1] if values is not None and values.dim() == 2 else 0

@@ -1,0 +1,211 @@
+"""A user's own models served from a repository (issue 27.1, 27.4, 27.5): a classifier saved with
+torch.export or TorchScript labels items as the module itself does, an embedding model answers
+its vectors, a tensor model reads `.npy` items and answers named tensors; the card picks the
+version's labels, the output and the forward path's settings."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from skimage import data as photos
+
+from inferstream.config import WorkerConfig
+from inferstream.models import DEFAULT_MAX_PIXELS, ItemError
+from inferstream.models.outputs import Embedding, Tensors
+from inferstream.models.repository import open_repository
+from inferstream.models.repository.check import load_checked
+from inferstream.models.repository.model import RepositoryModel
+from inferstream.serving.loader import model_loader, model_settings
+from tests.unit.models.repository.conftest import (
+    CNN_CARD,
+    COLOUR_LABELS,
+    COLOURS,
+    FEATURES,
+    TENSOR_CARD,
+    MakeRepository,
+    Models,
+)
+from tests.unit.support.photos import encode
+
+
+def load(root: Path, name: str, *, allow_python: bool = False) -> RepositoryModel:
+    return load_checked(open_repository(str(root)), name, "cpu", allow_python=allow_python,
+                        max_pixels=DEFAULT_MAX_PIXELS)
+
+
+def coloured(colour: int, seed: int) -> bytes:
+    """A JPEG, mostly of one colour, with some noise and a different size each time."""
+    rng = np.random.default_rng(seed)
+    pixels = rng.integers(0, 80, (40 + seed, 50 + 2 * seed, 3), dtype=np.uint8)
+    pixels[..., colour] += 170
+    return encode(pixels)
+
+
+def photo_items() -> list[bytes]:
+    return [coloured(c, seed) for seed, c in enumerate((0, 1, 2, 2, 1))] + \
+        [encode(photos.chelsea()), encode(photos.coffee())]
+
+
+@pytest.mark.parametrize("file", ["model.pt2", "model.pt"])
+def test_a_classifier_labels_items_as_its_module_does(
+        models: Models, make_repository: MakeRepository, file: str) -> None:
+    content = models.cnn.pt2 if file == "model.pt2" else models.cnn.pt
+    root = make_repository("colours", CNN_CARD + "resize = 40\n",
+                           {f"1/{file}": content, "labels.txt": COLOUR_LABELS})
+    model = load(root, "colours")
+    tensors = [model.preprocess(data) for data in photo_items()]
+    got = model.predict_items(tensors, top_k=3)
+    with torch.no_grad():
+        direct = torch.softmax(models.cnn.module(torch.stack(tensors)), dim=1)
+    assert (model.name, model.version) == ("colours", "1")
+    for answer, scores in zip(got, direct, strict=True):
+        assert isinstance(answer, list)
+        assert [c for c, _, _ in answer] == scores.argsort(descending=True).tolist()
+        assert [label for _, label, _ in answer] == [COLOURS[c] for c, _, _ in answer]
+        assert [s for _, _, s in answer] == pytest.approx(
+            scores.sort(descending=True).values.tolist(), abs=1e-4)
+    # Trained a few steps: the mostly red, green and blue photos are told apart.
+    assert [answer[0][1] for answer in got[:5]] == ["red", "green", "blue", "blue", "green"]
+
+
+def test_the_newest_version_serves_with_its_own_labels(
+        models: Models, make_repository: MakeRepository) -> None:
+    root = make_repository("colours", CNN_CARD, {
+        "1/model.pt": models.cnn.pt, "labels.txt": COLOUR_LABELS,
+        "2/model.pt2": models.cnn.pt2, "2/labels.txt": "rouge\nvert\nbleu\n"})
+    model = load(root, "colours")
+    answer = model.predict_items([model.preprocess(coloured(0, 1))], top_k=1)[0]
+    assert model.version == "2"
+    assert answer == [(0, "rouge", pytest.approx(answer[0][2]))]
+
+
+def test_a_classifier_without_labels_answers_class_numbers(
+        models: Models, make_repository: MakeRepository) -> None:
+    root = make_repository("colours", CNN_CARD, {"1/model.pt2": models.cnn.pt2})
+    model = load(root, "colours")
+    answer = model.predict_items([model.preprocess(coloured(2, 3))], top_k=3)[0]
+    assert model.labels == ("class_0", "class_1", "class_2")
+    assert isinstance(answer, list) and answer[0][:2] == (2, "class_2")
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_an_embedding_model_answers_the_modules_vectors(
+        models: Models, make_repository: MakeRepository, normalize: bool) -> None:
+    card = CNN_CARD + f"[output]\nkind = \"embedding\"\nnormalize = {str(normalize).lower()}\n"
+    root = make_repository("body", card, {"1/model.pt2": models.embedder.pt2})
+    model = load(root, "body")
+    tensors = [model.preprocess(data) for data in photo_items()]
+    got = model.predict_items(tensors, top_k=5)
+    with torch.no_grad():
+        direct = models.embedder.module(torch.stack(tensors))
+    if normalize:
+        direct = torch.nn.functional.normalize(direct, dim=1)
+    for answer, vector in zip(got, direct, strict=True):
+        assert isinstance(answer, Embedding)
+        assert answer.vector == pytest.approx(vector.tolist(), abs=1e-5)
+        if normalize:
+            assert float(np.linalg.norm(answer.vector)) == pytest.approx(1.0)
+
+
+def npy(array: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    np.save(out, array)
+    return out.getvalue()
+
+
+def test_a_tensor_model_reads_npy_and_json_items_of_its_shape(
+        models: Models, make_repository: MakeRepository) -> None:
+    card = TENSOR_CARD + "[output]\ntensor = \"logits\"\n"
+    root = make_repository("vectors", card, {"1/model.pt2": models.tensor.pt2,
+                                             "labels.txt": COLOUR_LABELS})
+    model = load(root, "vectors")
+    rows = np.random.default_rng(0).random((3, FEATURES), dtype=np.float32)
+    items = [npy(rows[0]), npy(rows[1]), json.dumps(rows[2].tolist()).encode()]
+    got = model.predict_items([model.preprocess(item) for item in items], top_k=1)
+    with torch.no_grad():
+        logits = models.tensor.module(torch.from_numpy(rows))["logits"]
+    assert [answer[0][0] for answer in got if isinstance(answer, list)] == \
+        logits.argmax(dim=1).tolist()
+    with pytest.raises(ItemError, match=r"a tensor of shape \[4\] float32; the model takes "
+                                        r"\[6\] float32"):
+        model.preprocess(npy(np.zeros(4, dtype=np.float32)))
+    with pytest.raises(ItemError, match="float64; the model takes"):
+        model.preprocess(npy(np.zeros(FEATURES)))
+    with pytest.raises(ItemError, match="Object arrays cannot be loaded"):
+        model.preprocess(npy(np.array([None] * FEATURES, dtype=object)))
+    with pytest.raises(ItemError, match=r"not a \.npy file"):
+        model.preprocess(b"\xff\xd8\xff a JPEG")
+
+
+def test_a_tensor_output_answers_every_output_with_dtype_and_shape(
+        models: Models, make_repository: MakeRepository) -> None:
+    card = TENSOR_CARD + "[output]\nkind = \"tensor\"\n"
+    root = make_repository("vectors", card, {"1/model.pt2": models.tensor.pt2})
+    model = load(root, "vectors")
+    rows = np.random.default_rng(1).random((2, FEATURES), dtype=np.float32)
+    got = model.predict_items([model.preprocess(npy(row)) for row in rows], top_k=1)
+    with torch.no_grad():
+        direct = models.tensor.module(torch.from_numpy(rows))
+    for i, answer in enumerate(got):
+        assert isinstance(answer, Tensors)
+        assert [(t.name, t.dtype, t.shape) for t in answer.tensors] == \
+            [("logits", "float32", (3,)), ("features", "float32", (4, 2))]
+        for named in answer.tensors:
+            values = np.frombuffer(named.data, dtype="<f4").reshape(named.shape)
+            assert values == pytest.approx(direct[named.name][i].numpy(), abs=1e-6)
+
+
+def test_the_card_sets_the_forward_path_and_the_batch(
+        models: Models, make_repository: MakeRepository) -> None:
+    serving = '[serving]\nmax_batch = 4\nprecision = "fp32"\ncompile = "off"\n'
+    make_repository("colours", CNN_CARD + serving, {"1/model.pt2": models.cnn.pt2})
+    root = make_repository("vectors", TENSOR_CARD + "[output]\ntensor = 0\n",
+                           {"1/model.pt2": models.tensor.pt2})
+    settings = WorkerConfig(model_repository=f"file://{root}", compile="off",
+                            precision="bf16", max_batch=64)
+    load_model = model_loader(settings, "cpu")
+    image, vectors = load_model("colours"), load_model("vectors")
+    assert isinstance(image, RepositoryModel) and isinstance(vectors, RepositoryModel)
+    options = model_settings(settings, image)
+    assert (options.max_batch, options.precision, options.compile) == (4, "fp32", "off")
+    assert image.dtype == torch.float32 and image.memory_format == torch.channels_last
+    # Items of one dimension make batches of two: channels-last does not apply.
+    assert model_settings(settings, vectors).channels_last == "off"
+    assert vectors.dtype == torch.bfloat16
+    answer = vectors.predict_items([vectors.preprocess(npy(np.ones(FEATURES, np.float32)))], 2)
+    assert isinstance(answer[0], list) and len(answer[0]) == 2
+    assert image.predict_items([image.synthetic_item()], 1)[0] != []
+
+
+HANDLER = f'''
+import torch
+
+
+class Handler:
+    def __init__(self, folder, device):
+        self.scale = float((folder / "scale.txt").read_text())
+
+    def preprocess(self, data):
+        return torch.tensor([float(len(data))] * {FEATURES})
+
+    def predict(self, batch):
+        return batch * self.scale
+
+
+def load(version_dir, device):
+    return Handler(version_dir, device)
+'''
+
+
+def test_a_python_handler_serves_where_allowed(make_repository: MakeRepository) -> None:
+    card = TENSOR_CARD + "[output]\nkind = \"embedding\"\n"
+    root = make_repository("lengths", card, {"1/model.py": HANDLER, "1/scale.txt": "0.5"})
+    model = load(root, "lengths", allow_python=True)
+    answer = model.predict_items([model.preprocess(b"abcd")], top_k=1)[0]
+    assert answer == Embedding((2.0,) * FEATURES)
+    assert model_settings(WorkerConfig(), model).compile == "off"
