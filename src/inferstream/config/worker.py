@@ -29,8 +29,8 @@ class WorkerConfig:
         "at least one)", flag="--model", metavar="NAME")
     model_repository: str = setting(
         "", "a model repository, a folder or file:// URI, whose models --model may name "
-        "besides the built-in ones (docs/model-repository.md; INFERSTREAM_MODEL_REPOSITORY "
-        "too; empty: none)", metavar="DIR", env="INFERSTREAM_MODEL_REPOSITORY")
+        "besides the built-in ones; INFERSTREAM_MODEL_REPOSITORY too (empty: none; "
+        "docs/model-repository.md)", metavar="DIR", env="INFERSTREAM_MODEL_REPOSITORY")
     allow_python_models: bool = setting(
         False, "serve repository models whose version is a Python handler (model.py): code "
         "of the model's author, run inside the worker")
