@@ -68,9 +68,9 @@ def produce_job(config: Config, items: int) -> str:
                             inference_seconds=0.0)
         _produce(producer, results, part, job_id, codec.encode("TaskResult", result))
     event = JobEvent(job_id=job_id, type=JobEventType.COMPLETED, timestamp=now_ms(),
-                     model="sim:ms=0", reason=None, total_items=items, total_tasks=tasks,
-                     done_items=items, ok_items=items, error_items=0, rate_items_per_s=None,
-                     home_partition=None)
+                     model="sim:ms=0", model_version=None, reason=None, total_items=items,
+                     total_tasks=tasks, done_items=items, ok_items=items, error_items=0,
+                     rate_items_per_s=None, home_partition=None)
     _produce(producer, events, part, job_id, codec.encode("JobEvent", event))
     producer.flush(120)
     return job_id

@@ -92,7 +92,8 @@ async def run_tasks(pipeline: BatchingPipeline, images: list[bytes], chunk: int)
         items: list[TaskItem] = [{"index": i, "name": f"img-{i}", "data": images[i]}
                                  for i in range(start, min(start + chunk, len(images)))]
         task: Task = {"job_id": "p1", "task_id": task_id, "attempt": 1, "pool": "bench",
-                      "model": pipeline.model.name, "top_k": 5, "items": items,
+                      "model": pipeline.model.name, "model_version": None, "top_k": 5,
+                      "items": items,
                       "issued_at": 0, "deadline_ms": None, "home_partition": None}
         run = TaskRun(task, done)
         runs.append(run)

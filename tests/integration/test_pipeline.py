@@ -176,7 +176,8 @@ def test_sigterm_worker_exits_zero_and_job_completes_on_the_other(
 @pytest.mark.parametrize(
     ("model", "inputs", "reason"),
     [
-        ("no-such-net", ["x.jpg"], "no-such-net"),
+        ("no such net", ["x.jpg"], "no such net"),
+        ("resnet50:2", ["x.jpg"], "only repository models have versions"),
         ("sim:ms=1", ["EMPTY_DIR"], "empty input"),
     ],
 )

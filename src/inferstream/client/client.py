@@ -34,6 +34,7 @@ from inferstream.kafka.groups import describe_with
 from inferstream.kafka.reader import PartitionReader, topic_partitions
 from inferstream.kafka.settings import LIBRDKAFKA_LOG, partition_for, producer_config
 from inferstream.kafka.topics import LARGE_MESSAGE_BYTES
+from inferstream.models import UnknownModelError, check_model_name
 from inferstream.schemas import Codec, SchemaError
 from inferstream.schemas.records import (
     InlineItem,
@@ -63,6 +64,8 @@ class JobStatus:
     job_id: str
     state: str  # SUBMITTED or a JobEventType
     model: str | None = None
+    #: the repository model's version the job runs on, once chosen; None: none (yet)
+    model_version: int | None = None
     total_items: int | None = None
     total_tasks: int | None = None
     done_items: int = 0
@@ -82,9 +85,10 @@ class JobStatus:
     def from_event(cls, event: JobEvent) -> JobStatus:
         return cls(
             job_id=event["job_id"], state=str(event["type"]), model=event["model"],
-            total_items=event["total_items"], total_tasks=event["total_tasks"],
-            done_items=event["done_items"], ok_items=event["ok_items"],
-            error_items=event["error_items"], rate_items_per_s=event["rate_items_per_s"],
+            model_version=event["model_version"], total_items=event["total_items"],
+            total_tasks=event["total_tasks"], done_items=event["done_items"],
+            ok_items=event["ok_items"], error_items=event["error_items"],
+            rate_items_per_s=event["rate_items_per_s"],
             reason=event["reason"], updated_at_ms=event["timestamp"],
             home_partition=event["home_partition"],
         )
@@ -230,15 +234,23 @@ class Client:
     def submit(self, model: str, inputs: list[str], *, chunk_size: int | None = None,
                top_k: int = 5, inline: bool = False, pool: str | None = None,
                output_path: str | None = None, job_id: str | None = None) -> Job:
-        """Produce a job; `inline` sends the files' bytes instead of their paths.
+        """Produce a job of `model`, `NAME` or `NAME:VERSION` (pinned to that version of a
+        repository model); `inline` sends the files' bytes instead of their paths.
 
         `chunk_size` None: the controller cuts tasks of the policy's task size for the pool.
-        InvalidJobError for a chunk size or top-k below 1, before anything is sent."""
+        InvalidJobError for a chunk size or top-k below 1, before anything is sent; a model
+        that is not well-formed goes as it is, and the controller rejects the job with the
+        reason."""
         check_job_options(chunk_size, top_k)
         job_id = job_id or new_job_id()
+        try:
+            name, version = check_model_name(model)
+        except UnknownModelError:
+            name, version = model, None
         record = JobRecord(
-            job_id=job_id, model=model, pool=pool or self.config.pool, top_k=top_k,
-            chunk_size=chunk_size or 0, inputs=[] if inline else [_absolute(i) for i in inputs],
+            job_id=job_id, model=name, model_version=version, pool=pool or self.config.pool,
+            top_k=top_k, chunk_size=chunk_size or 0,
+            inputs=[] if inline else [_absolute(i) for i in inputs],
             inline_items=_read_inline(inputs) if inline else [], submitted_at=now_ms(),
             submitter=_whoami(),
             output_path=os.path.abspath(output_path) if output_path else None,

@@ -18,6 +18,7 @@ from inferstream.errors import ConfigError
 from inferstream.kafka.preflight import Needs
 from inferstream.models import known_models
 from inferstream.models.names import SIM_SYNTAX
+from inferstream.schemas.records import model_ref
 
 if TYPE_CHECKING:
     from inferstream.client.client import Client, Job, JobStatus
@@ -38,8 +39,10 @@ def results_needs(config: Config) -> Needs:
 
 
 def submit_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, metavar="NAME",
-                        help=f"one of {', '.join(known_models())} or {SIM_SYNTAX}")
+    parser.add_argument("--model", required=True, metavar="NAME[:VERSION]",
+                        help=f"one of {', '.join(known_models())}, {SIM_SYNTAX}, or a model of "
+                        "the workers' repositories, NAME:VERSION pinning one of its versions "
+                        "(default: the newest among the pool's live workers)")
     parser.add_argument("--input", nargs="+", required=True, metavar="PATH",
                         help="files, directories, file:// or http(s):// URIs, @LIST files; "
                         "the controller expands directories and lists on its own host")
@@ -143,12 +146,13 @@ def run_status(args: argparse.Namespace, client: Client) -> int:
 def _status_line(s: JobStatus) -> str:
     from inferstream.client.client import SUBMITTED
 
+    model = model_ref(s.model, s.model_version) if s.model else "-"
     if s.state == SUBMITTED:
-        return (f"{s.job_id}  {'submitted':<9} {s.model or '-':<20} "
+        return (f"{s.job_id}  {'submitted':<9} {model:<20} "
                 "not yet accepted by a controller")
     total = "?" if s.total_items is None else str(s.total_items)
     reason = f" reason: {s.reason}" if s.reason else ""
-    return (f"{s.job_id}  {s.state.lower():<9} {s.model or '-':<20} "
+    return (f"{s.job_id}  {s.state.lower():<9} {model:<20} "
             f"{s.done_items}/{total} ok={s.ok_items} error={s.error_items}{reason}")
 
 

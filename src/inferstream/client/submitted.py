@@ -11,7 +11,7 @@ from inferstream.jobs.output import open_job_partition
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
 from inferstream.kafka.reader import PartitionReader, assign_since, reader_consumer
 from inferstream.schemas import Codec, SchemaError
-from inferstream.schemas.records import Job, read_record
+from inferstream.schemas.records import Job, model_ref, read_record
 
 
 def job_submitted(config: Config, job_id: str, clients: KafkaClients = REAL_CLIENTS) -> bool:
@@ -27,8 +27,9 @@ def job_submitted(config: Config, job_id: str, clients: KafkaClients = REAL_CLIE
 
 def recent_submissions(config: Config, codec: Codec, since_ms: int,
                        clients: KafkaClients = REAL_CLIENTS) -> dict[str, str | None]:
-    """Job id -> model of every job record on the jobs topic since `since_ms` (None where
-    the record cannot be read: the controller rejects it, keyed by its id)."""
+    """Job id -> model (`NAME:VERSION` where pinned) of every job record on the jobs topic
+    since `since_ms` (None where the record cannot be read: the controller rejects it,
+    keyed by its id)."""
     consumer = reader_consumer(config, clients)
     found: dict[str, str | None] = {}
     try:
@@ -36,7 +37,7 @@ def recent_submissions(config: Config, codec: Codec, since_ms: int,
         for record in PartitionReader(consumer, partitions, timeout_s=30):
             try:
                 job = read_record(codec, record.value, Job)
-                found[job["job_id"]] = job["model"]
+                found[job["job_id"]] = model_ref(job["model"], job["model_version"])
             except SchemaError:
                 if record.key:
                     found.setdefault(record.key.decode("utf-8", "replace"), None)

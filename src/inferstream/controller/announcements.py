@@ -1,10 +1,14 @@
 """`WorkerAnnouncements`: the compacted workers topic followed, so that the controller knows the
-workers that are starting and the models they will serve (`worker.announce`).
+workers that are starting and the models they will serve (`worker.announce`), and the versions
+of the repository models that each serves.
 
 A worker is starting from its first STARTING announcement until it joins its pool's group
 (then SERVING). Either counts while fresh: sent within `STALE_INTERVALS` of the worker's own
 announcement interval, so one that died while loading stops counting within seconds. The
-controller's book asks `starting(pool, model, now_ms)` (see `waiting`).
+controller's book asks `starting(pool, model, now_ms)` (see `waiting`), and
+`versions(pool, model)` (see `versions`): a worker's latest announcement, whatever its age,
+says which versions it serves (the controller crosses it with the pool's group, where the
+live workers are).
 """
 
 from __future__ import annotations
@@ -16,7 +20,13 @@ from inferstream.config import Config
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
 from inferstream.kafka.follower import TopicFollower
 from inferstream.schemas import Codec, SchemaError
-from inferstream.schemas.records import WorkerAnnouncement, WorkerState, read_record, serves
+from inferstream.schemas.records import (
+    WorkerAnnouncement,
+    WorkerState,
+    model_ref,
+    read_record,
+    serves,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +52,21 @@ class WorkerAnnouncements(TopicFollower):
 
     def starting(self, pool: str, model: str, now_ms: int) -> list[str]:
         """The workers of `pool` that are starting, or just joined, with a model that serves
-        `model`, by their fresh announcements."""
+        `model` (a `model_ref`), by their fresh announcements."""
         with self._lock:
             latest = list(self._latest.values())
         return sorted(a["worker"] for a in latest
                       if a["pool"] == pool and fresh(a, now_ms)
-                      and any(serves(m, model) for m in a["models"]))
+                      and any(serves(m, model) for m in announced_refs(a)))
+
+    def versions(self, pool: str, model: str) -> dict[str, list[int]]:
+        """The versions of repository model `model` that each worker of `pool` serves, by
+        its latest announcement (a STOPPED worker serves none)."""
+        with self._lock:
+            latest = list(self._latest.values())
+        return {a["worker"]: list(a["model_versions"][model]) for a in latest
+                if a["pool"] == pool and a["state"] != WorkerState.STOPPED
+                and a["model_versions"].get(model)}
 
     def apply(self, key: bytes | None, value: bytes) -> None:
         """Take one announcement; an undecodable one is logged and skipped."""
@@ -63,6 +82,14 @@ class WorkerAnnouncements(TopicFollower):
             if self._applied % PRUNE_EVERY == 0:  # the ids of crashed workers pile up
                 self._latest = {w: a for w, a in self._latest.items()
                                 if a["timestamp"] >= horizon}
+
+
+def announced_refs(announcement: WorkerAnnouncement) -> list[str]:
+    """The models an announcement names, each version of a repository model as its own
+    reference (`model_ref`); a model with no versions announced (yet) by its name alone."""
+    versions = announcement["model_versions"]
+    return [ref for model in announcement["models"]
+            for ref in ([model_ref(model, v) for v in versions.get(model, ())] or [model])]
 
 
 def fresh(announcement: WorkerAnnouncement, now_ms: int) -> bool:

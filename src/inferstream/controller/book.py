@@ -25,6 +25,7 @@ from inferstream.controller.migration import Migration
 from inferstream.controller.outbox import ControllerTopics, Outbox
 from inferstream.controller.pacing import Pacing
 from inferstream.controller.sizing import choose_task_size, sized
+from inferstream.controller.versions import NO_VERSIONS, JobVersions, ServedVersions
 from inferstream.controller.waiting import NOBODY_STARTING, ModelWaits, Starting
 from inferstream.policy.view import PolicyView
 from inferstream.schemas import Codec
@@ -39,8 +40,10 @@ from inferstream.schemas.records import (
     TaskControlReason,
     TaskDeclined,
     TaskResult,
+    model_ref,
     now_ms,
     read_record,
+    task_ref,
 )
 
 log = logging.getLogger(__name__)
@@ -53,12 +56,14 @@ class JobBook:
     (or raises); `partitions(topic)` a topic's partition count (KafkaSetupError for a
     topic that does not exist); `policy` is read for task sizes, model ranges and the
     workers' speeds and health; `starting` names the workers that announce they are starting
-    with a model (see `waiting`)."""
+    with a model (see `waiting`), `versions` the versions of a model each announces it serves
+    (see `versions`)."""
 
     def __init__(self, config: Config, *, codec: Codec, policy: PolicyView,
                  describe: Callable[[str], dict[str, list[int]]],
                  partitions: Callable[[str], int],
-                 starting: Starting = NOBODY_STARTING) -> None:
+                 starting: Starting = NOBODY_STARTING,
+                 versions: ServedVersions = NO_VERSIONS) -> None:
         self.config = config
         self.options = options = config.controller
         self.codec = codec
@@ -73,7 +78,9 @@ class JobBook:
                                    options.max_attempts)
         pacing = Pacing(self.deadlines, self.pools, policy, options.issue_ahead_s)
         self.issuer = TaskIssuer(config, codec, policy, self.deadlines, pacing, partitions)
-        self.waits = ModelWaits(config, codec, self.pools, starting, self.issuer, partitions)
+        self.versions = JobVersions(config, self.pools, versions)
+        self.waits = ModelWaits(config, codec, self.pools, starting, self.issuer, partitions,
+                                self.versions)
         self.migration = Migration(config, codec, self.issuer, self.waits)
 
     def outbox(self) -> Outbox:
@@ -99,10 +106,14 @@ class JobBook:
             out.ledger(*self.ledger.job_entry(state), partition)
             log.info("job %s rejected: %s", state.job_id, reason)
             return
+        versioned = self.versions.choose(state)
         out.event(state.event(JobEventType.ACCEPTED), partition)
         out.count(partition, ("jobs_accepted",))
-        self.issuer.first(state, out)
-        log.info("job %s accepted model=%s task_size=%d (%s)", state.job_id, job["model"],
+        if versioned:
+            self.issuer.first(state, out)
+        else:
+            self._hold(state, out, now_ms())
+        log.info("job %s accepted model=%s task_size=%d (%s)", state.job_id, state.model,
                  size.items, size.source)
 
     def on_unreadable_job(self, key: bytes | None, partition: int, reason: str,
@@ -114,9 +125,9 @@ class JobBook:
             return
         out.event(JobEvent(
             job_id=job_id, type=JobEventType.REJECTED, timestamp=now_ms(), model=None,
-            reason=f"the job record could not be read: {reason}", total_items=None,
-            total_tasks=None, done_items=0, ok_items=0, error_items=0, rate_items_per_s=None,
-            home_partition=partition), partition)
+            model_version=None, reason=f"the job record could not be read: {reason}",
+            total_items=None, total_tasks=None, done_items=0, ok_items=0, error_items=0,
+            rate_items_per_s=None, home_partition=partition), partition)
         log.info("job %s rejected: its record could not be read (%s)", job_id, reason)
 
     def on_cancel(self, control: TaskControl, partition: int, out: Outbox) -> None:
@@ -142,7 +153,9 @@ class JobBook:
 
     def on_result(self, result: TaskResult, out: Outbox) -> None:
         """A task's result: the first of each task counts, later ones are dropped."""
-        self.pools.record_result(result["worker"], result["model"])
+        version = result["model_version"]
+        self.pools.record_result(result["worker"], model_ref(
+            result["model"], int(version) if version and version.isdecimal() else None))
         self.deadlines.observe(result["worker"], len(result["items"]),
                                result["inference_seconds"])
         state = self.jobs.get(result["job_id"])
@@ -172,11 +185,10 @@ class JobBook:
         if (state is None or state.status != LedgerStatus.ACTIVE
                 or declined["task_id"] in state.done):
             return
-        self.pools.record_decline(declined["worker"], declined["model"],
-                                  declined["served_models"])
+        task = read_record(self.codec, declined["task"], Task)
+        self.pools.record_decline(declined["worker"], task_ref(task), declined["served_models"])
         if self.waits.holds(state.job_id, declined["task_id"]):
             return  # an earlier attempt's: the one held goes out when a worker may serve it
-        task = read_record(self.codec, declined["task"], Task)
         self.waits.place(state, task, out, now_ms(), kind="declined",
                          why=f"declined by {declined['worker']}")
 
@@ -186,11 +198,25 @@ class JobBook:
         not fully issued (but waiting for a worker of their model), held tasks issued again
         or failed, late tasks moved, progress and completion events."""
         self.waits.release(out, now, self.jobs)
-        self.issuer.more([state for state in self.jobs.values()
-                          if state.status == LedgerStatus.ACTIVE and not state.expanded
-                          and not self.waits.waiting(state.job_id)], out)
+        more = [state for state in self.jobs.values()
+                if state.status == LedgerStatus.ACTIVE and not state.expanded
+                and not self.waits.waiting(state.job_id)]
+        versioned: list[JobState] = []
+        unversioned: list[JobState] = []
+        for state in more:
+            (versioned if self.versions.choose(state) else unversioned).append(state)
+        self.issuer.more(versioned, out)
+        for state in unversioned:
+            self._hold(state, out, now)
         self.migration.migrate(out, now, self.jobs)
         self._emit_events(out, now)
+
+    def _hold(self, state: JobState, out: Outbox, now: int) -> None:
+        """The next tasks of a job whose model's version cannot be chosen yet (no live
+        worker of the model is known): held until one is (see `waiting`)."""
+        for task in self.issuer.unplaced(state, out):
+            self.waits.place(state, task, out, now, why="its model's version chosen",
+                             kind="declined")
 
     def _emit_events(self, out: Outbox, now: int) -> None:
         interval_ms = self.options.progress_interval_s * 1000

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from inferstream.controller.declines import PoolView
 from inferstream.policy.view import PolicyView, WorkerPolicy, model_range
-from inferstream.schemas.records import Task, serves
+from inferstream.schemas.records import Task, serves, task_ref
 
 log = logging.getLogger(__name__)
 
@@ -324,7 +324,7 @@ class Deadlines:
             parts = [p for p in owned if within is None or p in within]
             if worker == entry.owner or not parts or (policy is not None and not policy.healthy):
                 continue
-            if not self._serves(worker, model, policy):
+            if not self._serves(worker, task_ref(entry.task), policy):
                 continue
             per_item = self.target_per_item_s(pool, worker) or 1.0
             queued = self._backlog(pool, worker, -1) + planned.get(worker, 0)
@@ -335,9 +335,10 @@ class Deadlines:
         return None if best is None else (best[1], best[2])
 
     def _serves(self, worker: str, model: str, policy: WorkerPolicy | None) -> bool:
-        """Whether `worker` is known to run `model`: its results show it, or the policy
-        lists the model among those it serves (a worker that joined during the job), and
-        it has not declined it. A task is never moved to a worker that would decline it."""
+        """Whether `worker` is known to run `model` (a `model_ref`, with its version): its
+        results show it, or the policy lists the model among those it serves (a worker that
+        joined during the job), and it has not declined it. A task is never moved to a
+        worker that would decline it."""
         if model in self.pools.declined.get(worker, set()):
             return False
         known = [*self.pools.served.get(worker, ()), *(policy.models if policy else ())]

@@ -1,7 +1,8 @@
 """Where a declined task goes next: to a live worker of its pool that may serve its model.
 
 A worker answers a task whose model it does not serve with a TaskDeclined, naming the models
-it serves. The controller remembers which worker declined which model, asks the pool's
+it serves. The controller remembers which worker declined which model (and version: a worker
+that declined version 1 of a model may still serve version 2; see `model_ref`), asks the pool's
 consumer group which workers are alive and which task partitions each owns (cached for
 `ttl_s`), and re-issues the task on a partition of a worker that has not declined the model,
 preferring one that has served it. When every live worker has declined it, the task waits for
@@ -20,14 +21,23 @@ from inferstream.config import Config
 from inferstream.kafka.clients import Outgoing
 from inferstream.kafka.settings import results_partition
 from inferstream.schemas import Codec
-from inferstream.schemas.records import Task, TaskResult, error_item, now_ms, serves
+from inferstream.schemas.records import (
+    Task,
+    TaskResult,
+    error_item,
+    now_ms,
+    serves,
+    split_ref,
+    task_ref,
+)
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class PoolView:
-    """What the controller knows of the workers of each pool."""
+    """What the controller knows of the workers of each pool: the models each declined and
+    served, as `model_ref` references (with their versions)."""
 
     #: describes a consumer group: (group id) -> {worker id: [task partitions]}, or raises
     describe: Callable[[str], dict[str, list[int]]]
@@ -84,6 +94,12 @@ class PoolView:
                          for w in sorted(members))
 
 
+def model_words(ref: str) -> str:
+    """A model reference in a message: `model 'NAME'` or `model 'NAME' version N`."""
+    name, version = split_ref(ref)
+    return f"model {name!r}" + ("" if version is None else f" version {version}")
+
+
 def failed_result(task: Task, reason: str) -> TaskResult:
     """The outcome of a task no live worker will run: every item an error with `reason`."""
     now = now_ms()
@@ -98,7 +114,7 @@ def target_of(view: PoolView, config: Config, task: Task,
               partitions: Callable[[str], int]) -> int | None:
     """The task partition to issue a declined `task` again on (as its next attempt), or None
     when no live worker of its pool may serve its model."""
-    return view.target(config.worker_group(task["pool"]), task["model"], task["task_id"],
+    return view.target(config.worker_group(task["pool"]), task_ref(task), task["task_id"],
                        task["attempt"] + 1, partitions(config.task_topic(task["pool"])))
 
 
@@ -106,7 +122,7 @@ def unserved(view: PoolView, config: Config, codec: Codec, task: Task,
              partitions: Callable[[str], int]) -> Outgoing:
     """The TaskResult that fails the items of `task`, which no live worker of its pool
     serves, with the reason (the pool's workers and their models)."""
-    reason = (f"no live worker of pool {task['pool']!r} serves model {task['model']!r} "
+    reason = (f"no live worker of pool {task['pool']!r} serves {model_words(task_ref(task))} "
               f"({view.describe_pool(config.worker_group(task['pool']))})")
     log.warning("job %s task %d fails: %s", task["job_id"], task["task_id"], reason)
     results = config.topic("results")

@@ -105,7 +105,7 @@ class TaskIssuer:
             return []
         pool = state.job["pool"]
         partition = self.pacing.place(
-            pool, state.job["model"], self.model_range(state.job),
+            pool, state.model, self.model_range(state.job),
             self.partitions(self.config.task_topic(pool)), state.job_id, cut.next_task_id,
             cut.next_size, force=force)
         if partition is None:
@@ -118,14 +118,30 @@ class TaskIssuer:
         topic = self.config.task_topic(state.job["pool"])
         now = now_ms()
         for task_id, items, partition in tasks:
-            task = new_task(state.job, task_id, [i.as_record() for i in items],
-                            home_partition=state.partition)
+            task = self._task(state, task_id, items)
             out.add(state.partition, topic, partition, state.job_id.encode(),
                     self.codec.encode("Task", task))
             self.track(task, state.partition, partition, now)
-            state.issued_tasks += 1
-            state.issued_items += len(items)
         out.count(state.partition, ("tasks_issued", state.job["pool"]), len(tasks))
+        self._counted(state, [items for _, items, _ in tasks], out)
+
+    def unplaced(self, state: JobState, out: Outbox) -> list[Task]:
+        """The job's next tasks (up to `tasks_per_round`), counted as issued, for the caller
+        to place: a job whose model's version is not chosen yet (`versions`) holds them
+        until a worker of the model is there (`waiting`)."""
+        cut = cursor(state).next_tasks(self.options.tasks_per_round)
+        tasks = [self._task(state, task_id, items) for task_id, items in cut]
+        self._counted(state, [items for _, items in cut], out)
+        return tasks
+
+    def _task(self, state: JobState, task_id: int, items: list[Item]) -> Task:
+        return new_task(state.job, task_id, [i.as_record() for i in items],
+                        home_partition=state.partition, model_version=state.model_version)
+
+    def _counted(self, state: JobState, tasks: list[list[Item]], out: Outbox) -> None:
+        """Tasks of `tasks`' items counted as issued, in the job's ledger entry."""
+        state.issued_tasks += len(tasks)
+        state.issued_items += sum(len(items) for items in tasks)
         state.expanded = cursor(state).finished
         state.changed = True
         out.ledger(*self.ledger.job_entry(state), state.partition)
@@ -171,7 +187,8 @@ class TaskIssuer:
         if not state.expanded:
             state.expansion = cut
         tasks = [new_task(state.job, task_id, [item.as_record() for item in items],
-                          attempt=state.max_attempt, home_partition=state.partition)
+                          attempt=state.max_attempt, home_partition=state.partition,
+                          model_version=state.model_version)
                  for task_id, items in sorted(cut.kept.items())]
         cut.kept.clear()
         self.deadlines.adopted(tasks, state.partition, now)

@@ -19,6 +19,7 @@ from inferstream.schemas.records import (
     LedgerEntry,
     LedgerKind,
     LedgerStatus,
+    model_ref,
     new_ledger_entry,
     now_ms,
     read_record,
@@ -55,10 +56,18 @@ class JobState:
     #: the highest attempt issued of any of its tasks (`issuing`); 0: not recorded by the
     #: controller that wrote its ledger entry
     max_attempt: int = 1
+    #: the version of its repository model it runs on (`versions`); None: a built-in or
+    #: simulated model, or not chosen yet
+    model_version: int | None = None
 
     @property
     def job_id(self) -> str:
         return str(self.job["job_id"])
+
+    @property
+    def model(self) -> str:
+        """The model and version its tasks ask for, as one reference (`model_ref`)."""
+        return model_ref(self.job["model"], self.model_version)
 
     @property
     def done_items(self) -> int:
@@ -91,7 +100,7 @@ class JobState:
         """A JobEvent of `kind` with the job's counts now; marks them as reported."""
         event = JobEvent(
             job_id=self.job_id, type=kind, timestamp=now_ms(), model=self.job["model"],
-            reason=reason, total_items=self.total_items,
+            model_version=self.model_version, reason=reason, total_items=self.total_items,
             total_tasks=self.issued_tasks if self.expanded else None,
             done_items=self.done_items, ok_items=self.ok_items, error_items=self.error_items,
             rate_items_per_s=self.rate_items_per_s(), home_partition=self.partition,
@@ -127,6 +136,7 @@ class LedgerCodec:
         entry["accepted_at"] = state.accepted_at_ms
         entry["output_written_at"] = state.output_written_at
         entry["max_attempt"] = state.max_attempt
+        entry["model_version"] = state.model_version
         return state.job_id.encode(), self.codec.encode("LedgerEntry", entry)
 
     def _job_bytes(self, state: JobState) -> bytes:
@@ -182,5 +192,6 @@ class LedgerCodec:
         state.expanded = entry["expanded"]
         state.output_written_at = entry["output_written_at"]
         state.max_attempt = entry["max_attempt"]
+        state.model_version = entry["model_version"]
         state.last_event_ms = entry["updated_at"]
         state.changed = False

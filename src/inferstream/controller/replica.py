@@ -27,6 +27,7 @@ from inferstream.controller.outbox import Outbox, PartitionCounts
 from inferstream.controller.outputs import OutputFiles
 from inferstream.controller.replay import LedgerStandby, read_ledger
 from inferstream.controller.transactions import PartitionProducers
+from inferstream.controller.versions import NO_VERSIONS, ServedVersions
 from inferstream.controller.waiting import NOBODY_STARTING, Starting
 from inferstream.kafka.clients import (
     REAL_CLIENTS,
@@ -74,12 +75,14 @@ class Controller:
     def __init__(self, config: Config, *, codec: Codec | None = None,
                  clients: KafkaClients = REAL_CLIENTS, policy: PolicyView = NO_POLICY,
                  hooks: ControllerHooks | None = None,
-                 starting: Starting = NOBODY_STARTING) -> None:
+                 starting: Starting = NOBODY_STARTING,
+                 versions: ServedVersions = NO_VERSIONS) -> None:
         """`policy`: what the policy says of each pool, read for the task size of jobs
         without a chunk size (see `sizing`), the partition range of each model (see
         `placement`), and the workers' speeds and health (see `deadlines`, `pacing`);
         `hooks`: what its metrics hear of each round (see `hooks`); `starting`: the workers
-        that announce they are starting (see `waiting`)."""
+        that announce they are starting (see `waiting`); `versions`: the versions of the
+        repository models that workers announce they serve (see `versions`)."""
         self.config = config
         self.hooks = hooks or ControllerHooks()
         self.options = config.controller
@@ -88,7 +91,7 @@ class Controller:
         new_admin = partial(clients.admin, config.confluent_config(logger=LIBRDKAFKA_LOG))
         self.book = JobBook(config, codec=self.codec, policy=policy,
                             describe=describe_with(new_admin), partitions=self.partitions,
-                            starting=starting)
+                            starting=starting, versions=versions)
         self.topics = self.book.topics
         self._stop = threading.Event()
         self._consumer: SyncConsumer = clients.consumer(consumer_config(

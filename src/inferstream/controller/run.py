@@ -35,14 +35,16 @@ def run(args: argparse.Namespace, config: Config) -> int:
     # policy_max_age_s is none, and the default size and all partitions apply.
     policy = PolicyTable(config, max_age_s=config.worker.policy_max_age_s)
     policy.start()
-    # the workers that are starting: a task of their models waits for them (`waiting`)
-    starting = WorkerAnnouncements(config)
-    starting.start()
-    controller = Controller(config, policy=policy, hooks=metrics, starting=starting)
+    # the workers that are starting: a task of their models waits for them (`waiting`); the
+    # versions of the repository models each serves: a job runs on the newest (`versions`)
+    announcements = WorkerAnnouncements(config)
+    announcements.start()
+    controller = Controller(config, policy=policy, hooks=metrics, starting=announcements,
+                            versions=announcements)
     when_stopping(controller.request_stop)  # thread-safe: sets an Event
     try:
         controller.run()
     finally:
         policy.stop()
-        starting.stop()
+        announcements.stop()
     return 0

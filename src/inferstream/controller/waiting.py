@@ -10,6 +10,9 @@ worker that may serve the model as soon as there is one. Only when none is start
 wait is over do their items fail with the reason, and a later decline of the job's tasks fails
 at once unless a worker of the model is starting again. While a job waits, no more of its
 tasks are issued (they would be declined too) and its PROGRESS events say what it waits for.
+A job of a repository model whose version is not chosen yet (no live worker of the model was
+known, see `versions`) holds its tasks the same way, and its version is chosen before the
+first of them goes to a worker. A model here is a `model_ref` reference, with its version.
 Held tasks live in this replica's memory: a replica that takes the job over tracks them as
 outstanding (`deadlines`) and places them again once they are late.
 """
@@ -23,12 +26,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from inferstream.config import Config
-from inferstream.controller.declines import PoolView, target_of, unserved
+from inferstream.controller.declines import PoolView, model_words, target_of, unserved
 from inferstream.controller.issuing import TaskIssuer
 from inferstream.controller.ledger import JobState
 from inferstream.controller.outbox import Outbox
+from inferstream.controller.versions import JobVersions
 from inferstream.schemas import Codec
-from inferstream.schemas.records import LedgerStatus, Task
+from inferstream.schemas.records import LedgerStatus, Task, task_ref
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +75,14 @@ class ModelWaits:
     """The held tasks of the jobs this replica owns, by job id."""
 
     def __init__(self, config: Config, codec: Codec, pools: PoolView, starting: Starting,
-                 issuer: TaskIssuer, partitions: Callable[[str], int]) -> None:
+                 issuer: TaskIssuer, partitions: Callable[[str], int],
+                 versions: JobVersions) -> None:
         self.config = config
         self.codec = codec
         self.pools = pools
         self.starting = starting
         self.issuer = issuer
+        self.versions = versions
         self.partitions = partitions
         self.wait_ms = config.controller.model_wait_s * 1000
         self._waits: dict[str, JobWait] = {}
@@ -86,9 +92,11 @@ class ModelWaits:
         """`task`, which its worker will not answer (it declined, or the task is late where
         it went), issued again on a live worker of its pool that may serve its model (the
         new attempt returned); held while none may but one may come; else its items failed."""
-        partition = target_of(self.pools, self.config, task, self.partitions)
-        if partition is not None:
-            return self.issuer.again(state, task, partition, out, now, kind=kind, why=why)
+        versioned = self._versioned(state, task, out)
+        partition = None if versioned is None else target_of(self.pools, self.config,
+                                                              versioned, self.partitions)
+        if versioned is not None and partition is not None:
+            return self.issuer.again(state, versioned, partition, out, now, kind=kind, why=why)
         if self.hold(task, now):
             self.issuer.deadlines.done(state.job_id, task["task_id"])  # held here, late nowhere
         else:
@@ -100,15 +108,28 @@ class ModelWaits:
         """Hold `task`, which no live worker of its pool may serve, if its job may wait for
         one; False when it may not (its items are to fail now)."""
         wait = self._waits.get(task["job_id"])
+        model = task_ref(task)
         if wait is None or wait.gave_up:
-            starting = self.starting.starting(task["pool"], task["model"], now)
+            starting = self.starting.starting(task["pool"], model, now)
             if not starting and (wait is not None or self.wait_ms <= 0):
                 return False
-            wait = self._waits[task["job_id"]] = JobWait(task["pool"], task["model"], now)
+            wait = self._waits[task["job_id"]] = JobWait(task["pool"], model, now)
         wait.held[task["task_id"]] = task
-        log.info("job %s task %d held: no live worker of pool %r may serve model %r",
-                 task["job_id"], task["task_id"], task["pool"], task["model"])
+        log.info("job %s task %d held: no live worker of pool %r may serve %s",
+                 task["job_id"], task["task_id"], task["pool"], model_words(model))
         return True
+
+    def _versioned(self, state: JobState, task: Task, out: Outbox) -> Task | None:
+        """`task` on its job's model version, chosen now where it was not yet (and written
+        to the job's ledger entry before the task goes out); None while none can be."""
+        chosen = state.model_version
+        if not self.versions.choose(state):
+            return None
+        if chosen is None and state.model_version is not None:
+            out.ledger(*self.issuer.ledger.job_entry(state), state.partition)
+        if task["model_version"] == state.model_version:
+            return task
+        return Task(**{**task, "model_version": state.model_version})
 
     def holds(self, job_id: str, task_id: int) -> bool:
         """Whether the task is held (a decline of it is about an earlier attempt)."""
@@ -148,13 +169,15 @@ class ModelWaits:
             if task_id in state.done:  # an earlier attempt answered it meanwhile
                 del wait.held[task_id]
                 continue
-            partition = target_of(self.pools, self.config, task, self.partitions)
-            if partition is None:
+            versioned = self._versioned(state, task, out)
+            partition = None if versioned is None else target_of(
+                self.pools, self.config, versioned, self.partitions)
+            if versioned is None or partition is None:
                 return False
             del wait.held[task_id]
-            self.issuer.again(state, task, partition, out, now, kind="declined",
-                              why=f"held for model {task['model']!r} (declined by every "
-                              "live worker)")
+            self.issuer.again(state, versioned, partition, out, now, kind="declined",
+                              why=f"held for {model_words(wait.model)} (no live worker "
+                              "served it)")
         return True
 
     def _wait_or_fail(self, wait: JobWait, state: JobState, out: Outbox, now: int) -> None:
@@ -171,15 +194,15 @@ class ModelWaits:
         wait.gave_up, wait.reason, state.changed = True, None, True
 
     def _waiting_for(self, wait: JobWait, starting: list[str]) -> str:
-        model, pool = wait.model, wait.pool
+        model, pool = model_words(wait.model), wait.pool
         if starting:
             named = ", ".join(starting[:NAMED_WORKERS])
             more = len(starting) - NAMED_WORKERS
             who = f"{named} and {more} more" if more > 0 else named
             verb = "is" if len(starting) == 1 else "are"
-            return (f"waiting for a worker of model {model!r}: {who} of pool {pool!r} {verb} "
+            return (f"waiting for a worker of {model}: {who} of pool {pool!r} {verb} "
                     "starting with it")
         until = time.strftime("%H:%M:%S", time.gmtime((wait.since_ms + self.wait_ms) / 1000))
-        return (f"waiting for a worker of model {model!r}: no live worker of pool {pool!r} "
+        return (f"waiting for a worker of {model}: no live worker of pool {pool!r} "
                 f"serves it and none is starting; its tasks fail at {until} UTC unless one "
                 "starts")

@@ -1,19 +1,31 @@
 """The registry's names, without torch: what the controller and the client need to check a
-model name (the worker's `registry` builds the models behind them)."""
+model name (the worker's `registry` builds the models behind them).
+
+A model reference is `NAME` or `NAME:VERSION`: a built-in name, a `sim:` name, or the name of
+a model in a worker's repository, which only the worker can tell; only a repository model has
+versions.
+"""
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from inferstream.models.errors import UnknownModelError
 from inferstream.schemas.records import SIM_PREFIX, SIM_SYNTAX
 
-__all__ = ["LITE0", "SIM_SYNTAX", "TORCHVISION_MODELS", "SimParams", "check_model_name",
-           "known_models", "parse_sim_name"]
+__all__ = ["LITE0", "NAME_SYNTAX", "SIM_SYNTAX", "TORCHVISION_MODELS", "SimParams",
+           "check_builtin_name", "check_model_name", "has_versions", "known_models",
+           "parse_sim_name"]
 
 TORCHVISION_MODELS = ("alexnet", "googlenet", "resnet50", "mobilenet_v3_large", "efficientnet_b0")
 LITE0 = "efficientnet_lite0"
+#: What a repository model's name is made of (a built-in or `sim:` name aside).
+NAME_SYNTAX = ("letters, digits, '.', '_' and '-', starting with a letter or a digit, at most "
+               "128 characters")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_VERSION = re.compile(r"[1-9][0-9]{0,8}")
 _SIM_KEYS = ("ms", "batch_ms", "as", "slower", "jitter", "slow_after", "slow_factor",
              "embedding")
 
@@ -112,8 +124,40 @@ def _check_sim(params: SimParams) -> None:
         raise ValueError("need slow_factor > 0")
 
 
-def check_model_name(name: str) -> None:
-    """UnknownModelError, listing the names that exist, unless `name` is in the registry."""
+def check_model_name(reference: str) -> tuple[str, int | None]:
+    """The model name and version (None where none is given) of `reference`, `NAME` or
+    `NAME:VERSION`; UnknownModelError unless NAME is a built-in name, a `SIM_SYNTAX` name or
+    a repository model's (`NAME_SYNTAX`: whether a repository holds it only a worker can
+    tell), and VERSION, given only for a repository model, a positive integer."""
+    if reference.startswith(SIM_PREFIX):
+        if re.search(r":[0-9]+$", reference[len(SIM_PREFIX):]):
+            raise UnknownModelError(reference, known_models(),
+                                    detail="a simulated model has no versions")
+        check_builtin_name(reference)
+        return reference, None
+    name, sep, version = reference.partition(":")
+    if not _NAME.fullmatch(name):
+        raise UnknownModelError(reference, known_models(), detail=(
+            f"a repository model's name is made of {NAME_SYNTAX}, and NAME:VERSION names one "
+            "of its versions"))
+    if sep and not has_versions(name):
+        raise UnknownModelError(reference, known_models(), detail=(
+            f"{name} is a built-in model: only repository models have versions"))
+    if sep and not _VERSION.fullmatch(version):
+        raise UnknownModelError(reference, known_models(), detail=(
+            f"the version after {name}: is a positive integer (NAME:VERSION)"))
+    return name, int(version) if sep else None
+
+
+def has_versions(name: str) -> bool:
+    """Whether the model named `name` (well-formed) is a repository model, which has versions:
+    neither a built-in nor a simulated one."""
+    return not name.startswith(SIM_PREFIX) and name not in known_models()
+
+
+def check_builtin_name(name: str) -> None:
+    """UnknownModelError, listing the names that exist, unless `name` is in the registry
+    (a built-in or a simulated model)."""
     if name.startswith(SIM_PREFIX):
         try:
             parse_sim_name(name)

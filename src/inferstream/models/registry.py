@@ -15,7 +15,7 @@ from inferstream.errors import ConfigError
 from inferstream.models.base import LoadedModel, TorchModel, imagenet_labels
 from inferstream.models.decode import DEFAULT_MAX_PIXELS
 from inferstream.models.efficientnet_lite import efficientnet_lite0
-from inferstream.models.names import LITE0, SimParams, check_model_name, parse_sim_name
+from inferstream.models.names import LITE0, SimParams, check_builtin_name, parse_sim_name
 from inferstream.models.preprocess import ImagePreprocessor, Preprocessing
 from inferstream.models.sim import SimModel
 from inferstream.models.weights import find_weights, load_state_dict
@@ -49,7 +49,7 @@ class ModelSpec:
 
 def get_model_spec(name: str) -> ModelSpec:
     """The spec of a registry name; UnknownModelError lists the names that exist."""
-    check_model_name(name)
+    check_builtin_name(name)
     if name.startswith(SIM_PREFIX):
         return ModelSpec(name, "sim", None, parse_sim_name(name))
     if name == LITE0:

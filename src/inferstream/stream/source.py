@@ -105,8 +105,9 @@ class StreamSource(Source):
             log.debug("unreadable record %s: %s", item_name(origin), exc)
             return [self._output(record, _failed(origin, str(exc)), self.model_version)]
         return Task(job_id=self.group_id, task_id=record.offset, attempt=1,
-                    pool=self.config.pool, model=self.model, top_k=self.stream.top_k,
-                    items=[item], issued_at=now_ms(), deadline_ms=None, home_partition=None)
+                    pool=self.config.pool, model=self.model, model_version=None,
+                    top_k=self.stream.top_k, items=[item], issued_at=now_ms(), deadline_ms=None,
+                    home_partition=None)
 
     def render(self, run: TaskRun, record: Record) -> list[Outgoing]:
         outcome = run.outcomes[0]

@@ -119,7 +119,7 @@ class StartAnnouncer:
     def _send(self, worker_id: str, state: WorkerState) -> None:
         announcement = WorkerAnnouncement(
             worker=worker_id, pool=self.config.pool, models=list(self.config.worker.models),
-            state=state, started_at=self.started_at, timestamp=now_ms(),
+            model_versions={}, state=state, started_at=self.started_at, timestamp=now_ms(),
             interval_s=self.interval_s)
         producer = self._producer
         if producer is None:

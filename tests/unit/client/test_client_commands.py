@@ -16,7 +16,7 @@ from inferstream.cli import main
 from inferstream.client import client as client_module
 from inferstream.client.client import Client, Job
 from inferstream.controller.replica import Controller
-from inferstream.jobs.errors import JobTimeoutError
+from inferstream.jobs.errors import JobRejectedError, JobTimeoutError
 from inferstream.jobs.ids import new_job_id
 from inferstream.kafka import preflight
 from inferstream.schemas.records import Job as JobRecord
@@ -154,9 +154,9 @@ def test_the_controller_rejects_a_foreign_job_with_an_option_below_one(
     """A job record from another producer, not checked by inferstream's Client."""
     config = make_config()
     fields: dict[str, Any] = {"top_k": 5, "chunk_size": 4, option: value}
-    foreign = JobRecord(job_id=new_job_id(), model=MODEL, pool="default", inputs=["/a.jpg"],
-                        inline_items=[], submitted_at=0, submitter="other", output_path=None,
-                        **fields)
+    foreign = JobRecord(job_id=new_job_id(), model=MODEL, model_version=None, pool="default",
+                        inputs=["/a.jpg"], inline_items=[], submitted_at=0, submitter="other",
+                        output_path=None, **fields)
     clients.producer({}).produce(config.topic("jobs"), CODEC.encode("Job", foreign),
                                  foreign["job_id"].encode(), partition=0)
     running.controller(make_controller())
@@ -222,3 +222,29 @@ def test_cancel_wait_prints_the_cancelled_job_and_a_second_cancel_says_so(
     assert code == 0 and "already cancelled: nothing to cancel" in err
     code, _, err = cli("cancel", new_job_id())
     assert code == 2 and "no job" in err
+
+
+def test_submit_of_name_colon_version_pins_the_version_and_status_shows_it(
+        clients: MemoryKafkaClients, cli: Cli) -> None:
+    """`--model faces:3` is model faces, version 3, in the job record; status shows the
+    reference before the controller accepts the job and the version its events say after."""
+    code, _, _ = cli("submit", "--model", "faces:3", "--input", "a.jpg")
+    (value,) = clients.broker.values(make_config().topic("jobs"))
+    job = read_record(CODEC, value, JobRecord)
+    assert (code, job["model"], job["model_version"]) == (0, "faces", 3)
+    code, out, _ = cli("status")
+    assert out.split()[1:3] == ["submitted", "faces:3"]
+
+    config = make_config()
+    put_event(clients, config, job["job_id"], JobEventType.ACCEPTED, model="faces", version=3)
+    code, out, _ = cli("status", job["job_id"])
+    assert out.split()[1:3] == ["accepted", "faces:3"]
+    code, out, _ = cli("status", job["job_id"], "--json")
+    assert json.loads(out)["model_version"] == 3
+
+
+def test_a_malformed_model_goes_to_the_controller_which_rejects_it_with_the_reason(
+        clients: MemoryKafkaClients, controller: Controller) -> None:
+    job = Client(make_config(), CODEC, clients).submit("resnet50:2", ["a.jpg"])
+    with pytest.raises(JobRejectedError, match="only repository models have versions"):
+        job.wait(timeout_s=10)

@@ -50,8 +50,8 @@ def make_config(**controller: Any) -> Config:
 
 
 def make_job(items: int = 4, chunk_size: int = 2, **fields: Any) -> Job:
-    job = Job(job_id="20261202-100000-0000b00c", model=MODEL, pool="default", top_k=1,
-              chunk_size=chunk_size, inputs=[],
+    job = Job(job_id="20261202-100000-0000b00c", model=MODEL, model_version=None,
+              pool="default", top_k=1, chunk_size=chunk_size, inputs=[],
               inline_items=[InlineItem(name=f"i{n}", data=b"x") for n in range(items)],
               submitted_at=0, submitter="test", output_path=None)
     return Job(**{**job, **fields})  # type: ignore[typeddict-item]
@@ -81,9 +81,12 @@ def controls(book: JobBook, out: Outbox) -> list[TaskControl]:
 
 
 def result_of(task: Task, worker: str = "w1") -> TaskResult:
+    """The task's result from `worker`, on the version the task asks for."""
     top = [Prediction(class_id=1, label="goldfish", score=0.9)]
+    version = task["model_version"]
     return TaskResult(job_id=task["job_id"], task_id=task["task_id"], attempt=task["attempt"],
                       worker=worker, model=task["model"],
+                      model_version=None if version is None else str(version),
                       items=[ok_item(item, top) for item in task["items"]], started_at=0,
                       finished_at=0, decode_seconds=0.0, inference_seconds=0.01)
 
@@ -125,7 +128,7 @@ def test_paced_workers_hold_one_task_each_until_results_show_their_speed(
 
 
 @pytest.mark.parametrize(("fields", "reason"), [
-    ({"top_k": 0}, "top_k"), ({"model": "nonsense"}, "nonsense"),
+    ({"top_k": 0}, "top_k"), ({"model": "no sense"}, "no sense"),
     ({"pool": "gpu"}, "unknown pool 'gpu'"), ({"items": 0}, "empty input")])
 def test_a_rejected_job_says_why_and_issues_nothing(
         fields: dict[str, Any], reason: str, make_book: MakeBook) -> None:

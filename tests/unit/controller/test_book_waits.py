@@ -54,8 +54,8 @@ def book_of(config: Config, pool: dict[str, list[int]], starting: WorkerAnnounce
 def announce(table: WorkerAnnouncements, worker: str, at_ms: int,
              state: WorkerState = WorkerState.STARTING) -> None:
     table.apply(worker.encode(), CODEC.encode("WorkerAnnouncement", WorkerAnnouncement(
-        worker=worker, pool="default", models=[LITE0], state=state, started_at=at_ms,
-        timestamp=at_ms, interval_s=5.0)))
+        worker=worker, pool="default", models=[LITE0], model_versions={}, state=state,
+        started_at=at_ms, timestamp=at_ms, interval_s=5.0)))
 
 
 def declined_by(task: Task, worker: str, served: str = "sim:ms=0") -> TaskDeclined:

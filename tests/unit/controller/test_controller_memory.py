@@ -83,9 +83,9 @@ def test_a_job_on_another_partition_than_its_ids_gets_its_results_there(
     config = make_config()
     job = Client(config, CODEC, clients).job(new_job_id())
     home = 1 - partition_for(job.job_id, 2)
-    record = JobRecord(job_id=job.job_id, model=MODEL, pool=config.pool, top_k=1, chunk_size=2,
-                       inputs=[], inline_items=[InlineItem(name=f"i{n}", data=b"x")
-                                                for n in range(4)],
+    record = JobRecord(job_id=job.job_id, model=MODEL, model_version=None, pool=config.pool,
+                       top_k=1, chunk_size=2, inputs=[],
+                       inline_items=[InlineItem(name=f"i{n}", data=b"x") for n in range(4)],
                        submitted_at=0, submitter="foreign", output_path=None)
     clients.broker.produce(config.topic("jobs"), home, job.job_id.encode(),
                            CODEC.encode("Job", record))

@@ -21,7 +21,8 @@ def task(task_id: int) -> Task:
     items = [TaskItem(index=task_id * 10 + i, name=f"item-{task_id}-{i}", data=None)
              for i in range(10)]
     return Task(job_id="job-1", task_id=task_id, attempt=1, pool="default", model=MODEL,
-                top_k=1, items=items, issued_at=0, deadline_ms=None, home_partition=0)
+                model_version=None, top_k=1, items=items, issued_at=0, deadline_ms=None,
+                home_partition=0)
 
 
 def deadlines(steady_items_per_s: float = 100.0, other_models: tuple[str, ...] = (MODEL,),

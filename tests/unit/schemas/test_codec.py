@@ -163,6 +163,7 @@ def test_defaults_fill_omitted_fields_and_timestamps_decode_as_int_ms(codec: Cod
     assert job == {
         "job_id": "j",
         "model": "m",
+        "model_version": None,
         "pool": "default",
         "top_k": 5,
         "chunk_size": 0,
@@ -239,6 +240,7 @@ def test_old_writer_is_projected_onto_the_current_schema() -> None:
     assert codec.decode(old, expected="Job") == {
         "job_id": "j",
         "model": "m",
+        "model_version": None,
         "pool": "default",
         "top_k": 5,
         "chunk_size": 0,

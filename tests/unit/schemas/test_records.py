@@ -99,9 +99,9 @@ def test_the_status_enums_have_the_symbols_of_their_schemas() -> None:
 
 def test_records_built_here_encode_and_read_back_typed() -> None:
     codec = Codec()
-    job = rec.Job(job_id="j1", model="sim:ms=1", pool="default", top_k=2, chunk_size=4,
-                  inputs=["/x.jpg"], inline_items=[], submitted_at=rec.now_ms(), submitter="",
-                  output_path=None)
+    job = rec.Job(job_id="j1", model="sim:ms=1", model_version=None, pool="default", top_k=2,
+                  chunk_size=4, inputs=["/x.jpg"], inline_items=[], submitted_at=rec.now_ms(),
+                  submitter="", output_path=None)
     item = rec.TaskItem(index=0, name="/x.jpg", data=None)
     task = rec.new_task(job, 3, [item])
     assert rec.read_record(codec, codec.encode("Task", task), rec.Task) == task

@@ -19,6 +19,7 @@ T0 = 1_700_000_000_000
 JOB = {
     "job_id": "job-1",
     "model": "googlenet",
+    "model_version": None,
     "pool": "gpu",
     "top_k": 3,
     "chunk_size": 16,

@@ -39,7 +39,8 @@ class EchoSource(Source):
             return [self._answer(record, b":EMPTY")]
         item = TaskItem(index=0, name=record.value.decode(), data=None)
         return Task(job_id="echo", task_id=record.offset, attempt=1, pool="echo",
-                    model=self.worker.served.names[0], top_k=1, items=[item],
+                    model=self.worker.served.names[0], model_version=None, top_k=1,
+                    items=[item],
                     issued_at=now_ms(), deadline_ms=None, home_partition=None)
 
     def render(self, run: TaskRun, record: Record) -> list[Outgoing]:

@@ -39,8 +39,9 @@ TOP = [Prediction(class_id=c, label=f"label of class {c}", score=0.1) for c in r
 def put_tasks(broker: MemoryBroker, config: Config, count: int, items: int = 2) -> None:
     """`count` tasks of job `JOB_ID`, spread over the task partitions as the controller does;
     task `t`'s items are named `item-t-i`."""
-    job = Job(job_id=JOB_ID, model=MODEL, pool=config.pool, top_k=1, chunk_size=items,
-              inputs=[], inline_items=[], submitted_at=0, submitter="test", output_path=None)
+    job = Job(job_id=JOB_ID, model=MODEL, model_version=None, pool=config.pool, top_k=1,
+              chunk_size=items, inputs=[], inline_items=[], submitted_at=0, submitter="test",
+              output_path=None)
     for task_id in range(count):
         names = [TaskItem(index=task_id * items + i, name=f"item-{task_id}-{i}", data=None)
                  for i in range(items)]
@@ -70,13 +71,15 @@ def put_results(clients: MemoryKafkaClients, config: Config, job_id: str, tasks:
 
 
 def put_event(clients: MemoryKafkaClients, config: Config, job_id: str, kind: JobEventType,
-              tasks: int = 0, chunk: int = 0, ok: bool = True) -> None:
-    """The job's event as the controller writes it (ACCEPTED, COMPLETED, ...)."""
+              tasks: int = 0, chunk: int = 0, ok: bool = True, model: str = "sim:ms=0",
+              version: int | None = None) -> None:
+    """The job's event as the controller writes it (ACCEPTED, COMPLETED, ...), of `model`
+    on `version`."""
     items = tasks * chunk
-    event = JobEvent(job_id=job_id, type=kind, timestamp=now_ms(), model="sim:ms=0",
-                     reason=None, total_items=items, total_tasks=tasks, done_items=items,
-                     ok_items=items if ok else 0, error_items=0 if ok else items,
-                     rate_items_per_s=None, home_partition=None)
+    event = JobEvent(job_id=job_id, type=kind, timestamp=now_ms(), model=model,
+                     model_version=version, reason=None, total_items=items, total_tasks=tasks,
+                     done_items=items, ok_items=items if ok else 0,
+                     error_items=0 if ok else items, rate_items_per_s=None, home_partition=None)
     clients.producer({}).produce(config.topic("job-events"), CODEC.encode("JobEvent", event),
                                  job_id.encode(),
                                  partition=partition_for(job_id, config.partitions))

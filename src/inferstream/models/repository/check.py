@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from inferstream.models.errors import ModelError, UnknownModelError
-from inferstream.models.names import check_model_name, known_models
+from inferstream.models.names import check_builtin_name, known_models
 from inferstream.models.repository.errors import HANDLER_REFUSED, RepositoryError
 from inferstream.models.repository.layout import ModelVersion, Repository
 from inferstream.schemas.records import SIM_PREFIX
@@ -32,7 +32,7 @@ def check_names(repository: Repository, names: Iterable[str], *, allow_python: b
             refused_handler(repository.model(name).newest(), allow_python=allow_python)
             continue
         try:
-            check_model_name(name)
+            check_builtin_name(name)
         except UnknownModelError as exc:
             raise UnknownModelError(name, [*known_models(), *repository.names()],
                                     detail=f"not in the repository {repository.root} either"

@@ -24,8 +24,11 @@ from inferstream.schemas.records.jobs import (
     JobEventType,
     Task,
     TaskItem,
+    model_ref,
     new_task,
     serves,
+    split_ref,
+    task_ref,
 )
 from inferstream.schemas.records.policy_entry import (
     ModelRange,
@@ -124,6 +127,7 @@ __all__ = [
     "WorkerState",
     "as_record",
     "error_item",
+    "model_ref",
     "new_dead_letter",
     "new_ledger_entry",
     "new_task",
@@ -134,4 +138,6 @@ __all__ = [
     "read_record",
     "read_result",
     "serves",
+    "split_ref",
+    "task_ref",
 ]

@@ -16,6 +16,8 @@ class WorkerAnnouncement(TypedDict):
     worker: str
     pool: str
     models: list[str]
+    #: the versions of each repository model it serves, oldest first, by model name
+    model_versions: dict[str, list[int]]
     state: WorkerState
     started_at: int
     timestamp: int

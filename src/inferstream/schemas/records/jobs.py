@@ -1,6 +1,7 @@
 """What a user asks for and hears back: a Job, the Tasks it is cut into, its JobEvents.
 
-A task names its model; `serves` says which models answer it.
+A task names its model and, for a repository model, the version its job runs on; `serves`
+says which models answer it, each model and version written as one reference (`model_ref`).
 """
 
 from __future__ import annotations
@@ -18,12 +19,36 @@ SIM_SYNTAX = ("sim:ms=N[,jitter=F][,slow_after=K,slow_factor=X] (as=alexnet or a
               "instead of ms; batch_ms=B, slower=S; embedding=D: vectors of D floats)")
 
 
+def model_ref(model: str, version: int | None) -> str:
+    """A model and its version as one reference: `NAME:VERSION`, or the name alone."""
+    return model if version is None else f"{model}:{version}"
+
+
+def split_ref(ref: str) -> tuple[str, int | None]:
+    """The model name and version of a `model_ref` reference (None: no version)."""
+    name, sep, version = ref.rpartition(":")
+    if sep and version.isascii() and version.isdigit() and not ref.startswith(SIM_PREFIX):
+        return name, int(version)
+    return ref, None
+
+
+def task_ref(task: Task) -> str:
+    """The model and version a task asks for, as one reference."""
+    return model_ref(task["model"], task["model_version"])
+
+
 def serves(model: str, task_model: str) -> bool:
-    """Whether a result of `model` answers a Task asking for `task_model`: the same name,
-    or any simulated model for a simulated task that asks for the same output."""
-    return model == task_model or (
-        model.startswith(SIM_PREFIX) and task_model.startswith(SIM_PREFIX)
-        and _sim_embedding(model) == _sim_embedding(task_model))
+    """Whether a result of `model` answers a Task asking for `task_model`, each a `model_ref`
+    reference: the same name, and the same version where both name one (a reference without
+    one stands for any version); or any simulated model for a simulated task that asks for
+    the same output."""
+    if model.startswith(SIM_PREFIX) or task_model.startswith(SIM_PREFIX):
+        return model == task_model or (
+            model.startswith(SIM_PREFIX) and task_model.startswith(SIM_PREFIX)
+            and _sim_embedding(model) == _sim_embedding(task_model))
+    (name, version), (task_name, task_version) = split_ref(model), split_ref(task_model)
+    return name == task_name and (version is None or task_version is None
+                                  or version == task_version)
 
 
 def _sim_embedding(name: str) -> str:
@@ -43,6 +68,7 @@ class InlineItem(TypedDict):
 class Job(TypedDict):
     job_id: str
     model: str
+    model_version: int | None
     pool: str
     top_k: int
     chunk_size: int
@@ -65,6 +91,7 @@ class Task(TypedDict):
     attempt: int
     pool: str
     model: str
+    model_version: int | None
     top_k: int
     items: list[TaskItem]
     issued_at: int
@@ -73,11 +100,13 @@ class Task(TypedDict):
 
 
 def new_task(job: Job, task_id: int, items: list[TaskItem], attempt: int = 1,
-             home_partition: int | None = None) -> Task:
-    """Task `task_id` of `job`, issued now; its results go to `home_partition`."""
+             home_partition: int | None = None, model_version: int | None = None) -> Task:
+    """Task `task_id` of `job`, issued now, on `model_version` of its model (None: the
+    job's pinned one, if any); its results go to `home_partition`."""
+    version = job["model_version"] if model_version is None else model_version
     return Task(job_id=job["job_id"], task_id=task_id, attempt=attempt, pool=job["pool"],
-                model=job["model"], top_k=job["top_k"], items=items, issued_at=now_ms(),
-                deadline_ms=None, home_partition=home_partition)
+                model=job["model"], model_version=version, top_k=job["top_k"], items=items,
+                issued_at=now_ms(), deadline_ms=None, home_partition=home_partition)
 
 
 class JobEventType(StrEnum):
@@ -94,6 +123,7 @@ class JobEvent(TypedDict):
     type: JobEventType
     timestamp: int
     model: str | None
+    model_version: int | None
     reason: str | None
     total_items: int | None
     total_tasks: int | None

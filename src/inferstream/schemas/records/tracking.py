@@ -44,6 +44,7 @@ class LedgerEntry(TypedDict):
     item_count: int
     output_written_at: int | None
     max_attempt: int
+    model_version: int | None
     accepted_at: int
     updated_at: int
 
@@ -54,8 +55,8 @@ def new_ledger_entry(job_id: str, task_id: int, kind: LedgerKind,
     return LedgerEntry(job_id=job_id, task_id=task_id, kind=kind, status=status, job=None,
                        issued_tasks=0, issued_items=0, expanded=False, done_tasks=0,
                        ok_items=0, error_items=0, attempts=1, worker=None, item_count=0,
-                       output_written_at=None, max_attempt=0, accepted_at=0,
-                       updated_at=now_ms())
+                       output_written_at=None, max_attempt=0, model_version=None,
+                       accepted_at=0, updated_at=now_ms())
 
 
 class TaskControlReason(StrEnum):

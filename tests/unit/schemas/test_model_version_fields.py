@@ -1,0 +1,74 @@
+"""The model version of issue 27 in Job, Task, LedgerEntry, JobEvent (a version number) and
+WorkerAnnouncement (the versions it serves), against the schema before each: the new reader
+reads the records written before with no version, and a reader of the earlier schema still
+reads every new record as it read it before (Avro schema resolution, the old schema as the
+reader's)."""
+
+from __future__ import annotations
+
+import io
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+
+from inferstream.schemas import Codec, load_schema
+from tests.unit.examples import EXAMPLES
+
+GOLDEN = Path(__file__).parent / "golden"
+#: each schema, the history file before the version, and the new field with a value set
+BEFORE = {
+    "Job": ("Job.v1", {"model_version": 3}),
+    "Task": ("Task.v2", {"model_version": 3}),
+    "LedgerEntry": ("LedgerEntry.v3", {"model_version": 3}),
+    "JobEvent": ("JobEvent.v2", {"model_version": 3}),
+    "WorkerAnnouncement": ("WorkerAnnouncement.v1", {"model_versions": {"faces": [2, 3]}}),
+}
+DEFAULTS = {"model_version": None, "model_versions": {}}
+
+
+@pytest.fixture(scope="module")
+def codec() -> Codec:
+    return Codec()
+
+
+def millis(schema: Any) -> Any:
+    """`schema` with timestamps read as int milliseconds, as inferstream's codec reads them."""
+    if isinstance(schema, dict):
+        return {k: millis(v) for k, v in schema.items() if k != "logicalType"}
+    return [millis(s) for s in schema] if isinstance(schema, list) else schema
+
+
+def read_as_before(name: str, record: dict[str, Any]) -> dict[str, Any]:
+    """`record` written with the current schema, read by a reader that has the one before."""
+    text = resources.files("inferstream.schemas").joinpath(f"history/{BEFORE[name][0]}.avsc")
+    body = io.BytesIO()
+    writer = parse_schema(millis(load_schema(name)))
+    schemaless_writer(body, writer, record)
+    body.seek(0)
+    reader = parse_schema(millis(json.loads(text.read_text(encoding="utf-8"))))
+    read: dict[str, Any] = schemaless_reader(body, writer, reader)
+    return read
+
+
+@pytest.mark.parametrize("name", sorted(BEFORE))
+def test_a_record_written_before_versions_reads_with_none(codec: Codec, name: str) -> None:
+    old = codec.decode((GOLDEN / f"{BEFORE[name][0]}.bin").read_bytes(), expected=name)
+    (field,) = BEFORE[name][1]
+    assert old == {**EXAMPLES[name], field: DEFAULTS[field]}
+
+
+@pytest.mark.parametrize("name", sorted(BEFORE))
+def test_a_reader_before_versions_reads_a_versioned_record_as_before(name: str) -> None:
+    record = {**EXAMPLES[name], **BEFORE[name][1]}
+    (field,) = BEFORE[name][1]
+    assert read_as_before(name, record) == {k: v for k, v in record.items() if k != field}
+
+
+@pytest.mark.parametrize("name", sorted(BEFORE))
+def test_a_version_round_trips_through_the_codec(codec: Codec, name: str) -> None:
+    record = {**EXAMPLES[name], **BEFORE[name][1]}
+    assert codec.decode(codec.encode(name, record), expected=name) == record
