@@ -127,6 +127,13 @@ def _exit_now(signum: int, when: str) -> NoReturn:
     os._exit(128 + signum)
 
 
+def on_hangup(callback: Callable[[], object]) -> None:
+    """`kill -HUP PID` calls `callback` instead of ending the process. It runs on the main
+    thread between two of its Python steps (an event loop's wait included): it must only hand
+    over (`loop.call_soon_threadsafe`). Main thread only."""
+    signal.signal(signal.SIGHUP, lambda _signum, _frame: callback())
+
+
 def dump_stacks_on_usr1() -> None:
     """`kill -USR1 PID` prints every thread's stack to stderr: where a hung process waits."""
     faulthandler.register(signal.SIGUSR1, all_threads=True)

@@ -34,6 +34,14 @@ class WorkerConfig:
     allow_python_models: bool = setting(
         False, "serve repository models whose version is a Python handler (model.py): code "
         "of the model's author, run inside the worker")
+    model_versions: int = setting(
+        2, "versions of each repository model served at once: the newest K in its folder "
+        "(a model card's [versions] latest sets its own); a job runs on one of them "
+        "(docs/model-versions.md)")
+    repository_poll_s: float = setting(
+        30.0, "seconds between looks at the model repository for new versions, which are "
+        "loaded beside the served ones without a restart (SIGHUP: look now; 0: only on "
+        "SIGHUP)")
     load_on_demand: bool = setting(
         False, "also load other registry models when a task asks for them")
     max_loaded_models: int = setting(
@@ -133,12 +141,13 @@ def validate_worker(worker: WorkerConfig) -> None:
         if getattr(worker, name) not in allowed:
             raise ConfigError(f"worker.{name} {getattr(worker, name)!r} is not one of {allowed}")
     for name in ("max_batch", "decode_ahead", "max_item_bytes", "session_timeout_ms",
-                 "max_loaded_models", "members",
+                 "max_loaded_models", "members", "model_versions",
                  "heartbeat_interval_ms", "max_poll_interval_ms"):
         _at_least(f"worker.{name}", getattr(worker, name), 1)
     for name in ("torch_threads", "decode_threads",
                  "max_wait_ms", "http_timeout_s", "idle_exit_s", "revoke_grace_s",
                  "sysinfo_interval_s", "announce_interval_s", "calibration_items",
+                 "repository_poll_s",
                  "rebalance_threshold", "min_rebalance_interval_s", "policy_max_age_s"):
         _at_least(f"worker.{name}", getattr(worker, name), 0)
     if worker.heartbeat_interval_ms >= worker.session_timeout_ms:

@@ -71,14 +71,22 @@ class JobVersions:
 
     def newest(self, pool: str, model: str) -> int | None:
         """The newest version of `model` that a live worker of `pool` serves (a member of
-        its group that owns task partitions); None where none is known. What each live
-        worker announces counts as served by it (`PoolView.served`), so that the job's held
-        tasks go to one that serves the version rather than to one that would decline it."""
+        its group that owns task partitions); None where none is known."""
+        live = self.live(pool, model)
+        return max((v for versions in live.values() for v in versions), default=None)
+
+    def live(self, pool: str, model: str) -> dict[str, list[int]]:
+        """The versions of `model` that each live worker of `pool` announces. Each counts as
+        served by it, and a decline of it as outdated (the worker loaded it since): a held
+        task goes to a worker that serves its version rather than one that would decline it."""
+        if not has_versions(model):
+            return {}
         members = self.pools.members(self.config.worker_group(pool)) or {}
         announced = self.served.versions(pool, model)
         live = {worker: announced[worker] for worker, owned in members.items()
                 if owned and worker in announced}
         for worker, versions in live.items():
-            self.pools.served.setdefault(worker, set()).update(
-                model_ref(model, v) for v in versions)
-        return max((v for versions in live.values() for v in versions), default=None)
+            refs = {model_ref(model, v) for v in versions}
+            self.pools.served.setdefault(worker, set()).update(refs)
+            self.pools.declined.get(worker, set()).difference_update(refs)
+        return live

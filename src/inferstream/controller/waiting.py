@@ -170,6 +170,8 @@ class ModelWaits:
                 del wait.held[task_id]
                 continue
             versioned = self._versioned(state, task, out)
+            if versioned is not None:  # the workers that loaded its version since
+                self.versions.live(versioned["pool"], versioned["model"])
             partition = None if versioned is None else target_of(
                 self.pools, self.config, versioned, self.partitions)
             if versioned is None or partition is None:

@@ -63,6 +63,10 @@ class WorkerHooks:
         """`model` was loaded with its forward pass `compiled` (else eager), after
         `compile_seconds` of compiling (0 where nothing was compiled)."""
 
+    def after_versions_changed(self, versions: dict[str, list[int]]) -> None:
+        """The versions served of each repository model are now `versions` (oldest first, by
+        model name): at start, and when a version is loaded or taken out of service."""
+
     def after_stream_record(self, status: str, latency_s: float | None) -> None:
         """A stream member committed the outcome (`ok`, `error` or `dead_letter`) of one input
         record, `latency_s` after the record's timestamp (None: it has none)."""

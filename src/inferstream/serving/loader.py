@@ -1,6 +1,7 @@
-"""The worker's model loader: a registry model by name, or the newest version of a model of its
-model repository (`models.repository`, checked on a synthetic batch), with its forward pass
-prepared (in the settings its card sets, where it is a repository model: `model_settings`).
+"""The worker's model loader: a registry model by name, or a version of a model of its model
+repository (`NAME:VERSION`, or `NAME` for the newest; `models.repository`, checked on a
+synthetic batch), with its forward pass prepared (in the settings its card sets, where it is a
+repository model: `model_settings`).
 
 Used for the models a worker or stream member starts with and for those it loads on demand.
 Each load logs how the model runs (`models.forward`), whether its compiled forward pass came
@@ -21,15 +22,18 @@ from collections.abc import Callable
 from inferstream.config import WorkerConfig
 from inferstream.models import DEFAULT_MAX_PIXELS, LoadedModel, load_model
 from inferstream.models.forward import prepare_device_decode, prepare_forward
+from inferstream.models.names import has_versions
 from inferstream.models.repository import open_repository
 from inferstream.models.repository.check import check_names, load_checked
 from inferstream.models.repository.model import RepositoryModel
 from inferstream.models.threads import plan_threads
+from inferstream.schemas.records import model_ref, split_ref
 from inferstream.serving.hooks import WorkerHooks
 
 log = logging.getLogger(__name__)
 
-#: Builds a model by name, built-in or of the worker's repository (on the worker's device).
+#: Builds a model by name, built-in or of the worker's repository (`NAME:VERSION` for one of
+#: its versions), on the worker's device.
 ModelLoader = Callable[[str], LoadedModel]
 
 
@@ -46,12 +50,13 @@ def model_loader(settings: WorkerConfig, device: str,
     if repository is not None:  # a folder named like a built-in: refused (RepositoryError)
         check_names(repository, (), allow_python=settings.allow_python_models)
 
-    def load(name: str) -> LoadedModel:
+    def load(reference: str) -> LoadedModel:
         started = time.perf_counter()
+        name, version = split_ref(reference)
         if repository is not None and name in repository:
             model: LoadedModel = load_checked(repository, name, device,
                                               allow_python=settings.allow_python_models,
-                                              max_pixels=DEFAULT_MAX_PIXELS)
+                                              max_pixels=DEFAULT_MAX_PIXELS, number=version)
         else:
             weights = settings.weights if settings.models and name == settings.models[0] \
                 else None
@@ -68,10 +73,18 @@ def model_loader(settings: WorkerConfig, device: str,
         if decoding:
             log.info("%s", decoding)
         hooks.after_model_prepared(model.name, report.compiled, report.compile_s)
-        log.info("model %s loaded in %.1f s", model.name, time.perf_counter() - started)
+        log.info("model %s loaded in %.1f s", served_ref(model), time.perf_counter() - started)
         return model
 
     return load
+
+
+def served_ref(model: LoadedModel) -> str:
+    """What `model` answers, as a `model_ref` reference: a repository model's name and
+    version (its number), a built-in's or a simulated model's name."""
+    if has_versions(model.name) and model.version is not None and model.version.isdecimal():
+        return model_ref(model.name, int(model.version))
+    return model.name
 
 
 def model_settings(settings: WorkerConfig, model: LoadedModel) -> WorkerConfig:

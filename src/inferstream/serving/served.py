@@ -5,6 +5,11 @@ A worker serves the models it was started with (`--model`, repeatable) and, with
 arrives; at most `max_loaded_models` stay loaded, the least recently used idle one going first.
 A task is served only by its own model: `sim:` tasks are the exception, served by any `sim:`
 model, because a simulated model's parameters describe the node's speed, not the model.
+
+A repository model is served in several versions at once, each a pipeline of its own, kept
+by its `versions.RepositoryWatch`: a task answered by the version it names, or by the newest
+where it names none; a version taken out of service takes no new task and is unloaded once
+none of its tasks is in flight.
 """
 
 from __future__ import annotations
@@ -12,19 +17,25 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
+from collections.abc import Iterable
 
 from inferstream.config import WorkerConfig
 from inferstream.models import LoadedModel, ModelError, get_model_spec
-from inferstream.schemas.records import serves
+from inferstream.models.names import has_versions
+from inferstream.schemas.records import serves, split_ref, task_ref
 from inferstream.serving.hooks import WorkerHooks
-from inferstream.serving.loader import ModelLoader, model_settings
+from inferstream.serving.loader import ModelLoader, model_settings, served_ref
 from inferstream.serving.pipeline import BatchingPipeline, TaskRun
+from inferstream.serving.versions import RepositoryWatch
 
 log = logging.getLogger(__name__)
 
 
 class ServedModels:
-    """The loaded models and their pipelines; `close()` stops every pipeline."""
+    """The loaded models and their pipelines, by `served_ref`; `close()` stops every pipeline.
+
+    With a model repository and a `loader`, its models' versions are kept by a
+    `RepositoryWatch` (`watch`) from `start()` on."""
 
     def __init__(self, settings: WorkerConfig, models: list[LoadedModel], hooks: WorkerHooks,
                  loader: ModelLoader | None = None) -> None:
@@ -32,37 +43,64 @@ class ServedModels:
         self.hooks = hooks
         self.loader = loader if settings.load_on_demand else None
         self.pipelines: OrderedDict[str, BatchingPipeline] = OrderedDict()
+        #: versions taken out of service, unloaded once idle (`unload_idle`)
+        self.retiring: set[str] = set()
         self._loops: dict[str, asyncio.Task[None]] = {}
         self._loading: dict[str, asyncio.Future[BatchingPipeline]] = {}
         self._unloadable: dict[str, str] = {}
         self._waiting: set[asyncio.Task[None]] = set()
         for model in models:
-            self.pipelines[model.name] = BatchingPipeline(
+            self.pipelines[served_ref(model)] = BatchingPipeline(
                 model, model_settings(settings, model), hooks)
+        versioned = list(self.versions())
+        self.watch = RepositoryWatch(settings, self, loader, versioned) \
+            if loader is not None and settings.model_repository and versioned else None
+        self._watching: asyncio.Task[None] | None = None
+        if versioned:
+            hooks.after_versions_changed(self.versions())
 
     @property
     def names(self) -> list[str]:
-        return list(self.pipelines)
+        """The models served, by name (a repository model once, whatever its versions)."""
+        return list(dict.fromkeys(split_ref(ref)[0] for ref in self.pipelines))
+
+    @property
+    def references(self) -> list[str]:
+        """What it serves, by name and version, a repository model's versions as
+        `NAME:VERSION` each (those taken out of service left out)."""
+        return sorted((ref for ref in self.pipelines if ref not in self.retiring),
+                      key=lambda ref: (split_ref(ref)[0], split_ref(ref)[1] or 0))
+
+    def versions(self) -> dict[str, list[int]]:
+        """The versions in service of each repository model, oldest first, by name."""
+        found: dict[str, list[int]] = {}
+        for ref in self.references:
+            name, version = split_ref(ref)
+            if version is not None:
+                found.setdefault(name, []).append(version)
+        return {name: sorted(versions) for name, versions in found.items()}
 
     @property
     def items_in_flight(self) -> int:
         return sum(p.items_in_flight for p in self.pipelines.values())
 
     def find(self, task_model: str) -> BatchingPipeline | None:
-        """The loaded pipeline that serves `task_model`, marked as recently used."""
-        for name, pipeline in self.pipelines.items():
-            if serves(name, task_model):
-                self.pipelines.move_to_end(name)
-                return pipeline
-        return None
+        """The loaded pipeline that serves `task_model` (a `model_ref`: the newest version in
+        service where it names none), marked as recently used."""
+        found = [ref for ref in self.references if serves(ref, task_model)]
+        if not found:
+            return None
+        ref = max(found, key=lambda r: split_ref(r)[1] or 0)
+        self.pipelines.move_to_end(ref)
+        return self.pipelines[ref]
 
     def refusal(self, task_model: str) -> str | None:
-        """Why a task of `task_model` cannot be served here, or None if it can (now or once
-        loaded on demand)."""
+        """Why a task of `task_model` (a `model_ref`) cannot be served here, or None if it
+        can (now or once loaded on demand)."""
         if self.find(task_model) is not None:
             return None
-        if self.loader is None:
-            return f"serves {', '.join(self.names)}, not {task_model}"
+        if self.loader is None or has_versions(split_ref(task_model)[0]):
+            return f"serves {', '.join(self.references)}, not {task_model}"
         try:
             get_model_spec(task_model)
         except ModelError as exc:
@@ -72,7 +110,7 @@ class ServedModels:
     def submit(self, run: TaskRun) -> None:
         """Run `run` on the pipeline of its task's model, loading the model first where it
         is not loaded (see `refusal`); a model that cannot load refuses the run."""
-        pipeline = self.find(run.task["model"])
+        pipeline = self.find(task_ref(run.task))
         if pipeline is not None:
             pipeline.submit(run)
             return
@@ -112,11 +150,44 @@ class ServedModels:
             self._unloadable[task_model] = f"cannot load {task_model}: {exc}"
             raise
         self._evict()
-        pipeline = BatchingPipeline(model, model_settings(self.settings, model),
-                                     self.hooks)
-        self.pipelines[model.name] = pipeline
-        self._start(model.name)
+        return self.add(model)
+
+    def add(self, model: LoadedModel) -> BatchingPipeline:
+        """Serve `model` (a model loaded on demand, or a new version of a repository model)
+        beside the others, its batch loop started (inside the event loop)."""
+        ref = served_ref(model)
+        pipeline = BatchingPipeline(model, model_settings(self.settings, model), self.hooks)
+        self.pipelines[ref] = pipeline
+        self._start(ref)
+        if split_ref(ref)[1] is not None:
+            self.hooks.after_versions_changed(self.versions())
         return pipeline
+
+    def retire(self, refs: Iterable[str]) -> None:
+        """Take the versions `refs` out of service: no new task, and each is unloaded once
+        none of its tasks is in flight (`unload_idle`)."""
+        retired = {ref for ref in refs if ref in self.pipelines} - self.retiring
+        if not retired:
+            return
+        self.retiring |= retired
+        log.info("model %s out of service: unloaded once its tasks in flight are done",
+                 ", ".join(sorted(retired)))
+        self.hooks.after_versions_changed(self.versions())
+        self.unload_idle()
+
+    def unload_idle(self) -> None:
+        """Unload the versions out of service that no task is in flight on."""
+        for ref in sorted(self.retiring):
+            if self.pipelines[ref].items_in_flight == 0:
+                log.info("unloading model %s", ref)
+                self.retiring.discard(ref)
+                self._loops.pop(ref).cancel()
+                self.pipelines.pop(ref).close()
+
+    def look_again(self) -> None:
+        """Look at the model repository now (SIGHUP); thread-safe."""
+        if self.watch is not None:
+            self.watch.look_now()
 
     def _evict(self) -> None:
         """Make room for one more model: unload idle ones, least recently used first."""
@@ -126,19 +197,26 @@ class ServedModels:
             if self.pipelines[name].items_in_flight == 0:
                 log.info("unloading model %s (max_loaded_models=%d)", name,
                          self.settings.max_loaded_models)
+                self.retiring.discard(name)
                 self._loops.pop(name).cancel()
                 self.pipelines.pop(name).close()
 
     def start(self) -> None:
-        """Start the batch loop of every loaded model (inside the event loop)."""
+        """Start the batch loop of every loaded model and the repository's watch (inside the
+        event loop)."""
         for name in self.pipelines:
             self._start(name)
+        if self.watch is not None:
+            self._watching = asyncio.get_running_loop().create_task(
+                self.watch.run(), name="repository-watch")
 
     def _start(self, name: str) -> None:
         self._loops[name] = asyncio.get_running_loop().create_task(
             self.pipelines[name].run_forever(), name=f"batch-loop-{name}")
 
     def close(self) -> None:
+        if self._watching is not None:
+            self._watching.cancel()
         for waiting in list(self._waiting):
             waiting.cancel()
         for loop in self._loops.values():

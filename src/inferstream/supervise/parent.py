@@ -2,7 +2,8 @@
 
 The child runs in a process group of its own, so that a terminal's Ctrl-C reaches the
 supervisor alone, which passes it on once: SIGTERM and SIGINT drain the child as `signals`
-says (a second one ends it at once), SIGUSR1 dumps its stacks. A child still there
+says (a second one ends it at once), SIGUSR1 dumps its stacks, SIGHUP makes a worker look at its
+model repository (a signal the supervisor left alone would end it). A child still there
 `grace_s` + 10 s after the first stop signal, or 2 s after a second, is killed. Whatever the
 child leaves in its group when it ends is killed too, and the supervisor reaps every process
 that ends under it (as a container's PID 1 must).
@@ -25,7 +26,7 @@ from inferstream.supervise.policy import Ending, RestartPolicy, described, exit_
 log = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-_WATCHED = (*STOP_SIGNALS, signal.SIGUSR1, signal.SIGCHLD)
+_WATCHED = (*STOP_SIGNALS, signal.SIGUSR1, signal.SIGHUP, signal.SIGCHLD)
 #: How long past its own grace period a stopping child may take before it is killed.
 GRACE_MARGIN_S = 10.0
 #: How long a child may take to leave after a second stop signal.

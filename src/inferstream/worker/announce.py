@@ -7,7 +7,10 @@ up, it sends a `WorkerAnnouncement` (STARTING, the models) to the compacted `wor
 keyed by worker id, again every `announce_interval_s` while it loads, SERVING once it has its
 first assignment, and STOPPED when it stops. The controller holds a task of those models while
 the announcement is fresh instead of failing it (`controller.announcements`); a worker that
-dies while starting stops counting once its last announcement is a few intervals old.
+dies while starting stops counting once its last announcement is a few intervals old. Each
+announcement lists the versions of the repository models the worker serves, and a joined
+worker announces SERVING again whenever they change (`after_versions_changed`): the controller
+runs a job on the newest version among the live workers (`controller.versions`).
 
 The announcements go out from a thread of their own with a plain producer: model loading
 blocks the main thread, and a broker that is away costs the start nothing (each failure is
@@ -48,6 +51,7 @@ class StartAnnouncer:
         self.started_at = now_ms()
         self._starting = set(self.worker_ids)
         self._joined: set[str] = set()  # joined since the last round: SERVING is due
+        self._versions: dict[str, dict[str, list[int]]] = {}  # of each worker's models
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -81,6 +85,15 @@ class StartAnnouncer:
             self._starting.discard(worker_id)
             self._joined.add(worker_id)
         self._wake.set()
+
+    def versions_changed(self, worker_id: str, versions: dict[str, list[int]]) -> None:
+        """`worker_id` serves `versions` of its repository models now: in its announcements
+        from now on, and at once where it has joined. Thread-safe."""
+        with self._lock:
+            self._versions[worker_id] = versions
+            joined = worker_id not in self._starting
+        if joined:
+            self._send(worker_id, WorkerState.SERVING)
 
     def stop(self) -> None:
         """Stop announcing and say STOPPED for every worker (waiting briefly)."""
@@ -117,9 +130,11 @@ class StartAnnouncer:
         return bool(starting)
 
     def _send(self, worker_id: str, state: WorkerState) -> None:
+        with self._lock:
+            versions = self._versions.get(worker_id, {})
         announcement = WorkerAnnouncement(
             worker=worker_id, pool=self.config.pool, models=list(self.config.worker.models),
-            model_versions={}, state=state, started_at=self.started_at, timestamp=now_ms(),
+            model_versions=versions, state=state, started_at=self.started_at, timestamp=now_ms(),
             interval_s=self.interval_s)
         producer = self._producer
         if producer is None:
@@ -142,3 +157,6 @@ class _Joined(WorkerHooks):
 
     def after_rebalance(self) -> None:
         self.announcer.joined(self.worker_id)
+
+    def after_versions_changed(self, versions: dict[str, list[int]]) -> None:
+        self.announcer.versions_changed(self.worker_id, versions)

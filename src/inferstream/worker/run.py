@@ -10,13 +10,15 @@ import argparse
 import asyncio
 import os
 import time
+from functools import partial
 from typing import TYPE_CHECKING
 
 from inferstream.config import Config
 from inferstream.kafka.preflight import Needs
-from inferstream.signals import dump_stacks_on_usr1, when_stopping
+from inferstream.signals import dump_stacks_on_usr1, on_hangup, when_stopping
 
 if TYPE_CHECKING:
+    from inferstream.serving.loop import Worker
     from inferstream.worker.announce import StartAnnouncer
 
 #: The test hook's environment variable (see the module's docstring).
@@ -66,6 +68,7 @@ def _serve(config: Config, members: list[Config], device: str, worker_id: str,
     from inferstream.serving.hooks import HookChain
     from inferstream.serving.loader import model_loader
     from inferstream.serving.process import serve_until_stopped
+    from inferstream.serving.versions import start_models
     from inferstream.worker.metrics import WorkerMetrics
     from inferstream.worker.source import new_worker
 
@@ -74,9 +77,9 @@ def _serve(config: Config, members: list[Config], device: str, worker_id: str,
     metrics = WorkerMetrics(CollectorRegistry(), worker_id, config.pool)
     loader = model_loader(settings, device, metrics)
     if settings.members == 1:
-        models = [loader(name) for name in dict.fromkeys(settings.models)]
-        worker = new_worker(config, models, hooks=HookChain(metrics, announcer.hooks(worker_id)),
-                            loader=loader)
+        worker = new_worker(config, start_models(settings, loader),
+                            hooks=HookChain(metrics, announcer.hooks(worker_id)), loader=loader)
+        on_hangup(worker.served.look_again)  # new versions of repository models: look now
     if settings.metrics_port:
         # the port was checked free by preflight
         serve_metrics(metrics.registry, settings.metrics_port, settings.metrics_addr)
@@ -86,9 +89,16 @@ def _serve(config: Config, members: list[Config], device: str, worker_id: str,
     from inferstream.worker.members import run_members, tag_logs
 
     tag_logs()
-    workers = [new_worker(member, [loader(name) for name in dict.fromkeys(settings.models)],
+    workers = [new_worker(member, start_models(settings, loader),
                           hooks=HookChain(metrics.for_worker(member.worker.worker_id),
                                           announcer.hooks(member.worker.worker_id)),
                           loader=loader)
                for member in members]
+    on_hangup(partial(_look_again, workers))
     asyncio.run(run_members(workers, when_stopping))
+
+
+def _look_again(workers: list[Worker]) -> None:
+    """SIGHUP: each worker looks at its model repository now."""
+    for worker in workers:
+        worker.served.look_again()

@@ -2,7 +2,8 @@
 
 A task record becomes the pipeline's task; or, at once, a dead letter (it cannot be read), a
 commit with no result (the task-control topic says the controller wants none: `controls.py`),
-or a `TaskDeclined` (no model of this worker serves it, nor can it load one on demand). A run
+or a `TaskDeclined` (no model of this worker serves it, in the version it names, nor can it
+load one on demand). A run
 becomes one `TaskResult` on the results partition of the task's home; a run refused because
 its model could not load on demand becomes a `TaskDeclined`.
 """
@@ -19,7 +20,14 @@ from inferstream.kafka.deadletters import dead_letter
 from inferstream.kafka.settings import results_partition
 from inferstream.models import LoadedModel
 from inferstream.schemas import Codec, SchemaError
-from inferstream.schemas.records import Task, TaskDeclined, TaskResult, now_ms, read_record
+from inferstream.schemas.records import (
+    Task,
+    TaskDeclined,
+    TaskResult,
+    now_ms,
+    read_record,
+    task_ref,
+)
 from inferstream.serving.hooks import WorkerHooks
 from inferstream.serving.loader import ModelLoader
 from inferstream.serving.loop import Worker
@@ -79,7 +87,7 @@ class TaskSource(Source):
             log.debug("skipped job=%s task=%d attempt=%d: %s", task["job_id"], task["task_id"],
                       task["attempt"], skip)
             return []
-        refusal = self.worker.served.refusal(task["model"])
+        refusal = self.worker.served.refusal(task_ref(task))
         if refusal is not None:
             return [self._declined(task, refusal)]
         return task
@@ -103,10 +111,11 @@ class TaskSource(Source):
         worker = self.worker
         worker.hooks.after_decline(task["model"])
         log.info("declined job=%s task=%d model=%s: %s", task["job_id"], task["task_id"],
-                 task["model"], reason)
+                 task_ref(task), reason)
         declined = TaskDeclined(
             job_id=task["job_id"], task_id=task["task_id"], attempt=task["attempt"],
-            worker=worker.worker_id, model=task["model"], served_models=worker.served.names,
+            worker=worker.worker_id, model=task["model"],
+            served_models=worker.served.references,
             reason=f"worker {worker.worker_id} {reason}",
             task=self.codec.encode("Task", task), declined_at=now_ms())
         return self._result(task, self.codec.encode("TaskDeclined", declined))

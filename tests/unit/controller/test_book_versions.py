@@ -240,3 +240,23 @@ def test_a_worker_serving_other_versions_is_not_starting_with_this_one() -> None
     assert table.starting("default", "faces:1", now) == ["w2"]
     assert table.starting("default", "faces:3", now) == ["w1", "w2"]
     assert table.versions("default", FACES) == {"w1": [2, 3]}
+
+
+def test_a_held_task_goes_to_the_worker_that_declined_it_once_it_serves_its_version() -> None:
+    """w1 declined a task of version 2, which it had not loaded yet; once it announces it
+    serves version 2, the held task goes back to it."""
+    config = make_config(model_wait_s=60)
+    table = WorkerAnnouncements(config)
+    serving(table, "w1", 1)
+    book = book_of(config, {"w1": [0, 1, 2, 3]}, table)
+    _, (first, _) = accepted(book, make_job(items=4, model=FACES, model_version=2))
+    now = now_ms()
+    out = book.outbox()
+    book.on_declined(declined_by(first, "w1", ["faces:1"]), out)
+    book.tick(out, now)
+    assert tasks(book, out) == [] and failed_items(book, out) == []
+    serving(table, "w1", 1, 2)  # it loaded version 2
+    later = book.outbox()
+    book.tick(later, now + 1000)
+    (_, again), *_ = tasks(book, later)
+    assert (again["task_id"], again["attempt"], again["model_version"]) == (0, 2, 2)

@@ -46,6 +46,13 @@ CHILD = textwrap.dedent("""
             print("draining", flush=True)
             done.wait()
         print("drained", flush=True)
+    if step == "hangup":  # what a worker does on SIGHUP: carries on
+        from inferstream.signals import on_hangup
+        heard = threading.Event()
+        on_hangup(heard.set)
+        print("listening", flush=True)
+        heard.wait()
+        print("heard", flush=True)
     if step == "hang":
         signal = __import__("signal")
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -178,6 +185,16 @@ def test_a_second_signal_ends_the_child_at_once(tmp_path: Path, step: str, code:
     assert ended == code
     assert said in err
     assert runs(tmp_path) == [""]
+
+
+@pytest.mark.timeout(60)
+def test_sighup_reaches_the_child_and_neither_ends(tmp_path: Path) -> None:
+    proc = start_supervisor(tmp_path, "hangup")
+    wait_for(proc, "listening")
+    proc.send_signal(signal.SIGHUP)
+    wait_for(proc, "heard")
+    code, _, _ = finish(proc)
+    assert code == 0 and runs(tmp_path) == [""]
 
 
 @pytest.mark.timeout(60)

@@ -82,12 +82,21 @@ class ServingSpec:
 
 
 @dataclass(frozen=True)
+class VersionsSpec:
+    """[versions]: the model's version policy (docs/model-versions.md)."""
+
+    #: the newest this many versions are served at once; None: the worker's model_versions
+    latest: int | None = None
+
+
+@dataclass(frozen=True)
 class ModelCard:
     """What a repository model is: its input, its output and how the worker runs it."""
 
     input: InputSpec = InputSpec()
     output: OutputSpec = OutputSpec()
     serving: ServingSpec = ServingSpec()
+    versions: VersionsSpec = VersionsSpec()
 
 
 def read_card(path: Path) -> ModelCard:
@@ -113,10 +122,13 @@ class _Reader:
         return RepositoryError(self.path, reason)
 
     def card(self, table: dict[str, Any]) -> ModelCard:
-        self.known(table, "", ("input", "output", "serving"))
-        sections = {name: self.section(table, name) for name in ("input", "output", "serving")}
+        names = ("input", "output", "serving", "versions")
+        self.known(table, "", names)
+        sections = {name: self.section(table, name) for name in names}
+        self.known(sections["versions"], "versions.", ("latest",))
         card = ModelCard(self.input(sections["input"]), self.output(sections["output"]),
-                         self.serving(sections["serving"]))
+                         self.serving(sections["serving"]), VersionsSpec(
+                             self.integer(sections["versions"], "versions.latest", None)))
         if card.input.kind == "image" and card.input.resize is not None and \
                 card.input.resize < max(card.input.size):
             raise self.fail(f"input.resize {card.input.resize} is below input.size "
