@@ -13,14 +13,19 @@ every partition goes back to its preferred leader (the coordinators spread over 
 again), and the kill is for, in turn, the coordinator of the workers' group (which the
 controller describes), of the controller group, and of most of the controller's
 transactional ids: that broker is killed, left down 6-12 s, restarted, and the next kill
-waits until the job moves again. A controller that exits is an abort: its log of that kill
-(emptied at each kill it survives) is kept as `abort-<kill>.log` and a new controller takes
-over. Every job must end COMPLETED with one output line per item. About 25 s per kill.
+waits until the job moves again. The workers' group's broker is first restarted gracefully
+and given back only that group's partition of __consumer_offsets: a broker that led more
+would hold the controller in a commit while it is down, and the controller would not
+describe the group then (the code before 8fb373e aborted after such a describe). A
+controller that exits is an abort: its log of that kill (emptied at each kill it survives)
+is kept as `abort-<kill>.log` and a new controller takes over. Every job must end COMPLETED
+with one output line per item. About 25 s per kill.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import shutil
 import subprocess
@@ -31,7 +36,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import ElectionType, KafkaException
+from confluent_kafka import ElectionType, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from inferstream.client.client import Client
@@ -45,7 +50,9 @@ ITEMS = 30_000
 MODEL = "sim:ms=5"
 #: Kafka's own broker session timeout, not the local cluster's 5 s: a killed broker's
 #: coordinators move as late as in production, where a client waits on them longest.
-BROKER_SETTINGS = ("broker.session.timeout.ms=9000",)
+BROKER_SETTINGS = ("broker.session.timeout.ms=9000",
+                   # the stress places the leaders itself (a broker leading one partition)
+                   "auto.leader.rebalance.enable=false")
 #: Whose coordinator each kill is for, in turn: the group the controller describes, its own
 #: group, its transactional ids.
 TARGETS = ("workers' group", "controllers' group", "controller transactions")
@@ -78,16 +85,24 @@ def coordinator_partition(key: str, partitions: int) -> int:
 
 
 def coordinators(admin: AdminClient, config: Config) -> dict[str, int]:
-    """What the controller uses -> the broker that coordinates it now, read from the internal
-    topics' leaders (a metadata request: the describe this test is about is not safe here)."""
+    """What the controller uses -> the broker that coordinates it now (-1 while a leader is
+    elected), read from the internal topics' leaders (a metadata request: the describe this
+    test is about is not safe here)."""
     keys = {"__consumer_offsets": [config.worker_group(), config.topic_prefix + "controllers"],
             "__transaction_state": transactional_ids(config)}
+    topics = admin.list_topics(timeout=10).topics
     leaders: dict[str, int] = {}
     for topic, names in keys.items():
-        partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
+        partitions = topics[topic].partitions
         for name in names:
             leaders[name] = partitions[coordinator_partition(name, len(partitions))].leader
     return leaders
+
+
+def leading(admin: AdminClient, broker: int) -> int:
+    """How many partitions `broker` leads, of every topic."""
+    topics = admin.list_topics(timeout=10).topics.values()
+    return sum(p.leader == broker for t in topics for p in t.partitions.values())
 
 
 def transactional_ids(config: Config) -> list[str]:
@@ -197,39 +212,43 @@ class Stress:
             time.sleep(0.2)
         self.report.problems.append(f"kill {self.kill}: no progress for {timeout_s:.0f}s")
 
-    def victim(self) -> tuple[str, int, list[str]]:
-        """The coordinator this kill is for, in turn, the broker that holds it now and all
-        that broker coordinates."""
-        target = TARGETS[(self.kill - 1) % len(TARGETS)]
+    def victim(self, target: str) -> int:
+        """The broker that holds the coordinator of `target` now, after the leaders were
+        spread again."""
         spread_leaders(self.admin)
         while True:
             leaders = coordinators(self.admin, self.config)
-            if target == "workers' group":
-                broker = leaders[self.config.worker_group()]
-            elif target == "controllers' group":
+            if target == "controllers' group":
                 broker = leaders[self.config.topic_prefix + "controllers"]
             else:
                 held = Counter(leaders[tid] for tid in transactional_ids(self.config))
                 broker = held.most_common(1)[0][0]
             if broker >= 0:  # else a leader is being elected
-                return target, broker, [name for name, at in leaders.items() if at == broker]
+                return broker
             time.sleep(0.5)
 
-    def kill_once(self) -> None:
-        """Kill the broker of the next coordinator, restart it, wait for progress."""
-        self.kill += 1
-        target, broker, held = self.victim()
-        down_s = self.rng.uniform(6, 12)
-        self.runs.forget_log()
-        self.since = time.monotonic()
-        self.cluster.kill(broker)
-        line = (f"kill {self.kill} ({target}): broker-{broker} ({', '.join(held)}) "
-                f"down {down_s:.1f}s")
-        print(line, flush=True)
-        self.report.kills.append(line)
-        while time.monotonic() - self.since < down_s:
+    def isolate(self, timeout_s: float = 60) -> int:
+        """The preferred leader of the workers' group's partition of __consumer_offsets,
+        left leading that partition alone: a graceful restart moves each of its leaders
+        away, then that partition alone is elected back to it."""
+        partitions = self.admin.list_topics(timeout=10).topics["__consumer_offsets"].partitions
+        wanted = TopicPartition("__consumer_offsets",
+                                coordinator_partition(self.config.worker_group(), len(partitions)))
+        broker = partitions[wanted.partition].replicas[0]
+        self.restart(broker)
+        deadline = time.monotonic() + timeout_s
+        while coordinators(self.admin, self.config)[self.config.worker_group()] != broker:
+            if time.monotonic() > deadline:
+                print(f"broker-{broker} did not lead {wanted} again", flush=True)
+                break
+            with contextlib.suppress(KafkaException):  # not in sync yet
+                self.admin.elect_leaders(ElectionType.PREFERRED, [wanted]).result(30)
             self.watch()
-            time.sleep(0.2)
+            time.sleep(0.5)
+        return broker
+
+    def restart(self, broker: int) -> None:
+        """Start `broker` again (a graceful stop first if it runs) and wait until it is up."""
         self.cluster.begin_restart(broker)
         while self.cluster.restarting:
             self.watch()
@@ -237,6 +256,26 @@ class Stress:
                 if code != 0:
                     self.report.problems.append(f"broker-{broker} did not restart ({code})")
             time.sleep(0.2)
+
+    def kill_once(self) -> None:
+        """Kill the broker of the next coordinator, restart it, wait for progress."""
+        self.kill += 1
+        target = TARGETS[(self.kill - 1) % len(TARGETS)]
+        broker = self.isolate() if target == "workers' group" else self.victim(target)
+        held = [name for name, at in coordinators(self.admin, self.config).items()
+                if at == broker]
+        line = (f"kill {self.kill} ({target}): broker-{broker} ({', '.join(held)}; leading "
+                f"{leading(self.admin, broker)} partitions)")
+        down_s = self.rng.uniform(6, 12)
+        self.runs.forget_log()
+        self.since = time.monotonic()
+        self.cluster.kill(broker)
+        print(f"{line} down {down_s:.1f}s", flush=True)
+        self.report.kills.append(line)
+        while time.monotonic() - self.since < down_s:
+            self.watch()
+            time.sleep(0.2)
+        self.restart(broker)
         self.until_moving(timeout_s=120)
 
     def finish(self, timeout_s: float = 600) -> None:
