@@ -66,17 +66,18 @@ def produce_job(config: Config, items: int) -> str:
                             items=[ok_item(i, TOP) for i in task_items],
                             started_at=now_ms(), finished_at=now_ms(), decode_seconds=0.0,
                             inference_seconds=0.0)
-        _produce(producer, results, part, job_id, codec.encode("TaskResult", result))
+        produce_record(producer, results, part, job_id, codec.encode("TaskResult", result))
     event = JobEvent(job_id=job_id, type=JobEventType.COMPLETED, timestamp=now_ms(),
                      model="sim:ms=0", model_version=None, reason=None, total_items=items,
                      total_tasks=tasks, done_items=items, ok_items=items, error_items=0,
                      rate_items_per_s=None, home_partition=None)
-    _produce(producer, events, part, job_id, codec.encode("JobEvent", event))
+    produce_record(producer, events, part, job_id, codec.encode("JobEvent", event))
     producer.flush(120)
     return job_id
 
 
-def _produce(producer: Producer, topic: str, part: int, key: str, value: bytes) -> None:
+def produce_record(producer: Producer, topic: str, part: int, key: str, value: bytes) -> None:
+    """Produce one record, waiting while the producer's queue is full."""
     while True:
         try:
             producer.produce(topic, value, key.encode(), partition=part)
