@@ -203,11 +203,11 @@ def _compile(model: TorchModel, job: _Job, compiler: Compiler,
     if job.mode == "on":
         model.forward = compiled.forward
         return done(True, f"compile = on; {how}")
-    timings = _timings(model, job, compiled, eager)
-    if timings != compiled.timings:  # timed again: the next start reads these
+    timings, timed_again = _timings(model, job, compiled, eager)
+    if timed_again:  # the next start reads these
         cache.record(key, timings)
     eager_ms, compiled_ms = timings.eager_ms_per_item or 0.0, timings.compiled_ms_per_item or 0.0
-    when = " when compiled" if timings == compiled.timings and load_s is not None else ""
+    when = " when compiled" if not timed_again and load_s is not None else ""
     figures = f"{compiled_ms:.1f} ms/item against {eager_ms:.1f} eager{when}; {how}"
     slower = compiled_ms > eager_ms * COMPILED_TOLERANCE
     model.forward = eager if slower else compiled.forward
@@ -216,17 +216,18 @@ def _compile(model: TorchModel, job: _Job, compiler: Compiler,
 
 
 def _timings(model: TorchModel, job: _Job, compiled: CompiledForward,
-             eager: Forward) -> Timings:
-    """What `auto` chooses by: the figures of the package's build, timed again where it has
-    none (a `compile on` start's) or eager won and it came from the cache (a busy neighbour
-    at the first start may have made compiled look slower)."""
+             eager: Forward) -> tuple[Timings, bool]:
+    """What `auto` chooses by, and whether it was timed again now: the figures of the
+    package's build, timed again where it has none (a `compile on` start's) or eager won and
+    it came from the cache (a busy neighbour at the first start may have made compiled look
+    slower)."""
     timings = compiled.timings
     eager_ms, compiled_ms = timings.eager_ms_per_item, timings.compiled_ms_per_item
     if eager_ms is not None and compiled_ms is not None and (
             compiled.load_s is None or compiled_ms <= eager_ms * COMPILED_TOLERANCE):
-        return timings
+        return timings, False
     return Timings(timings.compile_s,
-                   *_time_both(model, eager, compiled.forward, job.max_batch))
+                   *_time_both(model, eager, compiled.forward, job.max_batch)), True
 
 
 def _build(model: TorchModel, job: _Job, compiler: Compiler, cache: PackageCache,

@@ -20,7 +20,7 @@ from inferstream.models.forward import (
     resolve_precision,
     warm_up_sizes,
 )
-from tests.unit.support.compilers import FailingCompiler, SlowerCompiler
+from tests.unit.support.compilers import FailingCompiler, SlowerCompiler, fixed_timings
 from tests.unit.support.models import assert_same_predictions, batch_of, tiny_model
 from tests.unit.support.photos import CAT_CLASSES, encode
 
@@ -67,6 +67,7 @@ def test_a_model_that_does_not_compile_runs_eager_and_says_why(
 def test_auto_keeps_eager_where_compiled_measures_slower(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    fixed_timings(monkeypatch)
     model = tiny_model()
     report = prepare_forward(model, compile_mode="auto", max_batch=4, compiler=SlowerCompiler())
     assert not report.compiled

@@ -21,14 +21,17 @@ from tests.unit.support.compilers import (
     InstantCompiler,
     PickledCompiler,
     SlowerCompiler,
+    fixed_timings,
 )
 from tests.unit.support.models import assert_same_predictions, batch_of, tiny_model
 
 
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The compile cache of these tests; its packages are under `SUBDIR`."""
+    """The compile cache of these tests; its packages are under `SUBDIR`; eager against
+    compiled timed by the figures of `fixed_timings`."""
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    fixed_timings(monkeypatch)
     return tmp_path / SUBDIR
 
 

@@ -11,9 +11,40 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import torch
 
+from inferstream.models import TorchModel
+from inferstream.models import forward as forward_module
+
 Forward = Callable[[torch.Tensor], torch.Tensor]
+
+#: What a forward pass without a figure of its own times at, in ms per item (`fixed_timings`)
+EAGER_MS = 1.0
+
+
+class Timed:
+    """A forward pass that `fixed_timings` times at `ms_per_item`, whatever the machine's load
+    (a wall-clock race between a tiny model's eager pass and a stand-in compiled one was lost
+    to a busy neighbour's stall, now and then)."""
+
+    def __init__(self, forward: Forward, ms_per_item: float) -> None:
+        self.forward = forward
+        self.ms_per_item = ms_per_item
+
+    def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.forward(inputs)
+
+
+def fixed_timings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`prepare_forward`'s timing of eager against compiled answers each forward pass's
+    `Timed` figure (EAGER_MS for the module itself) instead of the wall clock."""
+
+    def ms_per_item(model: TorchModel, forward: Forward, batch: torch.Tensor) -> float:
+        model.forward = forward
+        return float(getattr(forward, "ms_per_item", EAGER_MS))
+
+    monkeypatch.setattr(forward_module, "_ms_per_item", ms_per_item)
 
 
 class PickledCompiler:
@@ -43,25 +74,19 @@ class FailingCompiler(PickledCompiler):
 
 
 class SlowerCompiler(PickledCompiler):
-    """A compiled forward pass that takes 0.15 s more per batch: slower than eager by far
-    more than a busy machine's stalls of the eager timing (seen: 15 ms per item)."""
+    """A compiled forward pass that times 20x slower than eager (`fixed_timings`)."""
 
     def load(self, path: Path, device: torch.device) -> Forward:
-        module = super().load(path, device)
-
-        def forward(inputs: torch.Tensor) -> torch.Tensor:
-            time.sleep(0.15)
-            return module(inputs)
-
-        return forward
+        return Timed(super().load(path, device), 20 * EAGER_MS)
 
 
 class InstantCompiler(PickledCompiler):
-    """A compiled forward pass that returns at once, every class equally likely."""
+    """A compiled forward pass that returns at once, every class equally likely, and times
+    100x faster than eager (`fixed_timings`)."""
 
     def load(self, path: Path, device: torch.device) -> Forward:
         super().load(path, device)
-        return lambda inputs: torch.zeros(len(inputs), 1000)
+        return Timed(lambda inputs: torch.zeros(len(inputs), 1000), EAGER_MS / 100)
 
 
 class BusyFirstCompiler(PickledCompiler):
