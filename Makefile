@@ -37,7 +37,7 @@ test: lint typecheck kafka-jars ## lint, type check, then every test (unit, inte
 	$(PY) -m pytest $(IN_PARALLEL) $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## the unit tests only (no broker)
-	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+	$(PY) -m pytest $(IN_PARALLEL) tests/unit $(PYTEST_ARGS)
 
 test-integration: $(STAMP) kafka-jars ## the tests against a real local broker
 	$(PY) -m pytest $(IN_PARALLEL) tests/integration $(PYTEST_ARGS)
