@@ -38,6 +38,8 @@ from inferstream.worker import new_worker
 
 CODEC = Codec(None)
 TOPIC = "inferstream.tasks.default"
+#: The models the sampled worker serves: a built-in and a simulated one.
+SERVED = (ServedModel("resnet50", "resnet50-11ad3fa6.pth"), ServedModel("sim:ms=1", "sim"))
 
 
 class OwnedPartitions:
@@ -59,13 +61,12 @@ class OwnedPartitions:
 async def one_sample(windows: PerformanceWindows, probe: QueueProbe, collectors: Any,
                      consumer: Any) -> float:
     """CPU seconds of one whole sample, the worker side and the collectors together."""
-    served = (ServedModel("resnet50", "resnet50-11ad3fa6.pth"), ServedModel("sim:ms=1", "sim"))
     started = time.process_time()
     context = SampleContext(worker="bench", pool="default", device="cpu", interval_s=2.0,
-                            served=served, performance=windows.snapshot(served),
+                            served=SERVED, performance=windows.snapshot(SERVED),
                             queue=await probe.state(consumer, 96))
     fields, _, _ = run_collectors(collectors, context)
-    CODEC.encode("SysInfoSample", build_sample(context, fields, "host", None))
+    CODEC.encode("SysInfoSample", build_sample(context, fields, "host", []))
     return time.process_time() - started
 
 
@@ -73,7 +74,7 @@ async def alone(samples: int) -> list[float]:
     windows, probe = PerformanceWindows(), QueueProbe()
     now = time.monotonic()
     for i in range(4000):  # two models at 200 batches/s each over the 10 s window
-        for model in ("resnet50", "sim:ms=1"):
+        for model in SERVED:
             windows.record(model, 32, 0.005, now - 10 + i * 0.0025)
     collectors = load_collectors(DEFAULT_COLLECTORS)
     consumer = OwnedPartitions()

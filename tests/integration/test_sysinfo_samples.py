@@ -51,6 +51,8 @@ def test_a_sim_10_worker_reports_about_100_items_per_s_while_a_job_runs(
     assert before_job[0]["queue_depth"] == 0 and before_job[0]["models"][0]["items"] == 0
     calibration = before_job[0]["calibration"]
     assert calibration is not None and 80 <= calibration["items_per_s"] <= 120
+    assert (calibration["model"], calibration["version"]) == ("sim:ms=10", "sim")
+    assert before_job[0]["calibrations"] == [calibration]  # one per served model
 
     started_ms = int(time.time() * 1000)
     job = Client(config).submit("sim:ms=10", [f"@{listing}"], chunk_size=32)
@@ -67,5 +69,6 @@ def test_a_sim_10_worker_reports_about_100_items_per_s_while_a_job_runs(
     rates = [s["models"][0]["items_per_s"] for s in busy]
     assert 80 <= statistics.median(rates) <= 120, rates
     assert all(s["calibration"] == calibration for s in found)
+    assert all(s["calibrations"] == [calibration] for s in found)
     assert any(s["consumer_lag"] for s in busy)  # tasks waited on its partitions
     assert all(s["assigned_partitions"] == [0, 1, 2, 3] for s in busy)

@@ -108,9 +108,15 @@ EXAMPLES: dict[str, dict[str, Any]] = {
                     "items_per_s": 1450.0, "batch_latency_seconds_p50": 0.021,
                     "batch_latency_seconds_p95": 0.034, "item_seconds": 0.00066,
                     "mean_batch_size": 31.5}],
-        "calibration": {"model": "googlenet", "items_per_s": 1510.0, "batch_size": 32,
-                        "seconds": 0.0212, "measured_at": T0 + 1},
+        "calibration": {"model": "googlenet", "version": "IMAGENET1K_V1", "items_per_s": 1510.0,
+                        "batch_size": 32, "seconds": 0.0212, "measured_at": T0 + 1},
         "software": {"inferstream": "0.1.0", "torch": "2.14.1", "cuda": "12.8"},
+        "calibrations": [
+            {"model": "googlenet", "version": "IMAGENET1K_V1", "items_per_s": 1510.0,
+             "batch_size": 32, "seconds": 0.0212, "measured_at": T0 + 1},
+            {"model": "faces", "version": "2", "items_per_s": 310.0, "batch_size": 8,
+             "seconds": 0.0258, "measured_at": T0 + 2},
+        ],
     },
     "PolicyEntry": {
         "worker": "worker-a",
@@ -127,6 +133,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "task_size": 1450,
         "models": ["googlenet"],
         "model_partitions": [],
+        "model_rates": [{"model": "googlenet", "items_per_s": 1450.0, "task_size": 1450}],
     },
     "DeadLetter": {
         "origin_topic": "inferstream.tasks.gpu",

@@ -65,6 +65,8 @@ class WorkerInfo(TypedDict):
     queue_depth: int
     consumer_lag: int | None
     calibration: Calibration | None
+    #: items/s of each model it serves, by reference (NAME, or NAME:VERSION)
+    model_rates: dict[str, float]
 
 
 class WorkerDetail(WorkerInfo):

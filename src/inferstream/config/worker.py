@@ -116,7 +116,8 @@ class WorkerConfig:
         "inferstream.collectors (repeatable; replaces the default list)", flag="--collector",
         metavar="NAME")
     calibration_items: int = setting(
-        8, "items in the calibration batch run at start (0: no calibration)")
+        8, "items in each served model's calibration batch, run at start and when a model "
+        "is loaded (0: no calibration)")
     assignor: str = setting(
         "policy", "policy: partitions in proportion to the policy's capacity shares; "
         "roundrobin: aiokafka's equal shares", choices=ASSIGNORS)

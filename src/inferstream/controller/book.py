@@ -154,9 +154,10 @@ class JobBook:
     def on_result(self, result: TaskResult, out: Outbox) -> None:
         """A task's result: the first of each task counts, later ones are dropped."""
         version = result["model_version"]
-        self.pools.record_result(result["worker"], model_ref(
-            result["model"], int(version) if version and version.isdecimal() else None))
-        self.deadlines.observe(result["worker"], len(result["items"]),
+        answered = model_ref(result["model"],
+                             int(version) if version and version.isdecimal() else None)
+        self.pools.record_result(result["worker"], answered)
+        self.deadlines.observe(result["worker"], answered, len(result["items"]),
                                result["inference_seconds"])
         state = self.jobs.get(result["job_id"])
         if state is None:

@@ -2,8 +2,10 @@
 
 When the controller issues a task it notes the work queued before it on the same worker (the
 items of this controller's unfinished tasks on that worker's partitions, its own included)
-and the worker's seconds per item: from the policy's capacity, else from the model time per
-item of the worker's own results, else the pool's median. The task is late once that work at
+and the worker's seconds per item of the task's model: from the policy's rate of that model on
+the worker (its capacity where the policy has no figure of the model), else from the model
+time per item of the worker's own results of that model, else the pool's median for the
+model. The task is late once that work at
 that speed, times `migration_slack`, plus `migration_floor_s`, has passed; the speed is frozen
 when first known, so a worker that slows down does not stretch the deadlines of what it holds.
 A task is also late at once when the worker that owns its partition now shows, in its recent
@@ -27,11 +29,11 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from inferstream.controller.declines import PoolView
-from inferstream.policy.view import PolicyView, WorkerPolicy, model_range
+from inferstream.policy.view import PolicyView, WorkerPolicy, model_figure, model_range
 from inferstream.schemas.records import Task, serves, task_ref
 
 log = logging.getLogger(__name__)
@@ -100,8 +102,8 @@ class Deadlines:
         self._by_owner: dict[tuple[str, str | None], int] = {}
         self._by_partition: dict[tuple[str, int], int] = {}
         self._member_cache: dict[str, tuple[float, dict[str, list[int]] | None]] = {}
-        #: seconds per item each worker's results showed, smoothed
-        self._observed: dict[str, float] = {}
+        #: seconds per item each worker's results showed, smoothed, by worker and model
+        self._observed: dict[str, dict[str, float]] = {}
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -112,7 +114,7 @@ class Deadlines:
         entry = Outstanding(task, home, partition, owner, now_ms)
         self._add(entry)
         entry.backlog_items = self._backlog(task["pool"], owner, partition)
-        entry.per_item_s = self._per_item_s(task["pool"], owner)
+        entry.per_item_s = self._per_item_s(task["pool"], owner, task_ref(task))
 
     def adopted(self, tasks: list[Task], home: int, now_ms: int) -> None:
         """Tasks that an earlier owner of their job issued, on partitions not known here:
@@ -126,7 +128,7 @@ class Deadlines:
             workers = len(self._members(pool) or ()) or 1
             shared = -(-self._by_partition[(pool, UNKNOWN_PARTITION)] // workers)
             entry.backlog_items = max(entry.items, shared)
-            entry.per_item_s = self._per_item_s(pool, None)
+            entry.per_item_s = self._per_item_s(pool, None, task_ref(entry.task))
 
     def done(self, job_id: str, task_id: int) -> None:
         entry = self._tasks.get((job_id, task_id))
@@ -193,7 +195,7 @@ class Deadlines:
             if target is None:  # nowhere better: keep waiting on the same worker, anew
                 self._add(entry)
                 entry.issued_ms = now_ms
-                entry.per_item_s = self._per_item_s(pool, entry.owner)
+                entry.per_item_s = self._per_item_s(pool, entry.owner, task_ref(entry.task))
                 continue
             worker, partition = target
             planned[worker] = planned.get(worker, 0) + entry.items
@@ -205,9 +207,10 @@ class Deadlines:
         the task was expected to (its recent results show it), or the deadline passed."""
         if entry.owner is not None and entry.owner in unhealthy:
             return f"worker {entry.owner} is not healthy"
+        model = task_ref(entry.task)
         if entry.per_item_s is None:  # no estimate when it was issued: the first one
-            entry.per_item_s = self._per_item_s(entry.task["pool"], entry.owner)
-        observed = self._observed.get(entry.owner) if entry.owner is not None else None
+            entry.per_item_s = self._per_item_s(entry.task["pool"], entry.owner, model)
+        observed = self.observed(entry.owner, model) if entry.owner is not None else None
         if (observed is not None and entry.per_item_s is not None
                 and observed > self.slack * entry.per_item_s):
             return (f"worker {entry.owner} takes {observed * 1000:.0f} ms per item, "
@@ -244,39 +247,48 @@ class Deadlines:
             return None
         return {p: worker for worker, parts in members.items() for p in parts}
 
-    def observe(self, worker: str, items: int, inference_seconds: float) -> None:
-        """A result of `worker`: its model time per item (what the sysinfo app's capacity
-        is made of too), smoothed, for pools without a policy."""
+    def observe(self, worker: str, model: str, items: int, inference_seconds: float) -> None:
+        """A result of `worker` by `model` (a `model_ref`): its model time per item (what the
+        sysinfo app's rates are made of too), smoothed, for pools without a policy."""
         if items <= 0 or inference_seconds <= 0:
             return
         per_item = inference_seconds / items
-        known = self._observed.get(worker)
-        self._observed[worker] = per_item if known is None else (
+        seen = self._observed.setdefault(worker, {})
+        known = seen.get(model)
+        seen[model] = per_item if known is None else (
             OBSERVED_ALPHA * per_item + (1 - OBSERVED_ALPHA) * known)
 
-    def _per_item_s(self, pool: str, worker: str | None,
+    def observed(self, worker: str, model: str) -> float | None:
+        """The seconds per item `worker`'s results of `model` showed; None before one."""
+        return model_figure(model, self._observed.get(worker, {}))
+
+    def _per_item_s(self, pool: str, worker: str | None, model: str,
                     workers: Mapping[str, WorkerPolicy] | None = None) -> float | None:
-        """The worker's seconds per item: from the policy's capacity, else from its results;
-        for a worker known to neither, the pool's median (policy) or every worker's.
-        `workers`: the pool's policy, where the caller has it already."""
+        """The worker's seconds per item of `model`: from the policy's rate, else from its
+        results; for a worker known to neither, the pool's median for the model (policy) or
+        the workers' results' (of the model where any showed it). `workers`: the pool's
+        policy, where the caller has it already."""
         workers = (self.policy.workers(pool) if workers is None else workers) or {}
         known = workers.get(worker) if worker is not None else None
-        if known is not None and known.capacity_items_per_s > 0:
-            return 1.0 / known.capacity_items_per_s
-        if worker is not None and worker in self._observed:
-            return self._observed[worker]
-        rates = [w.capacity_items_per_s for w in workers.values() if w.capacity_items_per_s > 0]
-        if rates:
-            return 1.0 / statistics.median(rates)
-        return statistics.median(self._observed.values()) if self._observed else None
+        if known is not None and known.rate_for(model) > 0:
+            return 1.0 / known.rate_for(model)
+        observed = self.observed(worker, model) if worker is not None else None
+        if observed is not None:
+            return observed
+        rate = _median_rate(workers.values(), model)
+        if rate is not None:
+            return 1.0 / rate
+        seen = [s for s in (self.observed(w, model) for w in self._observed) if s is not None]
+        every = [s for figures in self._observed.values() for s in figures.values()]
+        return statistics.median(seen or every) if seen or every else None
 
-    def target_per_item_s(self, pool: str, worker: str,
+    def target_per_item_s(self, pool: str, worker: str, model: str,
                           workers: Mapping[str, WorkerPolicy] | None = None) -> float | None:
-        """The seconds per item to plan new work on `worker` with: the slower of what the
-        policy says and what its results show. The policy's capacity lags a slowdown by its
-        sampling window, and new work must not go to a worker that just slowed down."""
-        known = self._per_item_s(pool, worker, workers)
-        observed = self._observed.get(worker)
+        """The seconds per item to plan new work of `model` on `worker` with: the slower of
+        what the policy says and what its results show. The policy's rates lag a slowdown by
+        its sampling window, and new work must not go to a worker that just slowed down."""
+        known = self._per_item_s(pool, worker, model, workers)
+        observed = self.observed(worker, model)
         if known is None or observed is None:
             return known if observed is None else observed
         return max(known, observed)
@@ -326,7 +338,7 @@ class Deadlines:
                 continue
             if not self._serves(worker, task_ref(entry.task), policy):
                 continue
-            per_item = self.target_per_item_s(pool, worker) or 1.0
+            per_item = self.target_per_item_s(pool, worker, task_ref(entry.task)) or 1.0
             queued = self._backlog(pool, worker, -1) + planned.get(worker, 0)
             finish = (queued + entry.items) * per_item
             partition = sorted(parts)[entry.task["task_id"] % len(parts)]
@@ -343,3 +355,12 @@ class Deadlines:
             return False
         known = [*self.pools.served.get(worker, ()), *(policy.models if policy else ())]
         return any(serves(m, model) for m in known)
+
+
+def _median_rate(workers: Collection[WorkerPolicy], model: str) -> float | None:
+    """The median items/s of `model` among `workers`: of those the policy measured it on,
+    else of every known capacity; None where neither is known."""
+    figures = [r for r in (model_figure(model, w.model_rates) for w in workers) if r]
+    capacities = [w.capacity_items_per_s for w in workers if w.capacity_items_per_s > 0]
+    rates = figures or capacities
+    return statistics.median(rates) if rates else None

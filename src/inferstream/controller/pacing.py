@@ -3,7 +3,8 @@
 With `issue_ahead_s` > 0 the controller does not put a job's tasks on the task topic all at
 once. It keeps each live worker of the pool about `issue_ahead_s` of work ahead: the items of
 this controller's outstanding tasks on the partitions the worker owns, at the worker's seconds
-per item (`Deadlines.target_per_item_s`: the policy's capacity, or its results). Each new task
+per item of the job's model (`Deadlines.target_per_item_s`: the policy's rate of the model on
+the worker, or its results). Each new task
 goes to the worker that would finish it first, among those below their
 `issue_ahead_s`, on the least loaded of its partitions (within the model's range, where the
 policy gives the pool ranges); a worker with no known speed gets one task at a time until its
@@ -99,7 +100,7 @@ class Pacing:
             parts = [p for p in owned if p < partitions and (within is None or p in within)]
             if parts:
                 found.append(_Worker(worker, parts,
-                                     self.table.target_per_item_s(pool, worker, policy)))
+                                     self.table.target_per_item_s(pool, worker, model, policy)))
         self._workers[key] = found
         return found
 

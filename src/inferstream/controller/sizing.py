@@ -1,7 +1,8 @@
 """How many items each task of a job holds: the job's `--chunk-size` if it gave one, else the
-policy's task size for its pool (about 1 s of work on the pool's median worker), else the
-controller's `default_chunk_size`. Whatever the size, `expansion.cut_tasks` closes a task
-early where its inline bytes reach the message-size cap.
+policy's task size for its model on its pool (about `task_seconds` of work on the pool's
+median worker for that model, or for any model where the policy has no figure of the job's),
+else the controller's `default_chunk_size`. Whatever the size, `expansion.cut_tasks` closes a
+task early where its inline bytes reach the message-size cap.
 
 The size is chosen once, when the job is accepted, and written into the job as the ledger
 keeps it, so a replica that takes the job over cuts the rest of it the same way even when
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from inferstream.policy.view import PolicyView
-from inferstream.schemas.records import Job
+from inferstream.schemas.records import Job, model_ref
 
 log = logging.getLogger(__name__)
 
@@ -35,18 +36,20 @@ class TaskSize:
 
 def choose_task_size(job: Job, policy: PolicyView, default: int) -> TaskSize:
     """The job's own chunk size when it gave one (0 is "not given"; a negative one is left
-    for admission to reject), else the policy's for its pool, else `default`."""
+    for admission to reject), else the policy's for its model (its pinned version, else
+    the newest the policy measured) on its pool, else `default`."""
     if job["chunk_size"] != 0:
         return TaskSize(job["chunk_size"], SizeSource.JOB)
-    recommended = _recommended(policy, job["pool"])
+    model = model_ref(job["model"], job["model_version"])
+    recommended = _recommended(policy, job["pool"], model)
     if recommended is not None:
         return TaskSize(recommended, SizeSource.POLICY)
     return TaskSize(default, SizeSource.DEFAULT)
 
 
-def _recommended(policy: PolicyView, pool: str) -> int | None:
+def _recommended(policy: PolicyView, pool: str, model: str) -> int | None:
     try:
-        size = policy.task_size(pool)
+        size = policy.task_size(pool, model)
     except Exception as exc:  # a policy table that cannot answer: size the job without it
         log.warning("no task size from the policy for pool %s: %r", pool, exc)
         return None

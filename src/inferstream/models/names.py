@@ -13,11 +13,11 @@ import re
 from dataclasses import dataclass
 
 from inferstream.models.errors import UnknownModelError
-from inferstream.schemas.records import SIM_PREFIX, SIM_SYNTAX
+from inferstream.schemas.records import SIM_PREFIX, SIM_SYNTAX, model_ref
 
 __all__ = ["LITE0", "NAME_SYNTAX", "SIM_SYNTAX", "TORCHVISION_MODELS", "SimParams",
            "check_builtin_name", "check_model_name", "has_versions", "known_models",
-           "parse_sim_name"]
+           "parse_sim_name", "version_ref"]
 
 TORCHVISION_MODELS = ("alexnet", "googlenet", "resnet50", "mobilenet_v3_large", "efficientnet_b0")
 LITE0 = "efficientnet_lite0"
@@ -153,6 +153,15 @@ def has_versions(name: str) -> bool:
     """Whether the model named `name` (well-formed) is a repository model, which has versions:
     neither a built-in nor a simulated one."""
     return not name.startswith(SIM_PREFIX) and name not in known_models()
+
+
+def version_ref(name: str, version: str | None) -> str:
+    """What model `name` answers in `version` (a loaded model's or a sample's version
+    string), as a `model_ref`: NAME:VERSION for a numbered version of a repository model,
+    else the name (a built-in's version names its weights, not a version of the model)."""
+    if has_versions(name) and version is not None and version.isdecimal():
+        return model_ref(name, int(version))
+    return name
 
 
 def check_builtin_name(name: str) -> None:

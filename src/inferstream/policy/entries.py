@@ -2,8 +2,9 @@
 
 `pool_entries` is pure: one pool's workers and its strategy in, its entries out (a WORKER
 entry per worker, then the POOL entry, with each model's range of task partitions when the
-pool serves several, see `model_ranges`). `Hysteresis` decides which of them are worth
-writing to the compacted policy topic, where the latest entry per key wins.
+pool serves several, see `model_ranges`, and each model's items/s and task size, see
+`model_rates`). `Hysteresis` decides which of them are worth writing to the compacted policy
+topic, where the latest entry per key wins.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from typing import Any
 
 from inferstream.policy.assignment import target_counts
 from inferstream.policy.strategies import Strategy, StrategySettings, WorkerPlan, WorkerView
+from inferstream.policy.view import model_figure
 from inferstream.schemas.records import (
     ModelRange,
+    ModelRate,
     PolicyEntry,
     PolicyKind,
     WorkerHealth,
@@ -47,7 +50,8 @@ def pool_entries(pool: str, workers: Sequence[WorkerView], strategy: Strategy,
     HEALTHY workers share the pool in proportion to their planned capacities (equally when
     none has a capacity yet), so their shares sum to 1; other workers get share 0. The POOL
     entry splits the `partitions` of the pool's task topic among its models (`model_ranges`,
-    kept from `previous`, the last written ranges, while they still fit).
+    kept from `previous`, the last written ranges, while they still fit) and gives each
+    model the speed and task size of its median worker (`model_rates`).
     """
     healthy = [w for w in workers if w.health == WorkerHealth.HEALTHY]
     plans = strategy.plan(healthy, settings) if healthy else {}
@@ -66,6 +70,7 @@ def pool_entries(pool: str, workers: Sequence[WorkerView], strategy: Strategy,
                                      now_ms))
     pool_entry = _pool_entry(pool, strategy.name, entries, total, now_ms)
     pool_entry["model_partitions"] = model_ranges(entries, partitions, previous)
+    pool_entry["model_rates"] = model_rates(entries, task_seconds)
     return [*entries, pool_entry]
 
 
@@ -78,7 +83,32 @@ def _worker_entry(w: WorkerView, strategy: str, capacity: float, share: float,
         kind=PolicyKind.WORKER, share=share, health=w.health,
         batch_size=batch or (round(default_batch) if default_batch else None),
         task_size=task_size(capacity, task_seconds), models=list(w.models),
-        model_partitions=[])
+        model_partitions=[], model_rates=worker_rates(w, capacity, task_seconds))
+
+
+def worker_rates(w: WorkerView, capacity: float, task_seconds: float) -> list[ModelRate]:
+    """Each model's items/s on `w` and its task size, scaled as the strategy scaled the
+    worker (its planned `capacity` against its measured or calibrated one)."""
+    base = w.base_capacity
+    scale = capacity / base if base else 1.0
+    rates = [(model, rate * scale) for model, rate in sorted(w.model_rates.items())]
+    return [ModelRate(model=model, items_per_s=rate, task_size=task_size(rate, task_seconds))
+            for model, rate in rates if rate > 0]
+
+
+def model_rates(workers: Sequence[PolicyEntry], task_seconds: float) -> list[ModelRate]:
+    """Per model of the HEALTHY `workers`' rates, the median of their items/s for it and
+    the task size at that speed. Models one worker answers alike (`serves`: every `sim:`
+    model) are one, named by the first of them, at the rates of all their workers."""
+    rates = [{r["model"]: r["items_per_s"] for r in w["model_rates"]} for w in workers
+             if w["health"] == WorkerHealth.HEALTHY]
+    found = []
+    for model in _model_groups(sorted({m for worker in rates for m in worker})):
+        speeds = [s for s in (model_figure(model, worker) for worker in rates) if s]
+        median = statistics.median(speeds)
+        found.append(ModelRate(model=model, items_per_s=median,
+                               task_size=task_size(median, task_seconds)))
+    return found
 
 
 def _pool_entry(pool: str, strategy: str, workers: list[PolicyEntry], total: float,
@@ -91,7 +121,7 @@ def _pool_entry(pool: str, strategy: str, workers: list[PolicyEntry], total: flo
         strategy=strategy, updated_at=now_ms, kind=PolicyKind.POOL, share=1.0,
         health=WorkerHealth.HEALTHY if live else WorkerHealth.GONE, batch_size=None,
         task_size=round(statistics.median(sizes)) if sizes else None, models=models,
-        model_partitions=[])
+        model_partitions=[], model_rates=[])
 
 
 def model_ranges(workers: Sequence[PolicyEntry], partitions: int,
@@ -158,10 +188,11 @@ class _Written:
 
 class Hysteresis:
     """Which entries to write: a pool is rewritten when one of its entries moves materially
-    (a share by more than `hysteresis`, a health, a model list or range, the pool's capacity
-    by more than `hysteresis` relative), and then every entry of it that changed at all, so the
-    written shares keep summing to 1. Otherwise entries are refreshed every `refresh_s`,
-    except those already written as GONE."""
+    (a share by more than `hysteresis`, a health, a model list or range, the models with a
+    rate, the pool's capacity or one of its model rates by more than `hysteresis` relative),
+    and then every entry of it that changed at all, so the written shares keep summing to 1.
+    Otherwise entries are refreshed every `refresh_s`, except those already written as
+    GONE."""
 
     def __init__(self, hysteresis: float, refresh_s: float) -> None:
         self.hysteresis = hysteresis
@@ -197,16 +228,23 @@ class Hysteresis:
         if (entry["health"], entry["models"], entry["model_partitions"]) != (
                 old["health"], old["models"], old["model_partitions"]):
             return True
+        rates, old_rates = _rates(entry), _rates(old)
+        if set(rates) != set(old_rates):
+            return True
         if entry["kind"] == PolicyKind.POOL:
-            base = max(old["capacity_items_per_s"], 1e-9)
-            change = abs(entry["capacity_items_per_s"] - old["capacity_items_per_s"]) / base
-            return change > self.hysteresis
+            pairs = [(entry["capacity_items_per_s"], old["capacity_items_per_s"]),
+                     *((rates[m], old_rates[m]) for m in rates)]
+            return any(abs(new - was) / max(was, 1e-9) > self.hysteresis for new, was in pairs)
         return abs(entry["share"] - old["share"]) > self.hysteresis
 
     def _due(self, previous: _Written, now_ms: int) -> bool:
         if previous.entry["health"] == WorkerHealth.GONE:
             return False
         return now_ms - previous.at_ms >= self.refresh_ms
+
+
+def _rates(entry: PolicyEntry) -> dict[str, float]:
+    return {r["model"]: r["items_per_s"] for r in entry["model_rates"]}
 
 
 def _content(entry: PolicyEntry) -> dict[str, Any]:

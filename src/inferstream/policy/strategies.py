@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Protocol, runtime_checkable
 
@@ -41,6 +41,10 @@ class WorkerView:
     consumer_lag: int | None = None
     gpu_memory_bytes: int | None = None
     gpu_memory_total_bytes: int | None = None
+    #: Items/s of each model it serves, by `model_ref` (NAME:VERSION for a repository
+    #: model's version): measured while busy, else its calibration; a model with neither
+    #: is left out.
+    model_rates: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def base_capacity(self) -> float | None:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from inferstream.config import Config
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
 from inferstream.kafka.follower import TopicFollower
-from inferstream.policy.view import ModelRange, WorkerPolicy
+from inferstream.policy.view import ModelRange, WorkerPolicy, model_figure
 from inferstream.schemas import Codec, SchemaError
 from inferstream.schemas.records import PolicyEntry, PolicyKind, WorkerHealth, read_record
 
@@ -78,14 +78,21 @@ class PolicyTable(TopicFollower):
         if not self.has_policy(pool):
             return None
         return {e["worker"]: WorkerPolicy(e["share"], e["health"] == WorkerHealth.HEALTHY,
-                                          e["capacity_items_per_s"], tuple(e["models"]))
+                                          e["capacity_items_per_s"], tuple(e["models"]),
+                                          {r["model"]: r["items_per_s"] for r in e["model_rates"]})
                 for e in self.entries(pool)}
 
-    def task_size(self, pool: str) -> int | None:
-        """The policy's recommended items per task for `pool` (about 1 s of work); None when
-        the pool has no policy."""
+    def task_size(self, pool: str, model: str | None = None) -> int | None:
+        """The policy's recommended items per task for `pool` (about `task_seconds` of work):
+        `model`'s where the POOL entry has a size for it, else the pool's; None when the pool
+        has no policy."""
         pool_entry = self.pool_entry(pool)
-        return pool_entry["task_size"] if pool_entry and self.has_policy(pool) else None
+        if pool_entry is None or not self.has_policy(pool):
+            return None
+        sizes = {r["model"]: r["task_size"] for r in pool_entry["model_rates"]
+                 if r["task_size"] is not None}
+        size = model_figure(model, sizes) if model is not None else None
+        return pool_entry["task_size"] if size is None else size
 
     def model_ranges(self, pool: str) -> tuple[ModelRange, ...]:
         """Each model's range of `pool`'s task partitions; none when the pool serves one

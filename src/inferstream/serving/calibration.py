@@ -1,9 +1,10 @@
-"""The worker's measurement of its own speed at start, so it is never scheduled blind.
+"""The worker's measurement of its own speed on each model, so it is never scheduled blind.
 
-After the model loads and before the worker joins its group, one warm-up batch and then one
-timed batch of synthetic items (the model's input shape) go through collate and predict, as a
-batch does in the pipeline. A `sim:ms=N` model sleeps N ms per item, so it calibrates at
-about 1000 / N items/s.
+After the models load and before the worker joins its group, and for a model or version
+loaded later before it is sampled, one warm-up batch and then one timed batch of synthetic
+items (the model's input shape) go through collate and predict, as a batch does in the
+pipeline. A `sim:ms=N` model sleeps N ms per item, so it calibrates at about 1000 / N
+items/s.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 
-from inferstream.models import LoadedModel, ModelError
+from inferstream.models import LoadedModel
 from inferstream.models.collate import collate
 from inferstream.schemas.records import Calibration, now_ms
 
@@ -29,11 +30,12 @@ def calibrate(model: LoadedModel, items: int) -> Calibration | None:
         started = time.perf_counter()
         model.predict(collate([item] * items, model.device), 1)
         seconds = time.perf_counter() - started
-    except (ModelError, RuntimeError, ValueError) as exc:
+    except Exception as exc:  # a model's own code (a Python handler) raises anything
         log.warning("calibration of %s failed, none reported: %s", model.name, exc)
         return None
-    calibration = Calibration(model=model.name, items_per_s=items / max(seconds, 1e-9),
-                              batch_size=items, seconds=seconds, measured_at=now_ms())
-    log.info("calibrated model=%s items_per_s=%.1f batch=%d seconds=%.3f", model.name,
-             calibration["items_per_s"], items, seconds)
+    calibration = Calibration(model=model.name, version=model.version,
+                              items_per_s=items / max(seconds, 1e-9), batch_size=items,
+                              seconds=seconds, measured_at=now_ms())
+    log.info("calibrated model=%s version=%s items_per_s=%.1f batch=%d seconds=%.3f",
+             model.name, model.version, calibration["items_per_s"], items, seconds)
     return calibration

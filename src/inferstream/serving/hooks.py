@@ -16,8 +16,10 @@ class WorkerHooks:
     def after_decode(self, model: str, seconds: float, ok: bool) -> None:
         """One item for `model` was fetched and preprocessed (ok) or became an error."""
 
-    def after_batch(self, model: str, size: int, seconds: float) -> None:
-        """One batch of `size` items went through `model` in `seconds`."""
+    def after_batch(self, model: str, size: int, seconds: float,
+                    version: str | None = None) -> None:
+        """One batch of `size` items went through `model` (its weights or repository
+        `version`, None where unknown) in `seconds`."""
 
     def after_task(self, model: str, ok_items: int, error_items: int) -> None:
         """One task's result, from `model`, was committed with its offset."""

@@ -22,12 +22,12 @@ from collections.abc import Callable
 from inferstream.config import WorkerConfig
 from inferstream.models import DEFAULT_MAX_PIXELS, LoadedModel, load_model
 from inferstream.models.forward import prepare_device_decode, prepare_forward
-from inferstream.models.names import has_versions
+from inferstream.models.names import version_ref
 from inferstream.models.repository import open_repository
 from inferstream.models.repository.check import check_names, load_checked
 from inferstream.models.repository.model import RepositoryModel
 from inferstream.models.threads import plan_threads
-from inferstream.schemas.records import model_ref, split_ref
+from inferstream.schemas.records import split_ref
 from inferstream.serving.hooks import WorkerHooks
 
 log = logging.getLogger(__name__)
@@ -82,9 +82,7 @@ def model_loader(settings: WorkerConfig, device: str,
 def served_ref(model: LoadedModel) -> str:
     """What `model` answers, as a `model_ref` reference: a repository model's name and
     version (its number), a built-in's or a simulated model's name."""
-    if has_versions(model.name) and model.version is not None and model.version.isdecimal():
-        return model_ref(model.name, int(model.version))
-    return model.name
+    return version_ref(model.name, model.version)
 
 
 def model_settings(settings: WorkerConfig, model: LoadedModel) -> WorkerConfig:

@@ -133,7 +133,8 @@ class ServingMetrics(WorkerHooks):
     def after_decode(self, model: str, seconds: float, ok: bool) -> None:
         self.decode.labels(model).observe(seconds)
 
-    def after_batch(self, model: str, size: int, seconds: float) -> None:
+    def after_batch(self, model: str, size: int, seconds: float,
+                    version: str | None = None) -> None:
         self.batch_size.labels(model).observe(size)
         self.inference.labels(model).observe(seconds)
 

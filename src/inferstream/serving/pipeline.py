@@ -27,6 +27,7 @@ from inferstream.models import ItemError, LoadedModel
 from inferstream.models.outputs import Embedding, ItemOutput, Tensors
 from inferstream.models.threads import plan_threads, thread_initializer
 from inferstream.schemas.records import (
+    Calibration,
     ItemResult,
     NamedTensor,
     OutputFields,
@@ -36,6 +37,7 @@ from inferstream.schemas.records import (
     error_item,
     ok_item,
 )
+from inferstream.serving.calibration import calibrate
 from inferstream.serving.hooks import WorkerHooks
 
 log = logging.getLogger(__name__)
@@ -223,7 +225,7 @@ class BatchingPipeline:
                     _item(slot), f"inference failed: {type(exc).__name__}: {exc}"))
             return
         seconds = time.perf_counter() - started
-        self.hooks.after_batch(self.model.name, len(good), seconds)
+        self.hooks.after_batch(self.model.name, len(good), seconds, self.model.version)
         for (slot, _), output in zip(good, predictions, strict=True):
             slot.run.inference_seconds += seconds / len(good)
             self._answer(slot, output)
@@ -240,6 +242,16 @@ class BatchingPipeline:
     def _forward(self, tensors: list[torch.Tensor], top_k: int) -> list[OutputFields | str]:
         return [item if isinstance(item, str) else output_fields(item)
                 for item in self.model.predict_items(tensors, top_k)]
+
+    async def calibrate(self, items: int) -> Calibration | None:
+        """The model's speed on a batch of `items` synthetic items (at most `max_batch`; see
+        `calibration.calibrate`), run on the inference thread between two batches; None
+        where it cannot be measured or the pipeline was closed meanwhile."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                self._inference, calibrate, self.model, min(items, self.options.max_batch))
+        except RuntimeError:  # closed: the model was unloaded
+            return None
 
     def _finish(self, slot: _Slot, outcome: ItemResult) -> None:
         self.items_in_flight -= 1

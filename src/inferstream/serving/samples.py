@@ -4,7 +4,8 @@
 It runs beside the task path and never blocks or breaks it: its own asyncio task and thread
 (collectors run there), a plain idempotent producer of its own, a bounded buffer (the oldest
 sample goes first when the broker is away), and every failure logged and counted. At start it
-calibrates the first model and sends the first sample before the worker joins its group.
+calibrates every served model and sends the first sample before the worker joins its group;
+a model or version loaded later is calibrated before the next sample.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from inferstream.kafka.clients import AsyncConsumer, AsyncProducer, KafkaClients
 from inferstream.kafka.settings import aiokafka_kwargs
 from inferstream.schemas import Codec, SchemaError
 from inferstream.schemas.records import Calibration, SysInfoSample, now_ms
-from inferstream.serving.calibration import calibrate
 from inferstream.serving.collectors import (
     Collector,
     PerformanceWindows,
@@ -52,6 +52,9 @@ class SysInfoPublisher:
     at shutdown. Settings: `worker.sysinfo_interval_s` (0 or None: off), `worker.collectors`
     (ConfigError here for an unknown name), `worker.calibration_items`.
 
+    `calibrations` holds each served model's calibration by `served_ref` (None where it
+    could not be measured), `calibration` the first one's.
+
     `published`, `failed` (samples lost), `collector_errors` and `collect_cpu_s` (CPU time
     the publisher's thread spent collecting) count what happened.
     """
@@ -66,7 +69,7 @@ class SysInfoPublisher:
         self.collectors: dict[str, Collector] = load_collectors(config.worker.collectors)
         self.performance = PerformanceWindows(max(MIN_WINDOW_S, 5 * self.interval_s))
         self.queue = QueueProbe()
-        self.calibration: Calibration | None = None
+        self.calibrations: dict[str, Calibration | None] = {}
         self.published = self.failed = self.collector_errors = 0
         self.collect_cpu_s = 0.0
         self._hooks = WorkerHooks()
@@ -91,7 +94,7 @@ class SysInfoPublisher:
         if not self.enabled:
             return
         self._served, self._consumer, self._hooks = served, consumer, hooks
-        await self._calibrate(served)
+        await self._calibrate()
         try:
             await asyncio.wait_for(self._publish_safely(), FIRST_SAMPLE_TIMEOUT_S)
         except TimeoutError:
@@ -100,13 +103,21 @@ class SysInfoPublisher:
         self._loop_task = asyncio.get_running_loop().create_task(self._run(),
                                                                  name="sysinfo-publisher")
 
-    async def _calibrate(self, served: ServedModels) -> None:
+    @property
+    def calibration(self) -> Calibration | None:
+        """The first served model's calibration (None: not measured)."""
+        return next(iter(self.calibrations.values()), None)
+
+    async def _calibrate(self) -> None:
+        """Calibrate each served model and version not calibrated yet, on its pipeline's
+        inference thread; forget those no longer served."""
         items = self.config.worker.calibration_items
-        pipelines = list(served.pipelines.values())
-        if items and pipelines:
-            model = pipelines[0].model
-            self.calibration = await asyncio.get_running_loop().run_in_executor(
-                self._thread, calibrate, model, min(items, self.config.worker.max_batch))
+        pipelines = dict(self._served.pipelines) if self._served and items else {}
+        for ref in set(self.calibrations) - set(pipelines):
+            del self.calibrations[ref]
+        for ref, pipeline in pipelines.items():
+            if ref not in self.calibrations:
+                self.calibrations[ref] = await pipeline.calibrate(items)
 
     async def _run(self) -> None:
         while True:
@@ -115,6 +126,7 @@ class SysInfoPublisher:
 
     async def _publish_safely(self) -> None:
         try:
+            await self._calibrate()
             await self.publish_once()
         except Exception:  # never let the publisher die: the next interval tries again
             log.exception("sysinfo sample failed")
@@ -161,7 +173,8 @@ class SysInfoPublisher:
         for name in errors:
             self.collector_errors += 1
             self._hooks.after_collector_error(name)
-        return build_sample(context, fields, self._host, self.calibration)
+        return build_sample(context, fields, self._host,
+                            [c for c in self.calibrations.values() if c is not None])
 
     async def context(self) -> SampleContext:
         served = tuple(ServedModel(p.model.name, p.model.version)
@@ -243,8 +256,9 @@ def run_collectors(collectors: dict[str, Collector], context: SampleContext
 
 
 def build_sample(context: SampleContext, fields: Mapping[str, Any], host: str,
-                 calibration: Calibration | None) -> SysInfoSample:
-    """The worker's identity, every field at its empty value, the collectors' fields on top."""
+                 calibrations: list[Calibration]) -> SysInfoSample:
+    """The worker's identity and its models' `calibrations` (the first also as the v2
+    field `calibration`), every field at its empty value, the collectors' fields on top."""
     names = [m.name for m in context.served]
     sample = SysInfoSample(
         worker=context.worker, pool=context.pool, host=host, timestamp=now_ms(),
@@ -254,7 +268,8 @@ def build_sample(context: SampleContext, fields: Mapping[str, Any], host: str,
         assigned_partitions=[], extra={}, interval_s=context.interval_s,
         host_cpu_percent=None, host_memory_available_bytes=None, accelerator=None,
         gpu_memory_total_bytes=None, latency_seconds_p95=None, consumer_lag=None,
-        served_models=names, models=[], calibration=calibration, software={})
+        served_models=names, models=[], calibration=calibrations[0] if calibrations else None,
+        calibrations=calibrations, software={})
     # Each collector's SampleFields is a group of the sample's fields, so the union is a
     # sample; mypy cannot merge TypedDicts that hold different keys.
     return cast(SysInfoSample, {**sample, **fields})

@@ -46,7 +46,7 @@ from inferstream.sysinfo.aggregates import ModelAggregate, aggregate_key
 from inferstream.sysinfo.fleet import Fleet, record_of
 from inferstream.sysinfo.intake import read_sample
 from inferstream.sysinfo.metrics import SysinfoMetrics
-from inferstream.sysinfo.workers import WorkerRecord, performances
+from inferstream.sysinfo.workers import WorkerRecord, performance_ref, performances
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def faust_settings(config: Config, topology: Topology, datadir: str) -> dict[str
     sysinfo = config.sysinfo
     host = sysinfo.advertised_host or socket.gethostname()
     settings: dict[str, Any] = {
-        "id": f"{config.topic_prefix}sysinfo",
+        "id": config.sysinfo_app_id(),
         "broker": [f"kafka://{s.strip()}" for s in config.bootstrap_servers.split(",")],
         "store": "memory://",
         "datadir": datadir,  # the tables live in memory; faust still wants a folder
@@ -211,9 +211,10 @@ class SysinfoApp:
         worker = sample["worker"]
         previous: dict[str, ModelAggregate] = {}
         for perf in performances(sample):
-            found = self.aggregates.get(aggregate_key(worker, perf["model"]))
+            ref = performance_ref(perf)
+            found = self.aggregates.get(aggregate_key(worker, ref))
             if found is not None:
-                previous[perf["model"]] = found
+                previous[ref] = found
         record = record_of(sample, previous, now_ms(), self.sysinfo)
         for model, aggregate in record["perf"].items():
             self.aggregates[aggregate_key(worker, model)] = aggregate

@@ -28,6 +28,7 @@ from inferstream.sysinfo.workers import (
     WorkerRecord,
     health,
     last_seen_ms,
+    performance_ref,
     performances,
     view_of,
 )
@@ -37,12 +38,13 @@ log = logging.getLogger(__name__)
 
 def record_of(sample: SysInfoSample, aggregates: Mapping[str, ModelAggregate],
               received_at: int, sysinfo: SysinfoConfig) -> WorkerRecord:
-    """The worker's record after `sample`, given its aggregates so far by model."""
+    """The worker's record after `sample`, given its aggregates so far by model and
+    version (`performance_ref`)."""
     perf = {}
     for figures in performances(sample):
-        perf[figures["model"]] = fold(aggregates.get(figures["model"]), sample["worker"],
-                                      figures, sample["timestamp"], sysinfo.ewma_alpha,
-                                      sysinfo.window_s)
+        ref = performance_ref(figures)
+        perf[ref] = fold(aggregates.get(ref), sample["worker"], figures, sample["timestamp"],
+                         sysinfo.ewma_alpha, sysinfo.window_s)
     return WorkerRecord(sample=sample, received_at=received_at, perf=perf)
 
 
@@ -213,4 +215,5 @@ class Fleet:
             "assigned_partitions": sample["assigned_partitions"],
             "queue_depth": sample["queue_depth"], "consumer_lag": sample["consumer_lag"],
             "calibration": sample["calibration"],
+            "model_rates": dict(view.model_rates),
         }

@@ -45,9 +45,7 @@ def absurdity(sample: SysInfoSample, now_ms: int, max_future_s: float) -> str | 
         return "bad_interval"
     rates = [sample["throughput_items_per_s"]]
     rates += [m["items_per_s"] for m in sample["models"]]
-    calibration = sample["calibration"]
-    if calibration is not None:
-        rates.append(calibration["items_per_s"])
+    rates += [c["items_per_s"] for c in [*sample["calibrations"], sample["calibration"]] if c]
     if any(not math.isfinite(r) or r < 0 for r in rates):
         return "negative_throughput"
     if sample["queue_depth"] < 0 or any(m["items"] < 0 for m in sample["models"]):

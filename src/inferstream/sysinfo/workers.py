@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from inferstream.models.names import version_ref
 from inferstream.policy.strategies import WorkerView
-from inferstream.schemas.records import ModelPerformance, SysInfoSample, WorkerHealth
+from inferstream.schemas.records import Calibration, ModelPerformance, SysInfoSample, WorkerHealth
 from inferstream.sysinfo.aggregates import ModelAggregate
 
 #: Model name of the aggregate made from a sample without per-model figures (a v1 writer).
@@ -31,6 +32,29 @@ def performances(sample: SysInfoSample) -> list[ModelPerformance]:
         items_per_s=rate, batch_latency_seconds_p50=sample["latency_seconds_p50"],
         batch_latency_seconds_p95=sample["latency_seconds_p95"], item_seconds=None,
         mean_batch_size=None)]
+
+
+def performance_ref(figures: ModelPerformance | Calibration) -> str:
+    """The model and version that `figures` are of, as a `model_ref` (NAME:VERSION for a
+    repository model's version): the key of its aggregate and of its rate."""
+    return version_ref(figures["model"], figures.get("version"))
+
+
+def calibrations(sample: SysInfoSample) -> list[Calibration]:
+    """Every served model's calibration; a sample before v3 has at most the first one's."""
+    found = sample.get("calibrations") or []
+    first = sample["calibration"]
+    return found if found or first is None else [first]
+
+
+def model_rates(record: WorkerRecord) -> dict[str, float]:
+    """Items/s of each model the worker serves, by `performance_ref`: while busy, where it
+    has run items, else its calibration."""
+    rates = {ref: busy_items_per_s(agg) for ref, agg in record["perf"].items()
+             if agg["items_total"] > 0 and ref != ALL_MODELS}
+    for calibration in calibrations(record["sample"]):
+        rates.setdefault(performance_ref(calibration), calibration["items_per_s"])
+    return {ref: rate for ref, rate in rates.items() if rate > 0}
 
 
 def last_seen_ms(record: WorkerRecord) -> int:
@@ -66,7 +90,7 @@ def view_of(record: WorkerRecord, health_now: WorkerHealth) -> WorkerView:
         calibration_batch_size=calibration["batch_size"] if calibration else None,
         queue_depth=sample["queue_depth"], consumer_lag=sample["consumer_lag"],
         gpu_memory_bytes=sample["gpu_memory_bytes"],
-        gpu_memory_total_bytes=sample["gpu_memory_total_bytes"])
+        gpu_memory_total_bytes=sample["gpu_memory_total_bytes"], model_rates=model_rates(record))
 
 
 def busy_items_per_s(agg: ModelAggregate) -> float:

@@ -43,7 +43,7 @@ def where(table: Deadlines, tasks: int) -> Counter[str]:
     and count the workers the late tasks go to."""
     for task_id in range(tasks):
         table.issued(task(task_id), 0, OWNERS["slowing"][task_id % 2], 0)
-    table.observe("slowing", 10, 0.4)  # 40 ms per item, 4x the 10 it was given
+    table.observe("slowing", MODEL, 10, 0.4)  # 40 ms per item, 4x the 10 it was given
     owner = {p: w for w, parts in OWNERS.items() for p in parts}
     return Counter(owner[late.partition] for late in table.late(1) if late.partition is not None)
 
@@ -60,7 +60,7 @@ def test_a_faster_worker_gets_more_of_them() -> None:
 
 def test_a_worker_whose_results_show_it_slower_than_the_policy_gets_fewer() -> None:
     table = deadlines()
-    table.observe("other", 10, 0.4)  # 40 ms per item: 4x slower than the policy says
+    table.observe("other", MODEL, 10, 0.4)  # 40 ms per item: 4x slower than the policy says
     moved = where(table, 40)
     assert moved["other"] < moved["steady"] / 2, moved
 

@@ -83,7 +83,7 @@ def test_a_worker_that_finishes_its_tasks_gets_the_next_ones() -> None:
 def test_workers_of_unknown_speed_get_one_task_at_a_time() -> None:
     paced = pacing(speed={})
     assert by_worker(issue(paced)) == {"fast": 1, "slow": 1, "other": 1}
-    paced.table.observe("fast", ITEMS, 0.1)  # its first result: 10 ms per item
+    paced.table.observe("fast", MODEL, ITEMS, 0.1)  # its first result: 10 ms per item
     # fast has room for 200 items now, one task of which it holds; the others (the median
     # of what is known) have room too
     assert by_worker(issue(paced, start=3)) == {"fast": 19, "slow": 19, "other": 19}

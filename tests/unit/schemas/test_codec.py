@@ -71,9 +71,10 @@ V2_DEFAULTS = {
                       "host_memory_available_bytes": None, "accelerator": None,
                       "gpu_memory_total_bytes": None, "latency_seconds_p95": None,
                       "consumer_lag": None, "served_models": [], "models": [],
-                      "calibration": None, "software": {}},
+                      "calibration": None, "software": {}, "calibrations": []},
     "PolicyEntry": {"kind": "WORKER", "share": 0.0, "health": "HEALTHY", "batch_size": None,
-                    "task_size": None, "models": [], "model_partitions": []},
+                    "task_size": None, "models": [], "model_partitions": [],
+                    "model_rates": []},
 }
 
 
@@ -93,7 +94,7 @@ def test_a_v2_policy_entry_reads_without_model_ranges(codec: Codec) -> None:
     """PolicyEntry v2 (before model affinity; tests/unit/golden/PolicyEntry.v2.bin) reads as
     the current record with no model partition ranges."""
     old = codec.decode((GOLDEN / "PolicyEntry.v2.bin").read_bytes(), expected="PolicyEntry")
-    assert old == {**EXAMPLES["PolicyEntry"], "model_partitions": []}
+    assert old == {**EXAMPLES["PolicyEntry"], "model_partitions": [], "model_rates": []}
 
 
 def test_a_v1_ledger_entry_reads_with_no_output_written(codec: Codec) -> None:

@@ -6,17 +6,14 @@ reader's)."""
 
 from __future__ import annotations
 
-import io
-import json
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from inferstream.schemas import Codec, load_schema
+from inferstream.schemas import Codec
 from tests.unit.examples import EXAMPLES
+from tests.unit.support.schemas import read_as
 
 GOLDEN = Path(__file__).parent / "golden"
 #: each schema, the history file before the version, and the new field with a value set
@@ -35,23 +32,9 @@ def codec() -> Codec:
     return Codec()
 
 
-def millis(schema: Any) -> Any:
-    """`schema` with timestamps read as int milliseconds, as inferstream's codec reads them."""
-    if isinstance(schema, dict):
-        return {k: millis(v) for k, v in schema.items() if k != "logicalType"}
-    return [millis(s) for s in schema] if isinstance(schema, list) else schema
-
-
 def read_as_before(name: str, record: dict[str, Any]) -> dict[str, Any]:
     """`record` written with the current schema, read by a reader that has the one before."""
-    text = resources.files("inferstream.schemas").joinpath(f"history/{BEFORE[name][0]}.avsc")
-    body = io.BytesIO()
-    writer = parse_schema(millis(load_schema(name)))
-    schemaless_writer(body, writer, record)
-    body.seek(0)
-    reader = parse_schema(millis(json.loads(text.read_text(encoding="utf-8"))))
-    read: dict[str, Any] = schemaless_reader(body, writer, reader)
-    return read
+    return read_as(BEFORE[name][0], name, record)
 
 
 @pytest.mark.parametrize("name", sorted(BEFORE))

@@ -132,7 +132,7 @@ def pool_entry(*ranges: rec.ModelRange) -> rec.PolicyEntry:
         worker="", pool="mixed", model=None, capacity_items_per_s=90.0, weight=1.0,
         strategy="throughput", updated_at=1, kind=rec.PolicyKind.POOL, share=1.0,
         health=rec.WorkerHealth.HEALTHY, batch_size=None, task_size=12,
-        models=[r.model for r in ranges], model_partitions=list(ranges))
+        models=[r.model for r in ranges], model_partitions=list(ranges), model_rates=[])
 
 
 def test_a_policy_entry_carries_model_ranges_and_writes_them_as_model_partitions() -> None:

@@ -27,7 +27,8 @@ class Recorder(WorkerHooks):
         self.batches: list[int] = []
         self.decoded: list[bool] = []
 
-    def after_batch(self, model: str, size: int, seconds: float) -> None:
+    def after_batch(self, model: str, size: int, seconds: float,
+                    version: str | None = None) -> None:
         self.batches.append(size)
 
     def after_decode(self, model: str, seconds: float, ok: bool) -> None:

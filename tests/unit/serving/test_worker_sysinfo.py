@@ -236,9 +236,9 @@ def test_throughput_counts_the_last_window_only() -> None:
     windows = PerformanceWindows(window_s=10.0)
     busy, idle = ServedModel("sim:ms=10", "sim"), ServedModel("sim:ms=40", "sim")
     windows.snapshot((busy, idle), now=0.0)  # both windows open at 0
-    windows.record(idle.name, 8, 0.32, ended=1.0)
+    windows.record(idle, 8, 0.32, ended=1.0)
     for batch in range(1, 63):
-        windows.record(busy.name, 32, 0.32, ended=batch * 0.32)
+        windows.record(busy, 32, 0.32, ended=batch * 0.32)
     perf = windows.snapshot((busy, idle), now=20.0)
 
     fast, slow = perf.models

@@ -27,7 +27,7 @@ def sample(worker: str, timestamp: int, **fields: Any) -> dict[str, Any]:
         "host_cpu_percent": 40.0, "host_memory_available_bytes": 8_000_000_000,
         "accelerator": None, "gpu_memory_total_bytes": None, "latency_seconds_p95": 0.33,
         "consumer_lag": 5, "served_models": ["sim:ms=10"], "models": [], "calibration": None,
-        "software": {"inferstream": "0.1"},
+        "software": {"inferstream": "0.1"}, "calibrations": [],
     }
     return {**base, **fields}
 
@@ -40,6 +40,7 @@ def worker(name: str, pool: str = "gpu", **fields: Any) -> dict[str, Any]:
         "accelerator": None, "items_per_s": 99.5, "latency_seconds_p95": 0.33, "share": 0.8,
         "capacity_items_per_s": 100.0, "assigned_partitions": [0, 1, 2, 5],
         "queue_depth": 3, "consumer_lag": 5, "calibration": None,
+        "model_rates": {"sim:ms=10": 100.0},
     }
     return {**base, **fields}
 
@@ -50,6 +51,7 @@ def policy_entry(name: str, pool: str = "gpu", **fields: Any) -> dict[str, Any]:
         "weight": 0.8, "strategy": "throughput", "updated_at": NOW_MS, "kind": "WORKER",
         "share": 0.8, "health": "HEALTHY", "batch_size": 32, "task_size": 100,
         "models": ["sim:ms=10"], "model_partitions": [],
+        "model_rates": [{"model": "sim:ms=10", "items_per_s": 100.0, "task_size": 100}],
     }
     return {**base, **fields}
 

@@ -37,7 +37,7 @@ class FixedPolicy:
     def model_ranges(self, pool: str) -> Sequence[ModelRange]:
         return _answer(self._ranges, pool)
 
-    def task_size(self, pool: str) -> int | None:
+    def task_size(self, pool: str, model: str | None = None) -> int | None:
         return _answer(self._task_size, pool)
 
 
@@ -53,7 +53,7 @@ def entry(worker: str, share: float, health: WorkerHealth = WorkerHealth.HEALTHY
                        weight=share, strategy="throughput",
                        updated_at=now_ms() if updated_at is None else updated_at, kind=kind,
                        share=share, health=health, batch_size=None, task_size=None, models=[],
-                       model_partitions=[])
+                       model_partitions=[], model_rates=[])
 
 
 def write(broker: MemoryBroker, *entries: PolicyEntry) -> None:

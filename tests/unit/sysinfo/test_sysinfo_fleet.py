@@ -119,7 +119,8 @@ def test_fleet_policy_and_views_for_two_workers_and_a_silent_one() -> None:
     assert set(rows["fast"]) == {
         "worker", "pool", "host", "health", "last_seen", "models", "device", "accelerator",
         "items_per_s", "latency_seconds_p95", "share", "capacity_items_per_s",
-        "assigned_partitions", "queue_depth", "consumer_lag", "calibration"}
+        "assigned_partitions", "queue_depth", "consumer_lag", "calibration", "model_rates"}
+    assert rows["fast"]["model_rates"] == {"sim:ms=10": pytest.approx(100.0)}
     json.dumps([health_json, rows, policy, fleet.worker_json("fast", now)])
     assert fleet.policy_to_write(now + 1000) == []  # nothing moved: nothing rewritten
 

@@ -9,7 +9,7 @@ a type here and its `.avsc` disagree on a field's name or on whether it may be n
 
 The modules, by what the records are about: `jobs` (Job, Task, JobEvent), `results`
 (TaskResult, TaskDeclined), `tracking` (the controller's LedgerEntry and TaskControl),
-`readings` (SysInfoSample), `policy_entry` (PolicyEntry, ModelRange), `streams`
+`readings` (SysInfoSample), `policy_entry` (PolicyEntry, ModelRange, ModelRate), `streams`
 (StreamResult, DeadLetter), `announcements` (WorkerAnnouncement); import them all from here.
 """
 
@@ -32,6 +32,7 @@ from inferstream.schemas.records.jobs import (
 )
 from inferstream.schemas.records.policy_entry import (
     ModelRange,
+    ModelRate,
     PolicyEntry,
     PolicyKind,
     WorkerHealth,
@@ -104,6 +105,7 @@ __all__ = [
     "MemoryFields",
     "ModelPerformance",
     "ModelRange",
+    "ModelRate",
     "NamedTensor",
     "OutputFields",
     "PerformanceFields",

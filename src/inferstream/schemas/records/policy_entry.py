@@ -1,5 +1,6 @@
 """What the sysinfo app decides of a worker or a pool: a PolicyEntry, with each model's
-range of the pool's task partitions (`ModelRange`, the Avro record ModelPartitions)."""
+range of the pool's task partitions (`ModelRange`, the Avro record ModelPartitions) and each
+model's speed and task size (`ModelRate`)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,14 @@ class ModelRange:
         return isinstance(partition, int) and self.first <= partition < self.first + self.count
 
 
+class ModelRate(TypedDict):
+    """Items/s of one model (a `model_ref`: NAME, or NAME:VERSION) and its task size."""
+
+    model: str
+    items_per_s: float
+    task_size: int | None
+
+
 class PolicyEntry(TypedDict):
     worker: str
     pool: str
@@ -56,3 +65,4 @@ class PolicyEntry(TypedDict):
     models: list[str]
     #: ModelPartitions records on the wire; `read_record` and `plain_record` convert.
     model_partitions: list[ModelRange]
+    model_rates: list[ModelRate]

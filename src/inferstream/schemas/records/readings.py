@@ -19,6 +19,7 @@ class ModelPerformance(TypedDict):
 
 class Calibration(TypedDict):
     model: str
+    version: str | None
     items_per_s: float
     batch_size: int
     seconds: float
@@ -26,7 +27,8 @@ class Calibration(TypedDict):
 
 
 class PublisherFields(TypedDict):
-    """Who sent the sample, when, what it serves and how fast it went at start."""
+    """Who sent the sample, when, what it serves and how fast each model went at start (or
+    when it was loaded): `calibrations`, the first of them also in `calibration`."""
 
     worker: str
     pool: str
@@ -37,6 +39,7 @@ class PublisherFields(TypedDict):
     interval_s: float
     served_models: list[str]
     calibration: Calibration | None
+    calibrations: list[Calibration]
 
 
 class CpuFields(TypedDict):

@@ -21,7 +21,7 @@ from inferstream.schemas.codec import Codec
 from inferstream.schemas.errors import SchemaError
 from inferstream.schemas.records.announcements import WorkerAnnouncement
 from inferstream.schemas.records.jobs import InlineItem, Job, JobEvent, Task, TaskItem
-from inferstream.schemas.records.policy_entry import ModelRange, PolicyEntry
+from inferstream.schemas.records.policy_entry import ModelRange, ModelRate, PolicyEntry
 from inferstream.schemas.records.readings import Calibration, ModelPerformance, SysInfoSample
 from inferstream.schemas.records.results import (
     ItemResult,
@@ -46,7 +46,7 @@ RECORD_TYPES: dict[str, type] = {
     "JobEvent": JobEvent, "LedgerEntry": LedgerEntry, "DeadLetter": DeadLetter,
     "SysInfoSample": SysInfoSample, "ModelPerformance": ModelPerformance,
     "Calibration": Calibration, "PolicyEntry": PolicyEntry,
-    "ModelPartitions": ModelRange, "TaskControl": TaskControl,
+    "ModelPartitions": ModelRange, "ModelRate": ModelRate, "TaskControl": TaskControl,
     "StreamResult": StreamResult, "StreamOrigin": StreamOrigin,
     "WorkerAnnouncement": WorkerAnnouncement,
 }

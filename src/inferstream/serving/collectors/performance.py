@@ -72,16 +72,18 @@ class ModelWindow:
 
 
 class PerformanceWindows(WorkerHooks):
-    """Per-model windows, kept by `after_batch` on the worker's event loop."""
+    """Per-model windows, one per model and version served, kept by `after_batch` on the
+    worker's event loop."""
 
     def __init__(self, window_s: float = MIN_WINDOW_S) -> None:
         self.window_s = window_s
-        self._windows: dict[str, ModelWindow] = {}
+        self._windows: dict[ServedModel, ModelWindow] = {}
 
-    def after_batch(self, model: str, size: int, seconds: float) -> None:
-        self.record(model, size, seconds, time.monotonic())
+    def after_batch(self, model: str, size: int, seconds: float,
+                    version: str | None = None) -> None:
+        self.record(ServedModel(model, version), size, seconds, time.monotonic())
 
-    def record(self, model: str, size: int, seconds: float, ended: float) -> None:
+    def record(self, model: ServedModel, size: int, seconds: float, ended: float) -> None:
         """One batch of `model` that ended at `ended` (monotonic clock)."""
         window = self._windows.get(model)
         if window is None:  # loaded after the first sample: its window opens with this batch
@@ -92,9 +94,9 @@ class PerformanceWindows(WorkerHooks):
                  ) -> Performance:
         """The performance of every model in `served` over the window ending `now`."""
         now = time.monotonic() if now is None else now
-        for gone in set(self._windows) - {m.name for m in served}:
+        for gone in set(self._windows) - set(served):
             del self._windows[gone]  # unloaded
-        windows = [(m, self._windows.setdefault(m.name, ModelWindow(self.window_s, now)))
+        windows = [(m, self._windows.setdefault(m, ModelWindow(self.window_s, now)))
                    for m in served]
         models = tuple(window.performance(m, now) for m, window in windows)
         latencies = sorted(s for _, window in windows for s in window.latencies(now))

@@ -1,0 +1,107 @@
+"""A worker measures every model and version it serves (issue 27.6), in memory: each one
+calibrated before the first sample, a version loaded while it runs calibrated before the next
+one, and each version's batches counted apart. Simulated models stand in for the repository's
+versions: version N of `faces` sleeps as `sim:ms=SPEEDS[N]` does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from inferstream.config import Config
+from inferstream.models import LoadedModel, get_model_spec
+from inferstream.models.sim import SimModel
+from inferstream.schemas.records import SysInfoSample, read_record, split_ref
+from inferstream.serving.collectors import PerformanceWindows, ServedModel
+from inferstream.serving.loop import Worker
+from inferstream.serving.versions import start_models
+from inferstream.testing import MemoryBroker
+from tests.unit.support.memory import CODEC
+from tests.unit.support.memory import make_config as base_config
+from tests.unit.support.running import Running
+
+FACES = "faces"
+#: ms per item of each version of FACES
+SPEEDS = {1: 2, 2: 30}
+
+
+def make_config(**worker: object) -> Config:
+    return base_config(worker={"sysinfo_interval_s": 0.05, "calibration_items": 4, **worker})
+
+
+def samples(broker: MemoryBroker, config: Config) -> list[SysInfoSample]:
+    return [read_record(CODEC, r.value or b"", SysInfoSample)
+            for r in broker.records(config.topic("sysinfo"))]
+
+
+def calibrated(sample: SysInfoSample) -> dict[tuple[str, str | None], float]:
+    return {(c["model"], c["version"]): c["items_per_s"] for c in sample["calibrations"]}
+
+
+def load_version(reference: str) -> LoadedModel:
+    """`faces:N` as a simulated model of SPEEDS[N] ms per item, named and numbered so."""
+    name, version = split_ref(reference)
+    assert name == FACES and version is not None
+    spec = get_model_spec(f"sim:ms={SPEEDS[version]}")
+    assert spec.sim is not None
+    model = SimModel(spec.name, spec.sim)
+    model.name, model.version = FACES, str(version)
+    return model
+
+
+def test_every_model_is_calibrated_before_the_first_sample(
+        broker: MemoryBroker, running: Running, make_worker: Callable[..., Worker]) -> None:
+    config = make_config(models=("sim:ms=10", "sim:ms=40"))
+    worker = make_worker(config)
+    running.workers(worker)
+    running.until(lambda: samples(broker, config))
+
+    first = samples(broker, config)[0]
+    rates = calibrated(first)
+    assert set(rates) == {("sim:ms=10", "sim"), ("sim:ms=40", "sim")}
+    assert 40 <= rates[("sim:ms=10", "sim")] <= 100.5  # 10 ms per item
+    assert 10 <= rates[("sim:ms=40", "sim")] <= 25.5  # 40 ms per item
+    assert first["calibration"] == first["calibrations"][0]  # what readers before v3 see
+    assert worker.sysinfo.calibration == first["calibration"]
+
+
+def test_a_version_loaded_while_running_is_calibrated_before_the_next_sample(
+        tmp_path: Path, broker: MemoryBroker, running: Running,
+        make_worker: Callable[..., Worker]) -> None:
+    repo = tmp_path / "repo"
+    (repo / FACES / "1").mkdir(parents=True)
+    (repo / FACES / "model.toml").write_text("", encoding="utf-8")
+    (repo / FACES / "1" / "model.pt").write_bytes(b"weights")
+    config = make_config(models=(FACES,), model_repository=str(repo), repository_poll_s=0)
+    worker = make_worker(config, start_models(config.worker, load_version),
+                         loader=load_version)
+    running.workers(worker)
+    # joined its group (its repository watched from then on)
+    running.wait_for(lambda: any(s["assigned_partitions"] for s in samples(broker, config)))
+    assert set(calibrated(samples(broker, config)[0])) == {(FACES, "1")}
+
+    (repo / FACES / "2").mkdir()
+    (repo / FACES / "2" / "model.pt").write_bytes(b"weights")  # version 2 dropped in
+    worker.served.look_again()
+    running.until(lambda: (FACES, "2") in calibrated(samples(broker, config)[-1]))
+    latest = samples(broker, config)[-1]
+    rates = calibrated(latest)
+    assert rates[(FACES, "1")] > 2 * rates[(FACES, "2")]  # 2 against 30 ms per item
+    assert {(m["model"], m["version"]) for m in latest["models"]} == {(FACES, "1"),
+                                                                      (FACES, "2")}
+
+
+def test_each_version_of_a_model_is_measured_apart() -> None:
+    windows = PerformanceWindows(window_s=10.0)
+    old, new = ServedModel(FACES, "1"), ServedModel(FACES, "2")
+    windows.snapshot((old, new), now=0.0)
+    for batch in range(1, 11):
+        windows.record(old, 10, 0.05, ended=batch * 0.5)  # 5 ms per item
+        windows.record(new, 10, 0.2, ended=batch * 0.5)  # 20 ms per item
+    first, second = windows.snapshot((old, new), now=6.0).models
+    assert (first["version"], second["version"]) == ("1", "2")
+    assert first["item_seconds"] == pytest.approx(0.005)
+    assert second["item_seconds"] == pytest.approx(0.02)
+    assert first["items"] == second["items"] == 100
