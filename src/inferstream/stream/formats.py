@@ -1,10 +1,12 @@
 """What a stream reads and writes: input records into items, outcomes into output records.
 
-Input (`--input-format`): `bytes` (the value is the encoded image), `url` (a UTF-8 path or
-`file://` / `http(s)://` URI), `json` (an object whose `--field` holds base64 bytes or a URI)
-and `avro` (a record framed by the Confluent registry or in single-object encoding, whose
-`--field` is bytes or a string URI). A record that cannot be read raises `RecordError`; the
-image itself is decoded later, by the worker's pipeline, like any job item.
+Input (`--input-format`): `bytes` (the value is the item: an encoded image, or for a `tensor`
+model a `.npy` file's bytes or a JSON array), `url` (a UTF-8 path or `file://` / `http(s)://`
+URI), `json` (an object whose `--field` holds base64 bytes, a URI, or for a `tensor` model a
+nested array of numbers) and `avro` (a record framed by the Confluent registry or in
+single-object encoding, whose `--field` is bytes, a string URI or an array of numbers). A
+record that cannot be read raises `RecordError`; the item itself is decoded later, by the
+worker's pipeline, like any job item (an array becomes the JSON array a tensor model reads).
 
 Output (`--output-format`): `json` (one UTF-8 object per record: the output in the keys of
 `records.output_json`, the model and its version) or `avro` (an `inferstream.StreamResult`
@@ -106,11 +108,15 @@ def _lookup(record: dict[str, Any], path: list[str]) -> Any:
 
 
 def _field_item(found: Any, field: str, index: int, name: str) -> TaskItem:
-    """bytes are the image; a string is a URI or path, or base64 of the image."""
+    """bytes are the item; a string is a URI or path, or base64 of the item; an array (of
+    numbers, nested) is a tensor, as the JSON array its model reads."""
     if isinstance(found, bytes):
         return TaskItem(index=index, name=name, data=found)
+    if isinstance(found, list):
+        return TaskItem(index=index, name=name, data=json.dumps(found).encode())
     if not isinstance(found, str):
-        raise RecordError(f"field {field!r} is {type(found).__name__}, not bytes or a string")
+        raise RecordError(f"field {field!r} is {type(found).__name__}, not bytes, a string "
+                          "or an array")
     text = found.strip()
     if not text:
         raise RecordError(f"field {field!r} is empty")

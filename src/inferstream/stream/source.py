@@ -88,7 +88,10 @@ class StreamSource(Source):
     async def start(self, worker: WorkerContext) -> None:
         await super().start(worker)
         self.model = worker.served.names[0]
-        self.model_version = worker.served.pipelines[self.model].model.version
+        # a repository model's pipeline is its version's (NAME:VERSION), found by its name
+        pipeline = worker.served.find(self.model)
+        assert pipeline is not None  # noqa: S101 - the model it was started with
+        self.model_version = pipeline.model.version
         stream, partitions = self.stream, worker.partitions
         log.info("stream group=%s: %s (%d partitions, %s) -> %s (%d partitions, %s), model %s",
                  self.group_id, stream.input_topic, partitions[stream.input_topic],
