@@ -119,16 +119,21 @@ def make_repository(tmp_path: Path) -> MakeRepository:
         folder.mkdir(parents=True, exist_ok=True)
         if card is not None:
             (folder / "model.toml").write_text(card, encoding="utf-8")
-        for relative, content in files.items():
-            path = folder / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(content, str):
-                path.write_text(content, encoding="utf-8")
-            else:
-                path.write_bytes(content)
+        write_files(folder, files)
         return root
 
     return make
+
+
+def write_files(folder: Path, files: dict[str, bytes | str]) -> None:
+    """Each file of `files` (a path relative to `folder`: its text or bytes) written there."""
+    for relative, content in files.items():
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, str):
+            path.write_text(content, encoding="utf-8")
+        else:
+            path.write_bytes(content)
 
 
 CNN_CARD = f"[input]\nsize = [{SIZE}, {SIZE}]\n"
