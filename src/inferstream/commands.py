@@ -13,7 +13,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from inferstream.client import admin, dump_command, top
+from inferstream.client import acls_command, admin, dump_command, top
 from inferstream.client import job_commands as client
 from inferstream.config import Config
 from inferstream.controller import run as controller
@@ -67,6 +67,9 @@ COMMANDS: dict[str, Command] = {
                        needs=client.results_needs),
     "cancel": Command("cancel a job: it ends CANCELLED with what was done", client.cancel_args,
                       client.cancel, needs=client.submit_needs),
+    "acls": Command("print the least-privilege Kafka ACLs of each role for a principal, or "
+                    "create them (--apply)", acls_command.acls_args, acls_command.acls,
+                    also=("stream",)),
     "schemas": Command("write the Avro schemas of every inferstream record (for other clients)",
                        admin.schemas_args, admin.schemas),
     "dump": Command("print a topic's records as JSON lines, values decoded (jobs, results, "

@@ -97,6 +97,24 @@ class Config:
         """The consumer group of a pool's workers."""
         return f"{self.topic_prefix}{pool or self.pool}.workers"
 
+    def worker_transactional_prefix(self, pool: str | None = None) -> str:
+        """What the transactional id of each task partition a pool's worker owns starts with
+        (the id is `<this><topic>.<partition>`)."""
+        return f"{self.topic_prefix}{pool or self.pool}."
+
+    def controller_group(self) -> str:
+        """The consumer group of the controller replicas."""
+        return f"{self.topic_prefix}controllers"
+
+    def controller_transactional_base(self) -> str:
+        """The base of the controller's transactional ids, `<base>.<partition>`."""
+        return self.controller.transactional_id or f"{self.topic_prefix}controller"
+
+    def sysinfo_app_id(self) -> str:
+        """The sysinfo Faust app's id: its consumer group and the start of its own topics'
+        names (`<id>-<table>-changelog`, `<id>-fleet`)."""
+        return f"{self.topic_prefix}sysinfo"
+
     # -- client settings -----------------------------------------------------------------
     def confluent_config(self, **extra: Any) -> dict[str, Any]:
         """Settings for confluent-kafka clients (librdkafka names), pass-through applied last."""

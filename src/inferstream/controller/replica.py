@@ -65,10 +65,6 @@ _FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED,  # noqa: SLF001
            KafkaError.INVALID_PRODUCER_EPOCH}
 
 
-def controller_group(config: Config) -> str:
-    return f"{config.topic_prefix}controllers"
-
-
 class Controller:
     """One controller replica; `run()` blocks until stopped. Settings: `config.controller`."""
 
@@ -95,7 +91,7 @@ class Controller:
         self.topics = self.book.topics
         self._stop = threading.Event()
         self._consumer: SyncConsumer = clients.consumer(consumer_config(
-            config, controller_group(config), **{
+            config, config.controller_group(), **{
                 "partition.assignment.strategy": "range",
                 "session.timeout.ms": self.options.session_timeout_ms,
                 "heartbeat.interval.ms": self.options.heartbeat_interval_ms,
@@ -103,8 +99,7 @@ class Controller:
                 # SIGSTOPped during a rebalance held the whole group that long (P7)
                 "max.poll.interval.ms": self.options.max_poll_interval_ms}))
         self.producers = PartitionProducers(
-            self.options.transactional_id or f"{config.topic_prefix}controller",
-            self._new_producer, self._stop)
+            config.controller_transactional_base(), self._new_producer, self._stop)
         #: partition index -> when to take it back (monotonic): its producer was fenced
         self._retakes: dict[int, float] = {}
         self.outputs = OutputFiles(config, clients)

@@ -17,7 +17,7 @@ from inferstream.client.client import Client, Job
 from inferstream.controller.ledger import JobState
 from inferstream.controller.metrics import ControllerMetrics
 from inferstream.controller.outputs import OutputFiles
-from inferstream.controller.replica import Controller, controller_group
+from inferstream.controller.replica import Controller
 from inferstream.jobs.errors import JobCancelledError
 from inferstream.jobs.ids import new_job_id
 from inferstream.kafka.settings import partition_for
@@ -242,7 +242,7 @@ def test_an_unreadable_job_record_keyed_by_a_job_id_is_rejected_with_the_reason(
     clients.broker.produce(jobs, 1, b"20261202-000000-0000feed", None, timestamp_ms=6)
     clients.broker.produce(jobs, 1, None, b"", timestamp_ms=7)
     running.controller(make_controller())
-    running.until(lambda: consumed(clients.broker, controller_group(config), jobs))
+    running.until(lambda: consumed(clients.broker, config.controller_group(), jobs))
 
     rejected = {e["job_id"]: e for e in events(clients.broker, config, JobEventType.REJECTED)}
     assert set(rejected) == {"20261202-000000-deadbeef", "20261202-000000-0000feed"}

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from inferstream.client.client import Client, Job
 from inferstream.controller import replica as controller_module
 from inferstream.controller.metrics import ControllerMetrics
-from inferstream.controller.replica import Controller, controller_group
+from inferstream.controller.replica import Controller
 from inferstream.kafka.settings import partition_for
 from inferstream.schemas.records import JobEventType
 from inferstream.testing import MemoryKafkaClients
@@ -156,7 +156,7 @@ def test_a_rebalance_that_keeps_a_partition_initialises_its_producer_again(
     running.controller(make_controller())
     running.wait_for(responder.paused.is_set)
     before = clients.broker.epoch(tid)
-    clients.broker.rebalance(controller_group(config))
+    clients.broker.rebalance(config.controller_group())
     responder.resume.set()
     running.until(settled(clients.broker, config))
     assert_completed_exactly(clients.broker, config, job, items=6, tasks=3)

@@ -9,7 +9,6 @@ from typing import Any
 
 from inferstream.client.client import Job as ClientJob
 from inferstream.config import Config
-from inferstream.controller.replica import controller_group
 from inferstream.kafka.settings import partition_for
 from inferstream.schemas.records import (
     ItemResult,
@@ -151,7 +150,7 @@ def settled(broker: MemoryBroker, config: Config, kind: JobEventType = JobEventT
         found = broker.values(config.topic("results"))
         return (len(events(broker, config, kind)) >= jobs
                 and (answers is None or len(found) == answers)
-                and consumed(broker, controller_group(config), config.topic("jobs"),
+                and consumed(broker, config.controller_group(), config.topic("jobs"),
                              config.topic("results")))
     done.__doc__ = (done.__doc__ or "").format(kind=kind, answers=answers, jobs=jobs)
     return done

@@ -44,7 +44,7 @@ class TransactionalCommitter(PartitionCommitter):
     def __init__(self, config: Config, clients: KafkaClients, tp: Any, group_id: str,
                  owner: Owner, max_attempts: int = 8) -> None:
         super().__init__(tp, group_id, owner, max_attempts)
-        self.transactional_id = f"{config.topic_prefix}{config.pool}.{tp.topic}.{tp.partition}"
+        self.transactional_id = f"{config.worker_transactional_prefix()}{tp.topic}.{tp.partition}"
         self._config = config
         self._clients = clients
         self._producer: AsyncProducer | None = None
