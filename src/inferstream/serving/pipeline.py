@@ -248,10 +248,14 @@ class BatchingPipeline:
         `calibration.calibrate`), run on the inference thread between two batches; None
         where it cannot be measured or the pipeline was closed meanwhile."""
         try:
-            return await asyncio.get_running_loop().run_in_executor(
+            running = asyncio.get_running_loop().run_in_executor(
                 self._inference, calibrate, self.model, min(items, self.options.max_batch))
         except RuntimeError:  # closed: the model was unloaded
             return None
+        # a close meanwhile cancels the batch, which must not cancel the caller (the sysinfo
+        # publisher's loop): wait, rather than await it
+        await asyncio.wait([running])
+        return None if running.cancelled() else running.result()
 
     def _finish(self, slot: _Slot, outcome: ItemResult) -> None:
         self.items_in_flight -= 1

@@ -1,4 +1,5 @@
-"""Windowed aggregates per (worker, model): smoothed throughput and latency of busy samples.
+"""Windowed aggregates per (worker, model and version): smoothed throughput and latency of busy
+samples.
 
 A sample in which the model finished no item says nothing about how fast it is, so it moves
 the window but not the smoothed figures: an idle worker keeps its measured capacity.
@@ -33,7 +34,8 @@ class ModelAggregate(TypedDict):
 
 
 def aggregate_key(worker: str, model: str) -> str:
-    """The table key of (worker, model); `|` cannot appear in a registry name."""
+    """The table key of (worker, model): a `model_ref`, NAME:VERSION for a repository model's
+    version; `|` cannot appear in a model's name."""
     return f"{worker}|{model}"
 
 

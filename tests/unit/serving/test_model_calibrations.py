@@ -5,17 +5,20 @@ versions: version N of `faces` sleeps as `sim:ms=SPEEDS[N]` does."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from inferstream.config import Config
+from inferstream.config import Config, WorkerConfig
 from inferstream.models import LoadedModel, get_model_spec
 from inferstream.models.sim import SimModel
 from inferstream.schemas.records import SysInfoSample, read_record, split_ref
 from inferstream.serving.collectors import PerformanceWindows, ServedModel
+from inferstream.serving.hooks import WorkerHooks
 from inferstream.serving.loop import Worker
+from inferstream.serving.pipeline import BatchingPipeline
 from inferstream.serving.versions import start_models
 from inferstream.testing import MemoryBroker
 from tests.unit.support.memory import CODEC
@@ -105,3 +108,21 @@ def test_each_version_of_a_model_is_measured_apart() -> None:
     assert first["item_seconds"] == pytest.approx(0.005)
     assert second["item_seconds"] == pytest.approx(0.02)
     assert first["items"] == second["items"] == 100
+
+
+def test_a_calibration_of_a_model_unloaded_meanwhile_is_none_and_nothing_else() -> None:
+    """A version unloaded while its calibration waits for the inference thread: no figure,
+    and the publisher that asked goes on."""
+
+    async def scenario() -> list[object]:
+        pipeline = BatchingPipeline(load_version("faces:2"), WorkerConfig(), WorkerHooks())
+        running = asyncio.gather(pipeline.calibrate(4), pipeline.calibrate(4))
+        await asyncio.sleep(0.01)  # the first runs, the second waits for the thread
+        pipeline.close()
+        found = list(await running)
+        found.append(await pipeline.calibrate(4))  # closed: none at all
+        return found
+
+    first, waiting, closed = asyncio.run(scenario())
+    assert isinstance(first, dict) and first["version"] == "2"
+    assert waiting is None and closed is None
