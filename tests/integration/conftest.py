@@ -28,11 +28,12 @@ CLUSTER = REPO / "ops" / "kafka" / "cluster"
 INFERSTREAM = [sys.executable, "-m", "inferstream"]
 
 
-def start_cluster(directory: Path, brokers: int = 1) -> str:
-    """Start a cluster in `directory`; returns its bootstrap servers or fails/skips."""
+def start_cluster(directory: Path, brokers: int = 1, *options: str) -> str:
+    """Start a cluster in `directory` (with `start`'s further `options`); returns its
+    bootstrap servers or fails/skips."""
     proc = subprocess.run(
         [sys.executable, str(CLUSTER), "start", "--brokers", str(brokers), "--dir",
-         str(directory), "--port", "auto"],
+         str(directory), "--port", "auto", *options],
         capture_output=True, text=True, timeout=600, check=False,
     )
     if proc.returncode != 0:

@@ -3,6 +3,7 @@
 Needs only Java 17+, Maven and the Python 3 standard library. See ops/kafka/README.md.
 
     cluster start   [--brokers 1|3] [--dir DIR] [--port BASE|auto] [--set K=V] [--timeout S]
+                    [--security plaintext|sasl_ssl|ssl]
     cluster stop    [--dir DIR] [--timeout S] [--wipe]
     cluster status  [--dir DIR] [--json]
     cluster kill    ID [--dir DIR]          # kill -9 one broker
@@ -36,6 +37,7 @@ from .commands import (
     cmd_tool,
 )
 from .common import CONTROLLER_OFFSET, DEFAULT_DIR, DEFAULT_PORT, ClusterError, log
+from .security import MODES
 from .status import cmd_status
 
 if TYPE_CHECKING:
@@ -101,6 +103,12 @@ def _add_start(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="a server.properties entry for every node, kept for the cluster's life "
         "(repeatable), e.g. --set broker.session.timeout.ms=9000",
+    )
+    s.add_argument(
+        "--security",
+        choices=MODES,
+        help="plaintext (default), sasl_ssl (SCRAM-SHA-512 users) or ssl (mTLS): a CA, users "
+        "and a settings file per user in DIR/clients; fixed when the cluster is created",
     )
     s.add_argument(
         "--timeout", type=float, default=180.0, help="seconds to wait for readiness (default 180)"

@@ -28,6 +28,7 @@ from .processes import (
     wait_dead,
     writes_cds_at_exit,
 )
+from .security import make_secrets, write_client_settings
 from .state import (
     AnyNode,
     ClusterState,
@@ -56,6 +57,7 @@ class Args(argparse.Namespace):
     port: str | None  # a number or "auto"
     controller_port: str | None
     settings: list[str]
+    security: str | None
     timeout: float
     stop_timeout: float
     wipe: bool
@@ -92,19 +94,28 @@ def start(a: Args) -> int:
         fresh_auto = st is None and a.port == "auto"
         settings = parse_settings(a.settings)
         if st is not None:
-            check_existing(d, st, a.brokers, a.port, settings)
+            check_existing(d, st, a.brokers, a.port, settings, a.security)
         else:
-            st = new_state(d, a.brokers, a.port, a.controller_port, settings)
+            st = new_state(d, a.brokers, a.port, a.controller_port, settings, a.security)
+            make_secrets(d, st)
         down = [n for n in all_nodes(st) if node_pid(d, n["id"]) is None]
         if not down:
             print(f"already running: {describe(st, d)}")
-            print(bootstrap(st))
+            _print_ready(d, st)
             return 0
         _prepare_nodes(java, d, st, down)
         _spawn_and_wait(java, d, st, down, a.timeout, t0, fresh_auto)
     print(f"ready in {time.monotonic() - t0:.1f}s: {describe(st, d)}")
-    print(bootstrap(st))
+    _print_ready(d, st)
     return 0
+
+
+def _print_ready(d: Path, st: ClusterState) -> None:
+    """A secured cluster's client settings files (written again), then the bootstrap servers
+    as the last line."""
+    for user, path in write_client_settings(d, st, bootstrap(st)):
+        print(f"settings for User:{user}: {path}")
+    print(bootstrap(st))
 
 
 def parse_settings(pairs: list[str]) -> dict[str, str]:

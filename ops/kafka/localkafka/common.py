@@ -13,6 +13,7 @@ DEFAULT_DIR = REPO / "var" / "kafka"
 STATE_FILE = "cluster.json"
 DEFAULT_PORT = 9092
 CONTROLLER_OFFSET = 100  # controller port of node i = client port of node i + 100
+INTERNAL_OFFSET = 200  # a secured cluster's inter-broker port of node i = client port + 200
 MIN_JAVA = 17
 
 # Small JVMs: two cores are shared between up to a few brokers and the tests.

@@ -8,9 +8,10 @@ import time
 import uuid
 from pathlib import Path
 
-from .common import CONTROLLER_OFFSET, DEFAULT_PORT, ClusterError, log
+from .common import CONTROLLER_OFFSET, DEFAULT_PORT, INTERNAL_OFFSET, ClusterError, log
 from .jars import kafka_version
 from .probes import port_free
+from .security import listener_fields, secure, security_properties
 from .state import AnyNode, ClusterState, NodeState, is_broker, node_dir
 
 # --------------------------------------------------------------------------------------------
@@ -26,14 +27,13 @@ def new_cluster_id() -> str:
 
 
 def pick_auto_port(nbrokers: int) -> int:
-    """A random base whose client and controller ports are free, below Linux's ephemeral
-    range (32768+), where outgoing connections could take them meanwhile."""
+    """A random base whose client, controller and inter-broker ports are free, below Linux's
+    ephemeral range (32768+), where outgoing connections could take them meanwhile."""
     rnd = random.Random()
     for _ in range(200):
-        base = rnd.randrange(20000, 32600 - CONTROLLER_OFFSET - nbrokers)
-        ports = [base + i for i in range(nbrokers)] + [
-            base + CONTROLLER_OFFSET + i for i in range(nbrokers)
-        ]
+        base = rnd.randrange(20000, 32600 - INTERNAL_OFFSET - nbrokers)
+        ports = [base + off + i for off in (0, CONTROLLER_OFFSET, INTERNAL_OFFSET)
+                 for i in range(nbrokers)]  # fmt: skip
         if all(port_free(p) for p in ports):
             return base
     raise ClusterError("found no free port range for --port auto")
@@ -45,13 +45,15 @@ def new_state(
     port: str | None,
     controller_port: str | None,
     settings: dict[str, str],
+    security: str | None = None,
 ) -> ClusterState:
     """The state of a cluster about to be created from `start`'s options. Several brokers
     get a dedicated KRaft controller, id N+1 on controller port CBASE+N, as a production
     cluster has its own controller quorum: where every broker was a controller too, killing
     two of three took the metadata quorum with them, so the survivor could neither shrink
     the ISR nor refuse an acks=all write up front (it appended it and timed out, and the
-    write showed up once the others came back)."""
+    write showed up once the others came back). A secured cluster's brokers also get an
+    inter-broker port, BASE+200+i."""
     nb = brokers or 1
     if nb < 1:
         raise ClusterError("--brokers must be >= 1")
@@ -69,6 +71,7 @@ def new_state(
         "nodes": nodes,
         "settings": settings,
     }
+    secure(st, security or "plaintext")
     if nb > 1:
         st["controller"] = {"id": nb + 1, "controller_port": cbase + nb, "formatted": False}
     ports = [n["port"] for n in nodes] + [n["controller_port"] for n in nodes]
@@ -79,9 +82,20 @@ def new_state(
 
 
 def check_existing(
-    d: Path, st: ClusterState, brokers: int | None, port: str | None, settings: dict[str, str]
+    d: Path,
+    st: ClusterState,
+    brokers: int | None,
+    port: str | None,
+    settings: dict[str, str],
+    security: str | None = None,
 ) -> None:
     """`start` on an existing cluster: the options given must match it."""
+    had = st.get("security", "plaintext")
+    if security is not None and security != had:
+        raise ClusterError(
+            f"{d} holds a {had} cluster, not {security}; "
+            f"use another --dir or `cluster clean --dir {d}` first"
+        )
     if brokers is not None and brokers != len(st["nodes"]):
         raise ClusterError(
             f"{d} holds a {len(st['nodes'])}-broker cluster, not {brokers}; "
@@ -111,9 +125,9 @@ process.roles={roles}
 node.id={node_id}
 controller.quorum.voters={voters}
 listeners={listeners}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-inter.broker.listener.name=PLAINTEXT
+advertised.listeners={advertised}
+listener.security.protocol.map={protocols}
+inter.broker.listener.name={inter}
 controller.listener.names=CONTROLLER
 log.dirs={log_dirs}
 """
@@ -126,7 +140,7 @@ process.roles=controller
 node.id={node_id}
 controller.quorum.voters={voters}
 listeners=CONTROLLER://127.0.0.1:{controller_port}
-listener.security.protocol.map=CONTROLLER:PLAINTEXT
+listener.security.protocol.map=CONTROLLER:{controller_protocol}
 controller.listener.names=CONTROLLER
 log.dirs={log_dirs}
 """
@@ -189,25 +203,26 @@ def server_properties(d: Path, st: ClusterState, n: AnyNode) -> str:
         "log_dirs": node_dir(d, n["id"]) / "data",
     }
     if not is_broker(n):
-        roles = _CONTROLLER_ROLE.format(**fields)
+        protocol = "SSL" if "security" in st else "PLAINTEXT"
+        roles = _CONTROLLER_ROLE.format(controller_protocol=protocol, **fields)
     elif "controller" in st:
-        roles = _BROKER_ROLES.format(
-            roles="broker", listeners=f"PLAINTEXT://127.0.0.1:{n['port']}", port=n["port"],
-            **fields)  # fmt: skip
+        roles = _BROKER_ROLES.format(roles="broker", **listener_fields(st, n, False), **fields)
     else:
         roles = _BROKER_ROLES.format(
-            roles="broker,controller", port=n["port"],
-            listeners=f"PLAINTEXT://127.0.0.1:{n['port']},CONTROLLER://127.0.0.1:"
-            f"{n['controller_port']}", **fields)  # fmt: skip
+            roles="broker,controller", **listener_fields(st, n, True), **fields)  # fmt: skip
     shared = _SERVER_PROPERTIES.format(rf=3 if nn >= 3 else nn, isr=2 if nn >= 3 else 1)
     settings = st.get("settings", {})
     extra = "".join(f"{k}={v}\n" for k, v in settings.items())
-    return roles + shared + (f"\n# cluster start --set\n{extra}" if extra else "")
+    secured = security_properties(d, st)
+    return roles + shared + secured + (f"\n# cluster start --set\n{extra}" if extra else "")
 
 
 def write_config(d: Path, st: ClusterState, n: AnyNode) -> Path:
     nd = node_dir(d, n["id"])
     (nd / "data").mkdir(parents=True, exist_ok=True)
     props = nd / "server.properties"
+    if "security" in st:  # it holds the keystore's password
+        props.touch(mode=0o600)
+        props.chmod(0o600)
     props.write_text(server_properties(d, st, n))
     return props

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from .common import ClusterError
 from .processes import node_pid
+from .security import probe_context, probe_port
 from .state import AnyNode, ClusterState, all_nodes, is_broker, node_dir, tail_file
 
 # --------------------------------------------------------------------------------------------
@@ -35,6 +37,8 @@ def check_ports(nodes: list[AnyNode]) -> None:
         ports = [("controller", n["controller_port"])]
         if is_broker(n):
             ports.insert(0, ("client", n["port"]))
+            if "internal_port" in n:
+                ports.append(("inter-broker", n["internal_port"]))
         for what, p in ports:
             if not port_free(p):
                 raise ClusterError(
@@ -71,10 +75,22 @@ def _recv(sock: socket.socket, n: int) -> bytes:
     return buf
 
 
-def metadata_brokers(port: int, timeout: float = 3.0) -> set[int] | None:
+def live_brokers(
+    st: ClusterState, port: int, tls: ssl.SSLContext | None, timeout: float = 3.0
+) -> set[int] | None:
+    """`metadata_brokers` of the broker whose client port is `port`; a secured cluster's is
+    asked on its inter-broker listener, `tls` being `probe_context`'s."""
+    n = next((m for m in st["nodes"] if m["port"] == port), None)
+    return metadata_brokers(port if n is None else probe_port(st, n), timeout, tls)
+
+
+def metadata_brokers(
+    port: int, timeout: float = 3.0, tls: ssl.SSLContext | None = None
+) -> set[int] | None:
     """Node ids of the live (registered, unfenced) brokers as seen by the broker on `port`."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw:
+            s = tls.wrap_socket(raw, server_hostname="127.0.0.1") if tls else raw
             s.settimeout(timeout)
             v = _metadata_version(s)
             if v is None:
@@ -140,14 +156,15 @@ def wait_ready(
     want_ids() (default: every node of the cluster), re-evaluated at each poll."""
     deadline = t0 + timeout
     pending = list(want_ports)
+    tls = probe_context(d, st)
     while True:
         _fail_if_exited(d, st, pending)
         all_ids = want_ids() if want_ids is not None else {n["id"] for n in st["nodes"]}
-        pending = [p for p in pending if not all_ids <= (metadata_brokers(p) or set())]
+        pending = [p for p in pending if not all_ids <= (live_brokers(st, p, tls) or set())]
         if not pending:
             return
         if time.monotonic() > deadline:
-            seen = {p: metadata_brokers(p) for p in pending}
+            seen = {p: live_brokers(st, p, tls) for p in pending}
             raise ClusterError(
                 f"cluster in {d} not ready after {timeout:.0f}s (brokers seen from ports: {seen}); "
                 f"see `cluster logs ID --dir {d}`"

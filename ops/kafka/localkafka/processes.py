@@ -11,7 +11,8 @@ from pathlib import Path
 
 from .common import ClusterError, log
 from .jars import cds_tmp_path, java_bin, java_cmd, promote_cds
-from .state import AnyNode, ClusterState, all_nodes, node_dir
+from .security import scram_args
+from .state import AnyNode, ClusterState, all_nodes, is_broker, node_dir
 
 # --------------------------------------------------------------------------------------------
 # Which process is which broker
@@ -81,11 +82,14 @@ def node_pid(d: Path, nid: int) -> int | None:
 
 
 def format_nodes(java: str, d: Path, st: ClusterState, nodes: list[AnyNode]) -> None:
-    """kafka-storage format, one JVM per node, in parallel."""
+    """kafka-storage format, one JVM per node, in parallel; a secured cluster's SCRAM users
+    go into its controllers' bootstrap metadata."""
     procs: list[tuple[AnyNode, Path | None, subprocess.Popen[str]]] = []
     for n in nodes:
         props = node_dir(d, n["id"]) / "server.properties"
         args = ["format", "--cluster-id", st["cluster_id"], "--config", str(props)]
+        if not is_broker(n) or "controller" not in st:  # a KRaft controller
+            args += scram_args(d, st)
         tmp = cds_tmp_path(java, "tool")
         cmd = java_cmd(java, "kafka.tools.StorageTool", *args, "--ignore-formatted",
                        kind="tool", cds_tmp=tmp)  # fmt: skip

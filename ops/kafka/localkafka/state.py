@@ -26,6 +26,8 @@ class NodeState(TypedDict):
     port: int  # client listener on 127.0.0.1
     controller_port: int  # controller listener on 127.0.0.1 (unused beside a dedicated one)
     formatted: bool  # storage formatted (kafka.tools.StorageTool format) already
+    #: a secured cluster's inter-broker (mTLS) listener on 127.0.0.1
+    internal_port: NotRequired[int]
 
 
 class ControllerState(TypedDict):
@@ -49,6 +51,8 @@ class ClusterState(TypedDict):
     controller: NotRequired[ControllerState]
     #: server.properties lines that `start --set` added, on every node
     settings: NotRequired[dict[str, str]]
+    #: `start --security`: sasl_ssl or ssl (absent: plaintext)
+    security: NotRequired[str]
 
 
 #: A process of the cluster: a broker or the dedicated controller.
@@ -125,13 +129,17 @@ def get_node(st: ClusterState, nid: int) -> NodeState:
 def describe(st: ClusterState, d: Path) -> str:
     quorum = (f" and KRaft controller {st['controller']['id']}" if "controller" in st
               else "")
-    return f"{len(st['nodes'])} broker(s){quorum}, Kafka {st['kafka_version']}, dir {d}"
+    security = f", {st['security']}" if "security" in st else ""
+    return (f"{len(st['nodes'])} broker(s){quorum}, Kafka {st['kafka_version']}{security}, "
+            f"dir {d}")  # fmt: skip
 
 
 def wipe(d: Path, st: ClusterState, keep_dir: bool = False) -> None:
     # Only what `cluster` created, so a wrong --dir cannot delete anything else.
     for n in all_nodes(st):
         shutil.rmtree(node_dir(d, n["id"]), ignore_errors=True)
+    for sub in ("tls", "secrets", "clients") if "security" in st else ():
+        shutil.rmtree(d / sub, ignore_errors=True)
     for f in (STATE_FILE, STATE_FILE + ".tmp") + (() if keep_dir else (".lock",)):
         with contextlib.suppress(OSError):
             (d / f).unlink()

@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
-from .probes import metadata_brokers
+from .probes import live_brokers
 from .processes import node_pid
+from .security import probe_context, security_of
 from .state import ClusterState, bootstrap, load_state, resolve_dir
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ def cmd_status(a: Args) -> int:
                     "exists": True,
                     "kafka_version": st["kafka_version"],
                     "cluster_id": st["cluster_id"],
+                    "security": security_of(st),
                     "brokers": len(rows),
                     "running": up,
                     "nodes": rows,
@@ -71,9 +73,10 @@ def cmd_status(a: Args) -> int:
 
 def _status_rows(d: Path, st: ClusterState) -> list[NodeStatus]:
     rows: list[NodeStatus] = []
+    tls = probe_context(d, st)
     for n in st["nodes"]:
         pid = node_pid(d, n["id"])
-        seen = metadata_brokers(n["port"], timeout=2.0) if pid else None
+        seen = live_brokers(st, n["port"], tls, timeout=2.0) if pid else None
         rows.append(
             {
                 "id": n["id"],
@@ -103,7 +106,8 @@ def _print_status(
     controller: ControllerStatus | None,
     up: int,
 ) -> None:
-    print(f"cluster {st['cluster_id']}  Kafka {st['kafka_version']}  dir {d}")
+    print(f"cluster {st['cluster_id']}  Kafka {st['kafka_version']}  "
+          f"security {security_of(st)}  dir {d}")  # fmt: skip
     for r in rows:
         state = f"running pid {r['pid']}" if r["running"] else "stopped"
         seen = (
