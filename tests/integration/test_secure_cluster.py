@@ -54,6 +54,8 @@ def inferstream(settings_file: Path, *args: str) -> subprocess.CompletedProcess[
 def librdkafka(settings_file: Path) -> dict[str, Any]:
     """The settings file as confluent-kafka's configuration."""
     s = tomllib.loads(settings_file.read_text())
+    if "sasl_password_file" in s:
+        s["sasl_password"] = Path(s.pop("sasl_password_file")).read_text().strip()
     names = {"bootstrap_servers": "bootstrap.servers", "security_protocol": "security.protocol",
              "sasl_mechanism": "sasl.mechanism", "sasl_username": "sasl.username",
              "sasl_password": "sasl.password", "ssl_cafile": "ssl.ca.location",
@@ -103,9 +105,10 @@ def test_admin_produces_and_consumes_with_confluent_kafka(scram: Path) -> None:
 
 def test_a_wrong_password_is_refused_in_words(scram: Path, tmp_path: Path) -> None:
     admin = settings(scram, "admin").read_text()
-    password = tomllib.loads(admin)["sasl_password"]
+    password_file = tomllib.loads(admin)["sasl_password_file"]
+    (tmp_path / "wrong.password").write_text("not-the-password\n")
     wrong = tmp_path / "wrong.toml"
-    wrong.write_text(admin.replace(password, "not-the-password"))
+    wrong.write_text(admin.replace(password_file, str(tmp_path / "wrong.password")))
     refused(inferstream(wrong, "topics", "create"))
 
 

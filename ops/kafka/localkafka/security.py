@@ -151,7 +151,7 @@ def settings_dir(d: Path) -> Path:
 
 
 def write_client_settings(d: Path, st: ClusterState, servers: str) -> list[tuple[str, Path]]:
-    """Each user's inferstream settings file (TOML, owner-only: it holds the password)."""
+    """Each user's inferstream settings file (TOML, owner-only: it names the password's file)."""
     if not is_secured(st):
         return []
     out = settings_dir(d)
@@ -173,9 +173,9 @@ def client_settings(d: Path, st: ClusterState, user: str, servers: str) -> str:
         f'bootstrap_servers = "{servers}"',
     ]
     if security_of(st) == "sasl_ssl":
-        secret = password(d, user)
+        secret = secrets_dir(d) / f"{user}.password"
         lines += ['security_protocol = "SASL_SSL"', f'sasl_mechanism = "{MECHANISM}"',
-                  f'sasl_username = "{user}"', f'sasl_password = "{secret}"']  # fmt: skip
+                  f'sasl_username = "{user}"', f'sasl_password_file = "{secret}"']  # fmt: skip
     else:
         lines += ['security_protocol = "SSL"', f'ssl_certfile = "{t / (user + ".pem")}"',
                   f'ssl_keyfile = "{t / (user + ".key")}"']  # fmt: skip

@@ -7,6 +7,7 @@ import dataclasses
 import re
 import ssl
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from inferstream.config.controller import ControllerConfig, validate_controller
@@ -20,6 +21,9 @@ from inferstream.errors import ConfigError
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 MASK = "****"
+#: Each secret that may come from a file instead, and the setting naming that file.
+SECRET_FILES = {"sasl_password": "sasl_password_file",
+                 "ssl_key_password": "ssl_key_password_file"}
 #: What Kafka allows in a topic name.
 _TOPIC_SAFE = re.compile(r"[A-Za-z0-9._-]+")
 
@@ -36,10 +40,15 @@ class Config:
     sasl_mechanism: str | None = setting(None, "SASL mechanism", choices=SASL_MECHANISMS)
     sasl_username: str | None = setting(None, "SASL user name")
     sasl_password: str | None = setting(None, "SASL password", secret=True)
+    sasl_password_file: str | None = setting(
+        None, "file holding the SASL password (read at start, one trailing newline stripped)")
     ssl_cafile: str | None = setting(None, "CA certificates file")
     ssl_certfile: str | None = setting(None, "client certificate file")
     ssl_keyfile: str | None = setting(None, "client key file")
     ssl_key_password: str | None = setting(None, "client key password", secret=True)
+    ssl_key_password_file: str | None = setting(
+        None, "file holding the client key password (read at start, one trailing newline "
+        "stripped)")
     schema_registry_url: str | None = setting(None, "use the Confluent wire format")
     sysinfo_url: str = setting("http://127.0.0.1:6066",
                                "HTTP API of the sysinfo app (inferstream top, SysInfoClient)")
@@ -75,6 +84,10 @@ class Config:
 
     def __post_init__(self) -> None:
         _validate(self)
+        for secret, path in SECRET_FILES.items():
+            # A derived config (dataclasses.replace) holds the secret read already.
+            if getattr(self, path) is not None and getattr(self, secret) is None:
+                object.__setattr__(self, secret, read_secret(path, getattr(self, path)))
 
     # -- derived names -------------------------------------------------------------------
     def topic(self, name: str) -> str:
@@ -173,6 +186,16 @@ class Config:
             k: (MASK if _is_secret(k) else v) for k, v in self.kafka_config
         }
         return shown
+
+
+def read_secret(setting_name: str, path: str) -> str:
+    """The secret in file `path` less one trailing newline; ConfigError naming the setting."""
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "not text"
+        raise ConfigError(f"{setting_name} {path}: cannot read it ({why})") from exc
+    return text.removesuffix("\n")
 
 
 def _is_secret(key: str) -> bool:

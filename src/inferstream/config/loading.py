@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from inferstream.config.controller import ControllerConfig
-from inferstream.config.core import Config, parse_kafka_config
+from inferstream.config.core import SECRET_FILES, Config, parse_kafka_config
 from inferstream.config.stream import StreamConfig
 from inferstream.config.sysinfo import SysinfoConfig
 from inferstream.config.worker import WorkerConfig
@@ -146,6 +146,9 @@ def load_config(
                 merged[key].update({k: v for k, v in value.items() if v is not None})
             elif key in _ROOT and value is not None:
                 merged[key] = value
+    for secret, path in SECRET_FILES.items():
+        if merged.get(secret) and merged.get(path):
+            raise ConfigError(f"set {secret} or {path}, not both")
     sections = {name: _build(cls, merged.pop(name), f"{name}.")
                 for name, cls in SECTIONS.items()}
     config: Config = _build(Config, {**merged, **sections})

@@ -12,7 +12,8 @@ from inferstream.errors import ConfigError
 class SysinfoConfig:
     """`inferstream sysinfo`: one replica of the Faust app that makes the policy table."""
 
-    bind: str = setting("0.0.0.0", "address the HTTP server listens on")  # noqa: S104
+    bind: str = setting("127.0.0.1", "address the HTTP server listens on (0.0.0.0: every "
+                        "interface, for replicas and clients on other hosts)")
     port: int = setting(6066, "HTTP port of /workers, /policy, /sysinfo, /health, /metrics")
     advertised_host: str = setting(
         "", "host name other replicas reach this one by (empty: this host's name)")

@@ -73,7 +73,10 @@ def faust_settings(config: Config, topology: Topology, datadir: str) -> dict[str
     builds its aiokafka clients itself).
     """
     sysinfo = config.sysinfo
-    host = sysinfo.advertised_host or socket.gethostname()
+    # A replica bound to loopback is reached there only (its host name may name another
+    # interface): the other replicas of this host forward to it by that address.
+    local = sysinfo.bind.startswith("127.") or sysinfo.bind in ("localhost", "::1")
+    host = sysinfo.advertised_host or (sysinfo.bind if local else socket.gethostname())
     settings: dict[str, Any] = {
         "id": config.sysinfo_app_id(),
         "broker": [f"kafka://{s.strip()}" for s in config.bootstrap_servers.split(",")],

@@ -3,12 +3,15 @@ and secrets, masked wherever a config is printed."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
 from inferstream.cli import main
 from inferstream.config import MASK, Config, load_config, parse_kafka_config
+from inferstream.errors import ConfigError
 from inferstream.kafka.settings import producer_config
 
 SECRET = "hunter2-very-secret"  # noqa: S105 (a test value that must never be printed)
@@ -107,3 +110,50 @@ def test_config_show_masks_secrets(capsys: pytest.CaptureFixture[str],
     assert shown["ssl_key_password"] == MASK
     assert shown["kafka_config"] == {"sasl.oauthbearer.client.secret": MASK}
     assert shown["sasl_username"] == "bob"
+
+
+# -- secrets from files ------------------------------------------------------------------------
+def test_passwords_come_from_files_and_stay_masked(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "sasl.password").write_text(SECRET + "\n")
+    (tmp_path / "key.password").write_text(f"{SECRET}-key\n\n")  # only one newline goes
+    monkeypatch.setenv("INFERSTREAM_SASL_PASSWORD_FILE", str(tmp_path / "sasl.password"))
+    settings = tmp_path / "settings.toml"
+    settings.write_text(f'ssl_key_password_file = "{tmp_path / "key.password"}"\n')
+    config = load_config({"config_file": str(settings)})
+    assert config.confluent_config()["sasl.password"] == SECRET
+    assert config.confluent_config()["ssl.key.password"] == f"{SECRET}-key\n"
+    assert main(["config", "show", "--config", str(settings)]) == 0
+    captured = capsys.readouterr()
+    assert SECRET not in captured.out + captured.err
+    shown = json.loads(captured.out)
+    assert shown["sasl_password"] == MASK
+    assert shown["sasl_password_file"] == str(tmp_path / "sasl.password")
+    assert SECRET not in repr(config)
+
+
+def test_a_config_built_in_python_reads_its_password_file_once(tmp_path: Path) -> None:
+    secret = tmp_path / "sasl.password"
+    secret.write_text(SECRET)
+    config = Config(sasl_password_file=str(secret))
+    secret.unlink()  # a derived config keeps the password read at start
+    assert dataclasses.replace(config, pool="gpu").sasl_password == SECRET
+
+
+def test_an_unreadable_password_file_is_one_line_naming_it(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.password"
+    with pytest.raises(ConfigError) as error:
+        load_config({"sasl_password_file": str(missing)}, {})
+    assert str(error.value) == f"sasl_password_file {missing}: cannot read it " \
+                               "(No such file or directory)"
+    with pytest.raises(ConfigError, match=f"ssl_key_password_file {tmp_path}: cannot read"):
+        load_config({"ssl_key_password_file": str(tmp_path)}, {})  # a folder
+
+
+def test_a_password_and_its_file_together_are_an_error(tmp_path: Path) -> None:
+    secret = tmp_path / "sasl.password"
+    secret.write_text(SECRET)
+    with pytest.raises(ConfigError, match="set sasl_password or sasl_password_file, not both"):
+        load_config({"sasl_password_file": str(secret)},
+                    {"INFERSTREAM_SASL_PASSWORD": SECRET})

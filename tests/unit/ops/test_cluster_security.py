@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from inferstream.config import load_config
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "ops" / "kafka"))
 
 from localkafka.common import ClusterError
@@ -97,8 +99,11 @@ def test_each_user_gets_an_owner_only_settings_file(tmp_path: Path) -> None:
     assert admin == {
         "bootstrap_servers": "127.0.0.1:21000", "security_protocol": "SASL_SSL",
         "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "admin",
-        "sasl_password": "admin-secret", "ssl_cafile": str(tmp_path / "tls" / "ca.pem")}
+        "sasl_password_file": str(tmp_path / "secrets" / "admin.password"),
+        "ssl_cafile": str(tmp_path / "tls" / "ca.pem")}
     assert written["admin"].stat().st_mode & 0o077 == 0
+    loaded = load_config({"config_file": str(written["admin"])}, {})
+    assert loaded.sasl_password == "admin-secret"  # noqa: S105 (the fake cluster's password)
     mtls = cluster(tmp_path / "m", 1, "ssl")
     worker = tomllib.loads(client_settings(tmp_path / "m", mtls, "worker", "x:1"))
     assert worker["security_protocol"] == "SSL"

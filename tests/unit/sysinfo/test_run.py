@@ -94,6 +94,21 @@ def test_a_strategy_that_does_not_load_is_a_config_error() -> None:
         load_strategy("broken")
 
 
+def test_the_http_api_listens_on_loopback_unless_told_otherwise() -> None:
+    """Issue 28.5: loopback by default, and a loopback replica is advertised there (its host
+    name may name another interface); told to bind every interface, by its host name."""
+    import socket
+
+    from inferstream.config import load_config
+    from inferstream.sysinfo.app import Topology, faust_settings
+
+    local = faust_settings(load_config({}, {}), Topology(12, 12, replication=1), "/tmp/x")
+    assert (local["web_bind"], local["canonical_url"]) == ("127.0.0.1", "http://127.0.0.1:6066")
+    every = faust_settings(load_config({}, {"INFERSTREAM_SYSINFO_BIND": "0.0.0.0"}),  # noqa: S104
+                           Topology(12, 12, replication=1), "/tmp/x")
+    assert every["canonical_url"] == f"http://{socket.gethostname()}:6066"
+
+
 def test_faust_settings_come_from_the_config() -> None:
     from inferstream.config import load_config
     from inferstream.sysinfo.app import Topology, faust_settings
