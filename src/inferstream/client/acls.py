@@ -19,6 +19,9 @@ What each role does on the cluster, as read from its code:
   the pool's workers (describe).
 - admin: `topics create|describe` creates the topics and compares their configs.
 
+The readers outside any group (followers, replays, job output) still name a group,
+`Config.reader_group`, whose coordinator librdkafka looks up: Describe on it.
+
 Idempotent producers need no IdempotentWrite on the cluster since Kafka 3.0 (KIP-679): Write
 on a topic is enough. Read and Write imply Describe.
 """
@@ -97,6 +100,12 @@ def _topics(role: str, operation: str, names: Iterable[str]) -> list[Binding]:
     return [Binding(role, "topic", name, operation) for name in names]
 
 
+def _reader(role: str, config: Config) -> Binding:
+    """What a role that reads topics outside any group needs of the group its consumers name
+    nonetheless (librdkafka looks up that group's coordinator)."""
+    return Binding(role, "group", config.reader_group(), "describe")
+
+
 def _worker(config: Config, pools: tuple[str, ...]) -> list[Binding]:
     bindings = []
     for pool in pools:
@@ -106,7 +115,8 @@ def _worker(config: Config, pools: tuple[str, ...]) -> list[Binding]:
             Binding("worker", "transactional-id", config.worker_transactional_prefix(pool),
                     "write", "prefixed")]
     return (bindings + _topics("worker", "read", config.topics("policy", "task-control"))
-            + _topics("worker", "write", config.topics("results", "dlq", "sysinfo", "workers")))
+            + _topics("worker", "write", config.topics("results", "dlq", "sysinfo", "workers"))
+            + [_reader("worker", config)])
 
 
 def _controller(config: Config, pools: tuple[str, ...]) -> list[Binding]:
@@ -118,7 +128,8 @@ def _controller(config: Config, pools: tuple[str, ...]) -> list[Binding]:
             *(Binding("controller", "group", config.worker_group(pool), "describe")
               for pool in pools),
             Binding("controller", "transactional-id",
-                    f"{config.controller_transactional_base()}.", "write", "prefixed")]
+                    f"{config.controller_transactional_base()}.", "write", "prefixed"),
+            _reader("controller", config)]
 
 
 def _sysinfo(config: Config, _pools: tuple[str, ...]) -> list[Binding]:
@@ -146,7 +157,7 @@ def _stream(config: Config, _pools: tuple[str, ...]) -> list[Binding]:
             *_topics("stream", "write", config.topics("sysinfo")),
             Binding("stream", "group", stream.group_id(prefix), "read"),
             Binding("stream", "transactional-id", member.worker_transactional_prefix(),
-                    "write", "prefixed")]
+                    "write", "prefixed"), _reader("stream", config)]
 
 
 def _client(config: Config, pools: tuple[str, ...]) -> list[Binding]:
@@ -155,7 +166,7 @@ def _client(config: Config, pools: tuple[str, ...]) -> list[Binding]:
     for pool in pools:
         bindings += [Binding("client", "topic", config.task_topic(pool), "describe"),
                      Binding("client", "group", config.worker_group(pool), "describe")]
-    return bindings
+    return [*bindings, _reader("client", config)]
 
 
 def _admin(config: Config, _pools: tuple[str, ...]) -> list[Binding]:

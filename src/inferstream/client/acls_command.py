@@ -33,7 +33,9 @@ def acls_args(parser: argparse.ArgumentParser) -> None:
                         "--output-topic are set; admin, for topics create, only when named)")
     parser.add_argument("--pools", nargs="+", metavar="POOL",
                         help="pools whose task topics and groups to include (default: --pool)")
-    parser.add_argument("--json", action="store_true", help="print one JSON array of the bindings (default: kafka-acls.sh arguments)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON array of the bindings (default: kafka-acls.sh "
+                        "arguments)")
     parser.add_argument("--apply", action="store_true",
                         help="create the bindings on the cluster (the connection settings "
                         "must be an admin's), then print them (default: only print them)")

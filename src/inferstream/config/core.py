@@ -115,6 +115,12 @@ class Config:
         (the id is `<this><topic>.<partition>`)."""
         return f"{self.topic_prefix}{pool or self.pool}."
 
+    def reader_group(self) -> str:
+        """The group.id of a consumer outside any group (confluent-kafka requires one). It
+        never commits, but librdkafka looks up its coordinator: on a secured cluster a
+        reader's principal needs Describe on it."""
+        return f"{self.topic_prefix}readers"
+
     def controller_group(self) -> str:
         """The consumer group of the controller replicas."""
         return f"{self.topic_prefix}controllers"

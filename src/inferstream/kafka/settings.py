@@ -103,7 +103,7 @@ def consumer_config(config: Config, group_id: str | None, **extra: Any) -> dict[
     if group_id is not None:
         settings["group.id"] = group_id
     else:
-        settings["group.id"] = "inferstream-reader-unused"
+        settings["group.id"] = config.reader_group()
     settings.update(extra)
     return config.confluent_config(**settings)
 

@@ -16,6 +16,7 @@ from inferstream.cli import main
 from inferstream.client import acls_command
 from inferstream.client.acls import role_bindings
 from inferstream.config import Config, StreamConfig
+from inferstream.kafka.settings import consumer_config
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 
 WORKER = """\
@@ -29,6 +30,7 @@ WORKER = """\
 --add --allow-principal User:w --operation Write --topic inferstream.dlq --resource-pattern-type literal
 --add --allow-principal User:w --operation Write --topic inferstream.sysinfo --resource-pattern-type literal
 --add --allow-principal User:w --operation Write --topic inferstream.workers --resource-pattern-type literal
+--add --allow-principal User:w --operation Describe --group inferstream.readers --resource-pattern-type literal
 """  # noqa: E501
 
 
@@ -112,6 +114,9 @@ def test_the_names_are_those_the_roles_use() -> None:
     assert ("group", stream.group_id) in granted
     assert ("transactional-id", stream_config(config).worker_transactional_prefix()
             ) in granted
+    reader = consumer_config(config, None)["group.id"]
+    assert all(("group", reader) in {(b.resource, b.name) for b in role_bindings(
+        config, (role,), ("gpu",))} for role in ("worker", "controller", "stream", "client"))
 
 
 def test_a_stream_member_gets_the_user_topics_it_names(capsys: pytest.CaptureFixture[str]
@@ -181,7 +186,8 @@ def _acls_args(binding: AclBinding) -> str:
     the command's own formatting."""
     flags = {ResourceType.TOPIC: "--topic", ResourceType.GROUP: "--group",
              ResourceType.TRANSACTIONAL_ID: "--transactional-id"}
-    operations = {AclOperation.READ: "Read", AclOperation.WRITE: "Write"}
+    operations = {AclOperation.READ: "Read", AclOperation.WRITE: "Write",
+                  AclOperation.DESCRIBE: "Describe"}
     pattern = {ResourcePatternType.LITERAL: "literal", ResourcePatternType.PREFIXED: "prefixed"}
     return (f"--add --allow-principal {binding.principal} --operation "
             f"{operations[binding.operation]} {flags[binding.restype]} {binding.name} "
