@@ -27,15 +27,16 @@ ALL_FAILED = 1
 
 
 def submit_needs(config: Config) -> Needs:
-    return Needs(topics=(*config.topics("jobs", "job-events", "results"), config.task_topic()))
+    return Needs(topics=(*config.topics("jobs", "job-events", "results"), config.task_topic()),
+                 role="client")
 
 
 def status_needs(config: Config) -> Needs:
-    return Needs(topics=config.topics("job-events"))
+    return Needs(topics=config.topics("job-events"), role="client")
 
 
 def results_needs(config: Config) -> Needs:
-    return Needs(topics=config.topics("results", "job-events"))
+    return Needs(topics=config.topics("results", "job-events"), role="client")
 
 
 def submit_args(parser: argparse.ArgumentParser) -> None:

@@ -23,6 +23,7 @@ from inferstream.errors import ConfigError
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
 from inferstream.kafka.errors import KafkaSetupError
 from inferstream.kafka.passthrough import check_pass_through
+from inferstream.kafka.refusals import not_authorized
 from inferstream.kafka.settings import consumer_config
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,8 @@ class Needs:
     port_flag: str = "--metrics-port"
     #: topics the user makes, not `inferstream topics create` (a stream's input and output)
     user_topics: tuple[str, ...] = ()
+    #: the `inferstream acls --role` whose ACLs the command needs (None: not one role's)
+    role: str | None = None
 
 
 def preflight(config: Config, needs: Needs, clients: KafkaClients = REAL_CLIENTS) -> None:
@@ -58,7 +61,7 @@ def preflight(config: Config, needs: Needs, clients: KafkaClients = REAL_CLIENTS
         log.warning("%s", warning)
     if needs.metrics_port is not None:
         check_port_free(needs.metrics_port, needs.port_flag)
-    check_cluster(config, needs.topics, clients, needs.user_topics)
+    check_cluster(config, needs.topics, clients, needs.user_topics, needs.role)
 
 
 def check_port_free(port: int, flag: str = "--metrics-port") -> None:
@@ -73,13 +76,18 @@ def check_port_free(port: int, flag: str = "--metrics-port") -> None:
 
 
 def check_cluster(config: Config, topics: tuple[str, ...] = (),
-                  clients: KafkaClients = REAL_CLIENTS, user_topics: tuple[str, ...] = ()
-                  ) -> None:
+                  clients: KafkaClients = REAL_CLIENTS, user_topics: tuple[str, ...] = (),
+                  role: str | None = None) -> None:
     """KafkaSetupError unless the cluster answers within `connect_timeout_s` and has
-    every topic of `topics` and `user_topics` within that time."""
+    every topic of `topics` and `user_topics` within that time, each described to this
+    principal (`role` names the ACLs it lacks otherwise)."""
     log.debug("checking the Kafka cluster at %s (waiting up to %gs)", config.bootstrap_servers,
               config.connect_timeout_s)
     metadata = cluster_metadata(config, (*user_topics, *topics), clients)
+    hidden = forbidden(metadata.topics, (*user_topics, *topics))
+    if hidden:
+        raise not_authorized(config, role,
+                             f"describe {_plural(hidden, 'topic')} {', '.join(hidden)}")
     theirs = absent(metadata.topics, user_topics)
     if theirs:
         raise KafkaSetupError(
@@ -101,6 +109,13 @@ def absent(topics: Mapping[str, Any], names: Iterable[str]) -> list[str]:
             or not topics[name].partitions]
 
 
+def forbidden(topics: Mapping[str, Any], names: Iterable[str]) -> list[str]:
+    """The topics of `names` that `topics` (a cluster metadata's topics) shows with
+    TOPIC_AUTHORIZATION_FAILED: this principal may not describe them."""
+    return [name for name in names if name in topics and topics[name].error is not None
+            and topics[name].error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED]
+
+
 def cluster_metadata(config: Config, topics: tuple[str, ...] = (),
                      clients: KafkaClients = REAL_CLIENTS) -> Any:
     """The cluster's metadata once it shows every topic of `topics`, or as it is when
@@ -113,10 +128,11 @@ def cluster_metadata(config: Config, topics: tuple[str, ...] = (),
     captured = _CapturedLog()
     consumer = clients.consumer(consumer_config(config, None, logger=captured.logger))
     try:
-        metadata = consumer.list_topics(timeout=config.connect_timeout_s)
-        while absent(metadata.topics, topics) and time.monotonic() + TOPIC_RETRY_S < deadline:
+        metadata = _listing(consumer, topics, config.connect_timeout_s)
+        while (_awaited(metadata.topics, topics)
+               and time.monotonic() + TOPIC_RETRY_S < deadline):
             time.sleep(TOPIC_RETRY_S)
-            metadata = consumer.list_topics(timeout=max(0.1, deadline - time.monotonic()))
+            metadata = _listing(consumer, topics, max(0.1, deadline - time.monotonic()))
         return metadata
     except KafkaException as exc:
         failure = exc
@@ -124,6 +140,21 @@ def cluster_metadata(config: Config, topics: tuple[str, ...] = (),
         consumer.close()  # also hands over librdkafka's log lines, with the reason
     raise KafkaSetupError(_cannot_reach(config, failure.args[0], captured.reason())
                           ) from failure
+
+
+def _listing(consumer: Any, topics: tuple[str, ...], timeout_s: float) -> Any:
+    """The cluster's metadata, each topic of `topics` it lacks asked for by name: a broker
+    lists only the topics this principal may describe, and says TOPIC_AUTHORIZATION_FAILED
+    only of a topic named."""
+    metadata = consumer.list_topics(timeout=timeout_s)
+    for name in absent(metadata.topics, topics):
+        metadata.topics[name] = consumer.list_topics(name, timeout=timeout_s).topics[name]
+    return metadata
+
+
+def _awaited(topics: Mapping[str, Any], names: tuple[str, ...]) -> bool:
+    """Whether a topic of `names` may still appear: absent, and not for want of an ACL."""
+    return bool(set(absent(topics, names)) - set(forbidden(topics, names)))
 
 
 def _cannot_reach(config: Config, error: KafkaError, reason: str | None) -> str:

@@ -32,7 +32,7 @@ def needs(config: Config) -> Needs:
                  topics=(*ours, *config.topics("sysinfo", "policy")),
                  user_topics=(stream.input_topic, stream.output_topic,
                               *(t for t in dlq if t not in ours)),
-                 metrics_port=config.worker.metrics_port)
+                 metrics_port=config.worker.metrics_port, role="stream")
 
 
 def run(_args: argparse.Namespace, config: Config) -> int:

@@ -23,7 +23,7 @@ def needs(config: Config) -> Needs:
 
     Fleet(config.sysinfo, {}).check_strategies()  # a wrong name fails before any connection
     return Needs(topics=config.topics("sysinfo", "policy", "dlq"),
-                 metrics_port=config.sysinfo.port, port_flag="--port")
+                 metrics_port=config.sysinfo.port, port_flag="--port", role="sysinfo")
 
 
 def run(args: argparse.Namespace, config: Config) -> int:

@@ -33,7 +33,7 @@ def needs(config: Config) -> Needs:
     return Needs(librdkafka=False, aiokafka=True,
                  topics=(config.task_topic(), *config.topics("results", "dlq", "sysinfo",
                                                              "policy", "workers")),
-                 metrics_port=config.worker.metrics_port)
+                 metrics_port=config.worker.metrics_port, role="worker")
 
 
 def run(args: argparse.Namespace, config: Config) -> int:

@@ -43,8 +43,8 @@ def cli(clients: MemoryKafkaClients, monkeypatch: pytest.MonkeyPatch,
                         functools.partial(Client, codec=CODEC, clients=clients))
     check_cluster = preflight.check_cluster  # the start-up check asks the same broker
     monkeypatch.setattr(preflight, "check_cluster",
-                        lambda config, topics=(), _=None, user_topics=(): check_cluster(
-                            config, topics, clients, user_topics))
+                        lambda config, topics=(), _=None, user_topics=(), role=None:
+                        check_cluster(config, topics, clients, user_topics, role))
 
     def run(*argv: str) -> tuple[int, str, str]:
         code = main([*argv, *CONNECTION])

@@ -36,8 +36,8 @@ def cli(broker: MemoryBroker, monkeypatch: pytest.MonkeyPatch,
                         functools.partial(dump_topic, codec=CODEC, clients=clients))
     check_cluster = preflight.check_cluster
     monkeypatch.setattr(preflight, "check_cluster",
-                        lambda config, topics=(), _=None, user_topics=(): check_cluster(
-                            config, topics, clients, user_topics))
+                        lambda config, topics=(), _=None, user_topics=(), role=None:
+                        check_cluster(config, topics, clients, user_topics, role))
 
     def run(*argv: str) -> tuple[int, list[dict[str, Any]], str]:
         code = main(["dump", *argv, *CONNECTION])

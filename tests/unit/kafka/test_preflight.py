@@ -3,20 +3,40 @@ bad log level are one line and a non-zero exit, before any client is built (issu
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import threading
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError
 
 from inferstream.cli import main
 from inferstream.config import Config
 from inferstream.errors import ConfigError
+from inferstream.kafka import preflight as checks
 from inferstream.kafka.errors import KafkaSetupError
 from inferstream.kafka.passthrough import check_pass_through
 from inferstream.kafka.preflight import check_cluster, check_port_free
+from inferstream.kafka.refusals import grant_command, not_authorized, principal
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
+from inferstream.testing.clients.metadata import TopicMetadata
+
+#: A client certificate CN=worker, issued by CN=inferstream test CA (openssl, P-256).
+CERTIFICATE = """\
+-----BEGIN CERTIFICATE-----
+MIIBKzCB0gIUCwyh0HPb2EFu6bAcqeON68BJVcswCgYIKoZIzj0EAwIwHjEcMBoG
+A1UEAwwTaW5mZXJzdHJlYW0gdGVzdCBDQTAgFw0yNjEyMDUxNzM5MzBaGA8yMTI2
+MTExMTE3MzkzMFowETEPMA0GA1UEAwwGd29ya2VyMFkwEwYHKoZIzj0CAQYIKoZI
+zj0DAQcDQgAEaIjdhAj2s4iONeANQcNR1YWKpEUtfGHWLaWOqY3/3Cn8VMj/ow4i
+CjQmC2kwYye08LmY9hZcsNeONdEHGV2q9DAKBggqhkjOPQQDAgNIADBFAiEAqDSi
+fSUyc05KkHR2NnZ/EItKUwDTtyNoDD0oZPZ6MfACIEpJ0VNwAdUVtEBfnoVu2n9K
+mjJmfHcKt+x6Bbf7UC7r
+-----END CERTIFICATE-----
+"""
 
 
 @pytest.fixture(autouse=True)
@@ -148,6 +168,82 @@ def test_a_topic_created_a_moment_ago_is_not_missing() -> None:
         check_cluster(config, ("t.results",), MemoryKafkaClients(broker))
     finally:
         late.join()
+
+
+class ForbiddingClients(MemoryKafkaClients):
+    """The in-memory clients of a principal that may not describe `forbidden` topics."""
+
+    def __init__(self, broker: MemoryBroker, forbidden: set[str]) -> None:
+        super().__init__(broker)
+        self.forbidden = forbidden
+        self.listings = 0
+
+    def consumer(self, settings: dict[str, Any]) -> Any:
+        consumer = super().consumer(settings)
+        described = consumer.list_topics
+
+        def list_topics(topic: str | None = None, timeout: float = -1) -> Any:
+            """A broker lists only the topics a principal may describe, and says that it
+            may not only of a topic asked for by name."""
+            metadata = described(topic, timeout)
+            if topic is None:
+                self.listings += 1
+                for name in self.forbidden:
+                    metadata.topics.pop(name, None)
+            elif topic in self.forbidden:
+                metadata.topics[topic] = TopicMetadata(
+                    topic, error=KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+            return metadata
+
+        consumer.list_topics = list_topics  # type: ignore[method-assign]
+        return consumer
+
+
+def test_topics_a_principal_may_not_describe_are_named_with_the_acls_that_grant_them() -> None:
+    broker = MemoryBroker()
+    for name in ("t.jobs", "t.results", "t.job-events"):
+        broker.create_topic(name, partitions=2)
+    config = Config(topic_prefix="t.", pool="gpu", connect_timeout_s=5.0,
+                    security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
+                    sasl_username="nobody", sasl_password="pw")  # noqa: S106 (a test value)
+    clients = ForbiddingClients(broker, {"t.results", "t.job-events"})
+    with pytest.raises(KafkaSetupError) as raised:
+        check_cluster(config, config.topics("jobs", "results", "job-events"), clients,
+                      role="client")
+    assert str(raised.value) == (
+        "User:nobody may not describe topics t.results, t.job-events at localhost:9092: no ACL "
+        "allows it; an admin grants the client's ACLs with `inferstream acls --principal "
+        "User:nobody --role client --topic-prefix 't.' --pool gpu --apply`")
+    assert clients.listings == 1  # an ACL does not come by waiting: no retry till the timeout
+
+
+def test_the_principal_of_a_client_certificate_is_its_cn(tmp_path: Path) -> None:
+    pem = tmp_path / "worker.pem"
+    pem.write_text(CERTIFICATE)
+    config = Config(security_protocol="SSL", ssl_certfile=str(pem))
+    assert principal(config) == "User:worker"
+    assert grant_command(config, "worker") == (
+        "inferstream acls --principal User:worker --role worker --apply")
+    (tmp_path / "junk.pem").write_text("not a certificate")
+    unknown = Config(security_protocol="SSL", ssl_certfile=str(tmp_path / "junk.pem"))
+    assert str(not_authorized(unknown, None, "join group g")).startswith(
+        "this principal may not join group g at localhost:9092")
+    assert grant_command(unknown, None) == (
+        "inferstream acls --principal User:NAME --role ROLE --apply")
+
+
+def test_a_principal_refused_through_the_cli_is_one_line(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    broker = MemoryBroker()
+    broker.create_topic("inferstream.job-events", partitions=2)
+    clients = ForbiddingClients(broker, {"inferstream.job-events"})
+    monkeypatch.setattr(checks, "preflight", functools.partial(checks.preflight,
+                                                                clients=clients))
+    assert main(["status", "--sasl-username", "nobody"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "User:nobody may not describe topic inferstream.job-events" in err
+    assert "`inferstream acls --principal User:nobody --role client --apply`" in err
 
 
 # -- local mistakes --------------------------------------------------------------------------
