@@ -40,6 +40,7 @@ from inferstream.kafka.clients import (
 )
 from inferstream.kafka.errors import KafkaSetupError, StuckCallError
 from inferstream.kafka.groups import describe_with
+from inferstream.kafka.refusals import not_authorized
 from inferstream.kafka.settings import (
     LIBRDKAFKA_LOG,
     consumer_config,
@@ -99,7 +100,9 @@ class Controller:
                 # SIGSTOPped during a rebalance held the whole group that long (P7)
                 "max.poll.interval.ms": self.options.max_poll_interval_ms}))
         self.producers = PartitionProducers(
-            config.controller_transactional_base(), self._new_producer, self._stop)
+            config.controller_transactional_base(), self._new_producer, self._stop,
+            refused=lambda tid: not_authorized(config, "controller",
+                                               f"use transactional id {tid}"))
         #: partition index -> when to take it back (monotonic): its producer was fenced
         self._retakes: dict[int, float] = {}
         self.outputs = OutputFiles(config, clients)
@@ -155,6 +158,7 @@ class Controller:
         owned = self.producers.owned
         consumed = set()
         for message in messages:
+            self._check_allowed(message)
             index = message.partition() or 0
             if index in owned:
                 consumed.add(index)
@@ -170,6 +174,14 @@ class Controller:
         self.hooks.after_round(time.monotonic() - started,
                                self.book.round_state(len(self.producers.owned)))
         return bool(messages) or bool(len(out))
+
+    def _check_allowed(self, message: Message) -> None:
+        """KafkaSetupError in words when no ACL lets this principal join the controller
+        group (librdkafka says so in an error message of no partition, at each attempt)."""
+        error = message.error()
+        if error is not None and error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            raise not_authorized(self.config, "controller",
+                                 f"join group {self.config.controller_group()}")
 
     def _dispatch(self, message: Message, out: Outbox) -> None:
         """The record decoded and handed to the book; one that cannot be decoded to the

@@ -12,7 +12,8 @@ from inferstream.signals import dump_stacks_on_usr1, when_stopping
 def needs(config: Config) -> Needs:
     return Needs(topics=config.topics("jobs", "results", "job-events", "controller-ledger",
                                       "dlq", "policy", "workers"),
-                 metrics_port=config.controller.metrics_port, role="controller")
+                 metrics_port=config.controller.metrics_port, role="controller",
+                 groups=(config.controller_group(), config.worker_group()))
 
 
 def run(args: argparse.Namespace, config: Config) -> int:

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 from inferstream.kafka.clients import SyncProducer
 
@@ -33,8 +33,12 @@ class PartitionProducers:
     """`producer(index)` exists exactly for the partition indexes this replica owns."""
 
     def __init__(self, base_id: str, new_producer: Callable[[str], SyncProducer],
-                 stop: threading.Event, init_timeout_s: float = 30.0) -> None:
+                 stop: threading.Event, init_timeout_s: float = 30.0,
+                 refused: Callable[[str], Exception] | None = None) -> None:
+        """`refused(transactional_id)` is the error raised when no ACL allows that id
+        (default: the KafkaException itself); anything else is retried."""
         self.base_id = base_id
+        self.refused = refused
         self.new_producer = new_producer
         self.stop = stop
         self.init_timeout_s = init_timeout_s
@@ -91,6 +95,8 @@ class PartitionProducers:
                 producer.init_transactions(self.init_timeout_s)
                 return producer
             except KafkaException as exc:
+                if exc.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+                    raise (self.refused(tid) if self.refused else exc) from exc
                 log.warning("cannot init transactions of %s (attempt %d): %s", tid, attempt,
                             exc)
                 self.stop.wait(min(attempt, 5))

@@ -23,8 +23,9 @@ from inferstream.errors import ConfigError
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
 from inferstream.kafka.errors import KafkaSetupError
 from inferstream.kafka.passthrough import check_pass_through
-from inferstream.kafka.refusals import not_authorized
+from inferstream.kafka.refusals import not_authorized, principal
 from inferstream.kafka.settings import consumer_config
+from inferstream.kafka.topics import admin_client
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ class Needs:
     user_topics: tuple[str, ...] = ()
     #: the `inferstream acls --role` whose ACLs the command needs (None: not one role's)
     role: str | None = None
+    #: the consumer groups it joins, whose ACLs are checked before it starts
+    groups: tuple[str, ...] = ()
 
 
 def preflight(config: Config, needs: Needs, clients: KafkaClients = REAL_CLIENTS) -> None:
@@ -62,6 +65,7 @@ def preflight(config: Config, needs: Needs, clients: KafkaClients = REAL_CLIENTS
     if needs.metrics_port is not None:
         check_port_free(needs.metrics_port, needs.port_flag)
     check_cluster(config, needs.topics, clients, needs.user_topics, needs.role)
+    check_groups(config, needs.groups, clients, needs.role)
 
 
 def check_port_free(port: int, flag: str = "--metrics-port") -> None:
@@ -100,6 +104,30 @@ def check_cluster(config: Config, topics: tuple[str, ...] = (),
             f"{_plural(missing, 'topic')} {', '.join(missing)} missing at "
             f"{config.bootstrap_servers}: run `inferstream topics create` "
             f"(with --topic-prefix {config.topic_prefix!r} and --pool {config.pool})")
+
+
+def check_groups(config: Config, groups: tuple[str, ...], clients: KafkaClients = REAL_CLIENTS,
+                 role: str | None = None) -> None:
+    """KafkaSetupError in words when this principal may not describe a group of `groups`
+    (Read, which joining needs, implies Describe): before a supervisor's first child, so
+    that a refusal is one line, not a restart at every join."""
+    if not groups:
+        return
+    admin = admin_client(config, clients)  # held: its futures end with it
+    described = admin.describe_consumer_groups(list(groups),
+                                               request_timeout=config.connect_timeout_s)
+    refused = []
+    for group, future in described.items():
+        try:
+            future.result(timeout=config.connect_timeout_s + 1)
+        except TimeoutError:
+            log.debug("group %s not described in time: left to the role's start", group)
+        except KafkaException as exc:  # anything else is the role's own start to meet
+            if exc.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                refused.append(group)
+    if refused:
+        raise not_authorized(config, role, f"use {_plural(refused, 'group')} "
+                                           f"{', '.join(refused)}")
 
 
 def absent(topics: Mapping[str, Any], names: Iterable[str]) -> list[str]:
@@ -159,6 +187,11 @@ def _awaited(topics: Mapping[str, Any], names: tuple[str, ...]) -> bool:
 
 def _cannot_reach(config: Config, error: KafkaError, reason: str | None) -> str:
     servers = config.bootstrap_servers
+    if reason and "authentication" in reason.lower():  # a broker answered, and said no
+        check = ("sasl_username and sasl_password (or sasl_password_file)"
+                 if config.sasl_mechanism else "ssl_certfile and ssl_keyfile")
+        return (f"the Kafka cluster at {servers} did not accept the credentials of "
+                f"{principal(config) or 'this client'} ({reason}): check {check}")
     if error.code() in _UNREACHABLE:
         because = f" ({reason})" if reason else ""
         return (f"no Kafka broker answered at {servers} within {config.connect_timeout_s:g}s"

@@ -34,6 +34,7 @@ from inferstream.kafka.clients import (
     Record,
 )
 from inferstream.kafka.errors import KafkaSetupError, PartitionLostError
+from inferstream.kafka.refusals import not_authorized
 from inferstream.kafka.settings import aiokafka_kwargs, worker_consumer_kwargs
 from inferstream.models import LoadedModel
 from inferstream.policy.membership import PoolMembership
@@ -139,7 +140,7 @@ class Worker:
                 f"the workers of pool {self.config.pool} (group {self.group_id}) use another "
                 f"assignor than this one's {self.options.assignor!r}: start every worker of "
                 "a pool with the same --assignor (INFERSTREAM_WORKER_ASSIGNOR)")
-        return KafkaSetupError(f"not authorised to join group {self.group_id}: {exc}")
+        return not_authorized(self.config, self.source.role, f"join group {self.group_id}")
 
     async def _start(self) -> None:
         if self.options.guarantee == "at-least-once":

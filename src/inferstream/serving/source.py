@@ -51,6 +51,8 @@ class Source(ABC):
     outputs: tuple[str, ...] = ()
     #: whether a partition with no committed offset is read from its end (else its beginning)
     start_at_end: bool = False
+    #: the `inferstream acls --role` whose ACLs the group and topics need
+    role: str = "worker"
     _worker: WorkerContext | None = None
 
     @property

@@ -32,7 +32,8 @@ def needs(config: Config) -> Needs:
                  topics=(*ours, *config.topics("sysinfo", "policy")),
                  user_topics=(stream.input_topic, stream.output_topic,
                               *(t for t in dlq if t not in ours)),
-                 metrics_port=config.worker.metrics_port, role="stream")
+                 metrics_port=config.worker.metrics_port, role="stream",
+                 groups=(stream.group_id(config.topic_prefix),))
 
 
 def run(_args: argparse.Namespace, config: Config) -> int:

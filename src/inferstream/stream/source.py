@@ -71,6 +71,8 @@ class StreamSource(Source):
     """The stream's input topic, each record answered on its output topic (or dead-letter
     topic) by the worker's one model."""
 
+    role = "stream"
+
     def __init__(self, config: Config, codec: Codec) -> None:
         self.config = config
         self.stream = stream = config.stream

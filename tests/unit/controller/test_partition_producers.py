@@ -5,10 +5,12 @@ from __future__ import annotations
 import threading
 from typing import cast
 
+import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from inferstream.controller.transactions import PartitionProducers
 from inferstream.kafka.clients import SyncProducer
+from inferstream.kafka.errors import KafkaSetupError
 
 
 class FakeProducer:
@@ -55,3 +57,23 @@ def test_closing_a_fenced_producer_forgets_it_without_raising() -> None:
                                                 "t.controller.1": False}
 
 
+
+
+class RefusedProducer(FakeProducer):
+    def init_transactions(self, _timeout: float) -> None:
+        raise KafkaException(KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                        "Transactional Id authorization failed"))
+
+
+def test_an_id_no_acl_allows_is_the_refusal_at_once_not_a_retry() -> None:
+    made: list[FakeProducer] = []
+
+    def new(tid: str) -> SyncProducer:
+        made.append(RefusedProducer(tid))
+        return cast(SyncProducer, made[-1])
+
+    pool = PartitionProducers("t.controller", new, threading.Event(),
+                              refused=lambda tid: KafkaSetupError(f"may not use {tid}"))
+    with pytest.raises(KafkaSetupError, match=r"may not use t\.controller\.3"):
+        pool.open({3})
+    assert len(made) == 1 and pool.owned == set()

@@ -8,11 +8,12 @@ import os
 import socket
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from inferstream.cli import main
 from inferstream.config import Config
@@ -20,7 +21,7 @@ from inferstream.errors import ConfigError
 from inferstream.kafka import preflight as checks
 from inferstream.kafka.errors import KafkaSetupError
 from inferstream.kafka.passthrough import check_pass_through
-from inferstream.kafka.preflight import check_cluster, check_port_free
+from inferstream.kafka.preflight import check_cluster, check_groups, check_port_free
 from inferstream.kafka.refusals import grant_command, not_authorized, principal
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from inferstream.testing.clients.metadata import TopicMetadata
@@ -215,6 +216,44 @@ def test_topics_a_principal_may_not_describe_are_named_with_the_acls_that_grant_
         "allows it; an admin grants the client's ACLs with `inferstream acls --principal "
         "User:nobody --role client --topic-prefix 't.' --pool gpu --apply`")
     assert clients.listings == 1  # an ACL does not come by waiting: no retry till the timeout
+
+
+class GroupRefusingAdmin:
+    """An admin client of a principal that may describe no group."""
+
+    def describe_consumer_groups(self, groups: list[str], **_: Any) -> dict[str, Any]:
+        refused = {}
+        for group in groups:
+            refused[group] = Future()
+            refused[group].set_exception(KafkaException(
+                KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED)))
+        return refused
+
+
+def test_groups_a_principal_may_not_use_are_named_before_the_role_starts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clients = MemoryKafkaClients(MemoryBroker())
+    config = Config(sasl_username="nobody")
+    check_groups(config, (config.worker_group(),), clients, "worker")  # the memory broker's
+    monkeypatch.setattr(clients, "admin", lambda _settings: GroupRefusingAdmin())
+    with pytest.raises(KafkaSetupError) as raised:
+        check_groups(config, (config.controller_group(), config.worker_group()), clients,
+                     "controller")
+    assert str(raised.value).startswith(
+        "User:nobody may not use groups inferstream.controllers, inferstream.default.workers "
+        "at localhost:9092: no ACL allows it; an admin grants the controller's ACLs with "
+        "`inferstream acls --principal User:nobody --role controller --apply`")
+
+
+def test_a_wrong_password_is_said_to_be_one_not_an_unreachable_broker() -> None:
+    config = Config(security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
+                    sasl_username="nobody")
+    reason = ("SASL authentication error: Authentication failed during authentication due to "
+              "invalid credentials with SASL mechanism SCRAM-SHA-512")
+    line = checks._cannot_reach(config, KafkaError(KafkaError._TRANSPORT), reason)
+    assert line == (f"the Kafka cluster at localhost:9092 did not accept the credentials of "
+                    f"User:nobody ({reason}): check sasl_username and sasl_password (or "
+                    "sasl_password_file)")
 
 
 def test_the_principal_of_a_client_certificate_is_its_cn(tmp_path: Path) -> None:

@@ -1,0 +1,63 @@
+"""Refusals in words on a secured cluster (issue 28.4): a principal without ACLs is told, in
+one line and within seconds, what it may not use and the `inferstream acls` command that
+grants it, not that the topics are missing; a wrong password is one line too."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_secure_cluster import inferstream, refused, secured_cluster, settings
+
+pytestmark = pytest.mark.integration
+
+#: What the issue allows a refusal, from the command's start to its exit.
+REFUSED_WITHIN_S = 15.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A SASL_SSL cluster whose topics the admin created."""
+    for folder in secured_cluster(tmp_path_factory.mktemp("refusals"), "sasl_ssl"):
+        done = inferstream(settings(folder, "admin"), "topics", "create")
+        assert done.returncode == 0, done.stderr
+        yield folder
+
+
+@pytest.mark.parametrize(("role", "args", "what"), [
+    ("client", ("status",), "topic inferstream.job-events"),
+    ("worker", ("worker", "--model", "sim:ms=0", "--idle-exit", "5"),
+     "topics inferstream.tasks.default, inferstream.results"),
+    ("controller", ("controller", "--idle-exit", "5"), "topics inferstream.jobs"),
+])
+def test_a_principal_without_acls_is_told_which_and_how_to_grant_them(
+        cluster: Path, role: str, args: tuple[str, ...], what: str) -> None:
+    started = time.monotonic()
+    done = inferstream(settings(cluster, "nobody"), *args)
+    took_s = time.monotonic() - started
+    refused(done)
+    line = done.stderr.strip()
+    assert "\n" not in line, line
+    assert f"User:nobody may not describe {what}" in line
+    assert "missing" not in line
+    assert line.endswith(f"`inferstream acls --principal User:nobody --role {role} --apply`")
+    assert took_s < REFUSED_WITHIN_S, took_s
+
+
+def test_a_wrong_password_is_one_line(cluster: Path, tmp_path: Path) -> None:
+    wrong = tmp_path / "wrong.password"
+    wrong.write_text("not-the-password\n")
+    nobody = settings(cluster, "nobody").read_text().splitlines()
+    with_wrong = tmp_path / "wrong.toml"
+    with_wrong.write_text("\n".join(
+        f'sasl_password_file = "{wrong}"' if ln.startswith("sasl_password_file") else ln
+        for ln in nobody) + "\n")
+    started = time.monotonic()
+    done = inferstream(with_wrong, "status")
+    refused(done)
+    assert "\n" not in done.stderr.strip(), done.stderr
+    assert "uthentication" in done.stderr, done.stderr
+    assert time.monotonic() - started < REFUSED_WITHIN_S
