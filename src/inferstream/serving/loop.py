@@ -187,6 +187,9 @@ class Worker:
                 log.warning("fetch failed: %r", exc)
                 await asyncio.sleep(0.5)
                 continue
+            if self.ownership.refused_id is not None:
+                raise not_authorized(self.config, self.source.role,
+                                     f"use transactional id {self.ownership.refused_id}")
             for tp, records in batches.items():
                 for record in records:
                     self._accept(tp, record)

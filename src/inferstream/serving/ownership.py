@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from aiokafka import TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, TransactionalIdAuthorizationFailed
 
 from inferstream.kafka.clients import AsyncConsumer
 from inferstream.serving.committers.base import PartitionCommitter
@@ -48,6 +48,8 @@ class Ownership:
         #: the worker's commits move it (for its consumer lag)
         self.offsets: dict[TopicPartition, int] = {}
         self.rebalancing = False
+        #: the transactional id no ACL allows: a partition's producer was refused it
+        self.refused_id: str | None = None
         self._lock = asyncio.Lock()
         self._retakes: set[asyncio.Task[None]] = set()
         self._retaking: set[TopicPartition] = set()
@@ -138,6 +140,10 @@ class Ownership:
                 await asyncio.wait_for(committer.start(), 30)
                 # Read after init_transactions: the fenced owner's last commit is final now.
                 committed = await asyncio.wait_for(self.consumer.committed(tp), 30)
+            except TransactionalIdAuthorizationFailed as exc:  # no retry brings an ACL
+                await committer.close()
+                self.refused_id = str(exc.args[0]) if exc.args else str(tp)
+                return
             except (KafkaError, TimeoutError) as exc:
                 await committer.close()
                 log.warning("cannot take partition %s yet (attempt %d): %r", tp, attempt, exc)

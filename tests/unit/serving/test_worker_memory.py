@@ -9,10 +9,12 @@ import threading
 from collections.abc import Callable
 
 import pytest
+from aiokafka.errors import TransactionalIdAuthorizationFailed
 from prometheus_client import CollectorRegistry, generate_latest
 
 from inferstream.config import Config
 from inferstream.jobs.output import job_results, output_lines
+from inferstream.kafka.errors import KafkaSetupError
 from inferstream.serving import fetch
 from inferstream.serving.hooks import WorkerHooks
 from inferstream.serving.loop import Worker
@@ -196,3 +198,19 @@ def test_an_unknown_commit_outcome_counts_as_aborted(
     running.until(all_committed(broker, config))
     assert sample(metrics.registry, "inferstream_transactions_aborted_total", worker="w1",
                  pool=config.pool) == 1
+
+
+def test_a_transactional_id_no_acl_allows_stops_the_worker_in_words(
+        broker: MemoryBroker, make_worker: MakeWorker) -> None:
+    """Retrying the partition, as for a broker away, would hold the rebalance for ever."""
+    config = make_config(sasl_username="w1")
+    put_tasks(broker, config, 4)
+    tid = transactional_id(config, 1)
+    broker.inject(tid, "init", times=1000, error=TransactionalIdAuthorizationFailed(tid))
+    worker = make_worker(config)
+    with pytest.raises(KafkaSetupError) as raised:
+        asyncio.run(asyncio.wait_for(worker.run(), 30))
+    assert str(raised.value) == (
+        f"User:w1 may not use transactional id {tid} at mem:1: no ACL allows it; an admin "
+        "grants the worker's ACLs with `inferstream acls --principal User:w1 --role worker "
+        "--topic-prefix 't.' --apply`")
