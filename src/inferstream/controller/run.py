@@ -13,7 +13,8 @@ def needs(config: Config) -> Needs:
     return Needs(topics=config.topics("jobs", "results", "job-events", "controller-ledger",
                                       "dlq", "policy", "workers"),
                  metrics_port=config.controller.metrics_port, role="controller",
-                 groups=(config.controller_group(), config.worker_group()))
+                 groups=(config.controller_group(), config.worker_group(),
+                         config.reader_group()))
 
 
 def run(args: argparse.Namespace, config: Config) -> int:

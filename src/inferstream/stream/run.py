@@ -33,7 +33,7 @@ def needs(config: Config) -> Needs:
                  user_topics=(stream.input_topic, stream.output_topic,
                               *(t for t in dlq if t not in ours)),
                  metrics_port=config.worker.metrics_port, role="stream",
-                 groups=(stream.group_id(config.topic_prefix),))
+                 groups=(stream.group_id(config.topic_prefix), config.reader_group()))
 
 
 def run(_args: argparse.Namespace, config: Config) -> int:

@@ -34,7 +34,7 @@ def needs(config: Config) -> Needs:
                  topics=(config.task_topic(), *config.topics("results", "dlq", "sysinfo",
                                                              "policy", "workers")),
                  metrics_port=config.worker.metrics_port, role="worker",
-                 groups=(config.worker_group(),))
+                 groups=(config.worker_group(), config.reader_group()))
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
