@@ -1,6 +1,7 @@
 """Refusals in words on a secured cluster (issue 28.4): a principal without ACLs is told, in
 one line and within seconds, what it may not use and the `inferstream acls` command that
-grants it, not that the topics are missing; a wrong password is one line too."""
+grants it, not that the topics are missing; so is a worker without its groups' or its
+transactional ids' ACLs; a wrong password is one line too."""
 
 from __future__ import annotations
 
@@ -9,8 +10,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import (
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
 
-from tests.integration.test_secure_cluster import inferstream, refused, secured_cluster, settings
+from tests.integration.test_secure_cluster import (
+    inferstream,
+    librdkafka,
+    refused,
+    secured_cluster,
+    settings,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -61,3 +76,37 @@ def test_a_wrong_password_is_one_line(cluster: Path, tmp_path: Path) -> None:
     assert "\n" not in done.stderr.strip(), done.stderr
     assert "uthentication" in done.stderr, done.stderr
     assert time.monotonic() - started < REFUSED_WITHIN_S
+
+
+def granted_worker_acls_less(cluster: Path, user: str, resource: ResourceType) -> None:
+    """`user` holds the worker's ACLs as `inferstream acls` prints them, less those of one
+    kind of resource."""
+    done = inferstream(settings(cluster, "admin"), "acls", "--principal", f"User:{user}",
+                       "--role", "worker", "--apply")
+    assert done.returncode == 0, done.stderr
+    admin = AdminClient(librdkafka(settings(cluster, "admin")))
+    less = AclBindingFilter(resource, None, ResourcePatternType.ANY, f"User:{user}", None,
+                            AclOperation.ANY, AclPermissionType.ANY)
+    assert admin.delete_acls([less])[less].result(timeout=30)
+
+
+@pytest.mark.parametrize(("user", "resource", "what", "restart"), [
+    ("worker", ResourceType.GROUP, "use groups inferstream.default.workers, "
+                                   "inferstream.readers", "on"),
+    # known only once a partition's producer starts, after start-up: a supervisor would
+    # restart it (an ACL granted meanwhile is then picked up)
+    ("stream", ResourceType.TRANSACTIONAL_ID, "use transactional id inferstream.default.",
+     "off"),
+])
+def test_a_worker_without_its_group_or_transactional_ids_is_told_which(
+        cluster: Path, user: str, resource: ResourceType, what: str, restart: str) -> None:
+    granted_worker_acls_less(cluster, user, resource)
+    started = time.monotonic()
+    done = inferstream(settings(cluster, user), "worker", "--model", "sim:ms=0",
+                       "--idle-exit", "5", "--restart", restart)
+    took_s = time.monotonic() - started
+    refused(done)
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"inferstream: error: User:{user} may not {what}"), done.stderr
+    assert line.endswith(f"`inferstream acls --principal User:{user} --role worker --apply`")
+    assert took_s < REFUSED_WITHIN_S, took_s
