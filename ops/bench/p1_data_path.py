@@ -107,16 +107,23 @@ async def run_tasks(pipeline: BatchingPipeline, images: list[bytes], chunk: int)
     return seconds
 
 
-def worker_side(args: argparse.Namespace) -> None:
-    """In its own process (the worker's allocator is preloaded by its parent): load, warm up,
-    run `--repeats` times; one JSON line of rates."""
+def warm_pipeline(args: argparse.Namespace,
+                  settings: WorkerConfig) -> tuple[BatchingPipeline, list[bytes]]:
+    """`args.model` loaded as the worker loads it (its log on stderr), its pipeline run once
+    on two batches of the photos; the pipeline and the photos."""
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s: %(message)s")
-    settings = worker_settings(args, args.model)
     model = model_loader(settings, args.device)(args.model)
     pipeline = BatchingPipeline(model, settings, WorkerHooks())
     images = [p.read_bytes() for p in image_paths(args)]
     asyncio.run(run_tasks(pipeline, images[: 2 * args.batch], args.chunk))  # warm-up
+    return pipeline, images
+
+
+def worker_side(args: argparse.Namespace) -> None:
+    """In its own process (the worker's allocator is preloaded by its parent): load, warm up,
+    run `--repeats` times; one JSON line of rates."""
+    pipeline, images = warm_pipeline(args, worker_settings(args, args.model))
     rates = [len(images) / asyncio.run(run_tasks(pipeline, images, args.chunk))
              for _ in range(args.repeats)]
     pipeline.close()
