@@ -31,6 +31,12 @@ def check_names(repository: Repository, names: Iterable[str], *, allow_python: b
         if name in repository:
             refused_handler(repository.model(name).newest(), allow_python=allow_python)
             continue
+        model, _, version = name.partition(":")
+        if version and model in repository:
+            raise RepositoryError(repository.root / model, (
+                f"a worker serves the newest versions of a model (model_versions, or the "
+                f"card's [versions] latest), not one named: --model {model}; a job pins its "
+                f"version (submit --model {name})"))
         try:
             check_builtin_name(name)
         except UnknownModelError as exc:

@@ -227,6 +227,19 @@ def test_a_name_neither_built_in_nor_in_the_repository_is_unknown(
         check_names(open_repository(str(root)), ["resnet50", "colors"], allow_python=False)
 
 
+def test_a_worker_given_a_version_is_told_it_serves_the_newest(
+        models: Models, make_repository: MakeRepository,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_repository("colours", CNN_CARD, {"1/model.pt2": models.cnn.pt2})
+    code = main(["worker", "--model-repository", str(root), "--model", "colours:1",
+                 "--bootstrap-servers", "127.0.0.1:1"])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"inferstream: error: {root}/colours: a worker serves the newest versions of a model "
+        "(model_versions, or the card's [versions] latest), not one named: --model colours; "
+        "a job pins its version (submit --model colours:1)\n")
+
+
 def test_a_repository_that_is_not_a_folder_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(RepositoryError, match=f"^{tmp_path}/none: no such folder"):
         open_repository(str(tmp_path / "none"))
