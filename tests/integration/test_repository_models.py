@@ -3,7 +3,8 @@ runs (`worker --model-repository DIR --model NAME`, `submit`, `results`):
 
 - a small CNN trained in the test, saved with torch.export (version 1) and TorchScript
   (version 2) in one repository, labels a job's images as the module itself does on the same
-  preprocessed tensors (top-1 exact, scores within 1e-4), each job on the version it names;
+  preprocessed tensors (top-1 exact, scores within 1e-4), each job on the version it names, in
+  its output lines and in `results --format npz`;
 - efficientnet_lite0 with its real weights and no classifier head, saved as an embedding model
   with the built-in's preprocessing on its card, answers the vectors of the module called
   directly on the built-in's preprocessed photos (`results --format npz`, cosine > 0.9999).
@@ -101,7 +102,8 @@ def test_a_trained_cnn_labels_a_job_as_its_module_does_in_either_format(
     with torch.no_grad():
         direct = torch.softmax(cnn(torch.stack([preprocess(p.read_bytes()) for p in paths])), 1)
     for version in ("1", "2"):  # torch.export, TorchScript
-        lines = output_lines(procs, submit(procs, f"colours:{version}", paths, "--top-k", "3"))
+        job_id = submit(procs, f"colours:{version}", paths, "--top-k", "3")
+        lines = output_lines(procs, job_id)
         top1 = []
         for path, scores in zip(paths, direct, strict=True):
             line = lines[str(path)]
@@ -116,6 +118,13 @@ def test_a_trained_cnn_labels_a_job_as_its_module_does_in_either_format(
             top1.append(top_k[0]["label"])
         # Trained a few steps on synthetic images: the coloured ones are told apart.
         assert top1[:8] == [COLOURS[c] for c in (0, 1, 2, 2, 1, 0, 1, 2)]
+    out = tmp_path / "labels.npz"  # the last job's, as arrays
+    done = procs.run("results", job_id, "--format", "npz", "--output", str(out))
+    assert done.returncode == 0, done.stderr
+    data = np.load(out)
+    assert data["class_id"][:, 0].tolist() == direct.argmax(dim=1).tolist()
+    assert data["score"] == pytest.approx(
+        np.take_along_axis(direct.numpy(), data["class_id"], axis=1), abs=1e-4)
 
 
 def lite0_photos(folder: Path) -> list[Path]:
