@@ -5,12 +5,10 @@ declined one version may serve another. No Kafka, no thread."""
 
 from __future__ import annotations
 
-from inferstream.config import Config
 from inferstream.controller.announcements import WorkerAnnouncements
 from inferstream.controller.book import JobBook
 from inferstream.controller.declines import PoolView
 from inferstream.controller.outbox import Outbox
-from inferstream.policy.view import NO_POLICY
 from inferstream.schemas.records import (
     ItemStatus,
     JobEventType,
@@ -34,18 +32,9 @@ from tests.unit.controller.test_book import (
     tasks,
     written,
 )
+from tests.unit.support.books import live_book
 
 FACES = "faces"
-
-
-def book_of(config: Config, pool: dict[str, list[int]], table: WorkerAnnouncements) -> JobBook:
-    """A book whose pool is `pool` as it is at each call (the test changes it), whose workers
-    announce themselves in `table`."""
-    book = JobBook(config, codec=CODEC, policy=NO_POLICY, describe=lambda _group: dict(pool),
-                   partitions=lambda topic: 4 if topic == config.task_topic() else 2,
-                   starting=table, versions=table)
-    book.pools.ttl_s = 0.0
-    return book
 
 
 def serving(table: WorkerAnnouncements, worker: str, *versions: int) -> None:
@@ -83,7 +72,7 @@ def test_a_job_runs_on_the_newest_version_among_the_live_workers() -> None:
     serving(table, "w1", 1, 2)
     serving(table, "w2", 1)
     serving(table, "w3", 3)
-    book = book_of(config, {"w1": [0, 1], "w2": [2, 3]}, table)
+    book = live_book(config, {"w1": [0, 1], "w2": [2, 3]}, table, versions=table)
     out, issued = accepted(book, make_job(items=4, model=FACES))
     assert [t["model_version"] for t in issued] == [2, 2]
     (event,) = events(book, out)
@@ -96,7 +85,7 @@ def test_a_version_that_appears_mid_job_changes_nothing_for_it() -> None:
     config = make_config(tasks_per_round=1)
     table = WorkerAnnouncements(config)
     serving(table, "w1", 1)
-    book = book_of(config, {"w1": [0, 1, 2, 3]}, table)
+    book = live_book(config, {"w1": [0, 1, 2, 3]}, table, versions=table)
     _, (first,) = accepted(book, make_job(items=6, model=FACES))
     serving(table, "w1", 1, 2)  # version 2 dropped into its repository
     later = book.outbox()
@@ -115,7 +104,7 @@ def test_a_replica_that_takes_the_job_over_keeps_its_version() -> None:
     first_table = WorkerAnnouncements(config)
     serving(first_table, "w1", 1)
     serving(first_table, "w2", 1)
-    first = book_of(config, pool, first_table)
+    first = live_book(config, pool, first_table, versions=first_table)
     out, (task0, task1) = accepted(first, make_job(items=4, model=FACES))
     done = first.outbox()
     first.on_result(result_of(task1, worker="w2"), done)
@@ -125,7 +114,7 @@ def test_a_replica_that_takes_the_job_over_keeps_its_version() -> None:
     second_table = WorkerAnnouncements(config)
     serving(second_table, "w1", 1, 2)
     serving(second_table, "w2", 1, 2)
-    second = book_of(config, pool, second_table)
+    second = live_book(config, pool, second_table, versions=second_table)
     second.adopt(records, now_ms())
     assert second.jobs[task0["job_id"]].model_version == 1
     late = second.outbox()
@@ -138,7 +127,7 @@ def test_a_pinned_job_runs_on_its_version() -> None:
     config = make_config()
     table = WorkerAnnouncements(config)
     serving(table, "w1", 1, 2)
-    book = book_of(config, {"w1": [0, 1, 2, 3]}, table)
+    book = live_book(config, {"w1": [0, 1, 2, 3]}, table, versions=table)
     out, issued = accepted(book, make_job(items=4, model=FACES, model_version=1))
     assert [t["model_version"] for t in issued] == [1, 1]
     assert events(book, out)[0]["model_version"] == 1
@@ -149,7 +138,7 @@ def test_a_pinned_version_no_live_worker_serves_waits_then_fails_naming_it() -> 
     config = make_config(model_wait_s=60)
     table = WorkerAnnouncements(config)
     serving(table, "w1", 2, 3)
-    book = book_of(config, {"w1": [0, 1, 2, 3]}, table)
+    book = live_book(config, {"w1": [0, 1, 2, 3]}, table, versions=table)
     _, (first, _) = accepted(book, make_job(items=4, model=FACES, model_version=1))
     now = now_ms()
     out = book.outbox()
@@ -182,7 +171,7 @@ def test_with_no_live_worker_of_the_model_the_tasks_wait_and_take_the_first_ones
     table = WorkerAnnouncements(config)
     serving(table, "sim-1")  # no version of FACES
     pool = {"sim-1": [0, 1, 2, 3]}
-    book = book_of(config, pool, table)
+    book = live_book(config, pool, table, versions=table)
     out, issued = accepted(book, make_job(items=6, model=FACES))
     now = now_ms()
     book.tick(out, now)
@@ -206,7 +195,7 @@ def test_built_in_and_simulated_models_have_no_version() -> None:
     config = make_config()
     table = WorkerAnnouncements(config)
     serving(table, "w1", 1, 2)
-    book = book_of(config, {"w1": [0, 1, 2, 3]}, table)
+    book = live_book(config, {"w1": [0, 1, 2, 3]}, table, versions=table)
     for model in ("efficientnet_lite0", "sim:ms=1"):
         out, issued = accepted(book, make_job(items=2, model=model, job_id=model))
         assert [t["model_version"] for t in issued] == [None]
@@ -214,7 +203,8 @@ def test_built_in_and_simulated_models_have_no_version() -> None:
 
 
 def test_a_version_on_a_built_in_model_or_in_the_name_is_rejected() -> None:
-    book = book_of(make_config(), {"w1": [0, 1, 2, 3]}, WorkerAnnouncements(make_config()))
+    table = WorkerAnnouncements(make_config())
+    book = live_book(make_config(), {"w1": [0, 1, 2, 3]}, table, versions=table)
     for job, says in [
             (make_job(model="resnet50", model_version=2, job_id="j1"),
              "only repository models have versions"),
@@ -248,7 +238,7 @@ def test_a_held_task_goes_to_the_worker_that_declined_it_once_it_serves_its_vers
     config = make_config(model_wait_s=60)
     table = WorkerAnnouncements(config)
     serving(table, "w1", 1)
-    book = book_of(config, {"w1": [0, 1, 2, 3]}, table)
+    book = live_book(config, {"w1": [0, 1, 2, 3]}, table, versions=table)
     _, (first, _) = accepted(book, make_job(items=4, model=FACES, model_version=2))
     now = now_ms()
     out = book.outbox()

@@ -4,11 +4,10 @@ takes a job over gives the tasks its predecessor issued deadlines. No Kafka, no 
 
 from __future__ import annotations
 
-from inferstream.config import Config
 from inferstream.controller.announcements import WorkerAnnouncements
 from inferstream.controller.book import JobBook
 from inferstream.controller.outbox import Outbox
-from inferstream.policy.view import NO_POLICY, PolicyView, WorkerPolicy
+from inferstream.policy.view import WorkerPolicy
 from inferstream.schemas.records import (
     ItemStatus,
     JobEventType,
@@ -36,19 +35,10 @@ from tests.unit.controller.test_book import (
     tasks,
     written,
 )
+from tests.unit.support.books import live_book
 from tests.unit.support.policies import FixedPolicy
 
 LITE0 = "efficientnet_lite0"
-
-
-def book_of(config: Config, pool: dict[str, list[int]], starting: WorkerAnnouncements,
-            policy: PolicyView = NO_POLICY) -> JobBook:
-    """A book whose pool is `pool` as it is at each call (the test changes it)."""
-    book = JobBook(config, codec=CODEC, policy=policy, describe=lambda _group: dict(pool),
-                   partitions=lambda topic: 4 if topic == config.task_topic() else 2,
-                   starting=starting)
-    book.pools.ttl_s = 0.0  # the group as it is now, not as it was described 2 s ago
-    return book
 
 
 def announce(table: WorkerAnnouncements, worker: str, at_ms: int,
@@ -77,7 +67,7 @@ def test_a_task_every_live_worker_declines_waits_for_the_worker_starting_with_it
     once the lite0 worker is in the group every item goes to it."""
     pool = {"sim-1": [0, 1, 2, 3]}
     table = WorkerAnnouncements(make_config())
-    book = book_of(make_config(model_wait_s=0, tasks_per_round=1), pool, table)
+    book = live_book(make_config(model_wait_s=0, tasks_per_round=1), pool, table)
     _, (first,) = accepted(book, make_job(items=6, model=LITE0))
     now = now_ms()
     announce(table, "lite-1", now)
@@ -116,7 +106,7 @@ def test_a_task_every_live_worker_declines_waits_for_the_worker_starting_with_it
 def test_a_worker_that_dies_while_starting_stops_counting_and_the_items_fail() -> None:
     pool = {"sim-1": [0, 1, 2, 3]}
     table = WorkerAnnouncements(make_config())
-    book = book_of(make_config(model_wait_s=0), pool, table)
+    book = live_book(make_config(model_wait_s=0), pool, table)
     _, (first, _) = accepted(book, make_job(items=4, model=LITE0))
     now = now_ms()
     announce(table, "lite-1", now)
@@ -135,7 +125,7 @@ def test_a_worker_that_dies_while_starting_stops_counting_and_the_items_fail() -
 
 def test_with_nobody_starting_a_task_waits_model_wait_s_then_fails() -> None:
     pool = {"sim-1": [0, 1, 2, 3]}
-    book = book_of(make_config(model_wait_s=60), pool, WorkerAnnouncements(make_config()))
+    book = live_book(make_config(model_wait_s=60), pool, WorkerAnnouncements(make_config()))
     _, (first, second) = accepted(book, make_job(items=4, model=LITE0))
     now = now_ms()
     out = book.outbox()
@@ -167,13 +157,13 @@ def takeover() -> tuple[JobBook, list[tuple[bytes, int]], Task]:
     a second book adopts the job from the ledger. Task 0 is what the second waits for."""
     config = make_config(migration_floor_s=1.0)
     pool: dict[str, list[int]] = {"w1": [0, 1], "w2": [2, 3]}
-    first = book_of(config, pool, WorkerAnnouncements(config), SPEEDS)
+    first = live_book(config, pool, WorkerAnnouncements(config), SPEEDS)
     out, (task0, task1) = accepted(first, make_job(items=4, model=LITE0))
     redo = first.outbox()
     first.on_declined(declined_by(task0, "w1"), redo)
     first.on_result(result_of(task1, worker="w2"), redo)
     records = ledger_records(out, redo)
-    second = book_of(config, pool, WorkerAnnouncements(config), SPEEDS)
+    second = live_book(config, pool, WorkerAnnouncements(config), SPEEDS)
     return second, records, task0
 
 
@@ -212,7 +202,7 @@ def test_an_adopted_task_no_live_worker_serves_waits_model_wait_s_then_fails() -
     second, records, _ = takeover()
     config = make_config(model_wait_s=600, migration_floor_s=1.0)
     pool = {"sim-1": [0, 1, 2, 3]}  # the lite0 workers are gone
-    third = book_of(config, pool, WorkerAnnouncements(config))
+    third = live_book(config, pool, WorkerAnnouncements(config))
     third.adopt(records, now_ms())
     now = now_ms() + 60_000
     late = third.outbox()
