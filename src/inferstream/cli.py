@@ -166,10 +166,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         _setup_logging(_log_level(args.log_level))
         return _run(COMMANDS[args.command], args, config_from_args(args), argv)
     except InferstreamError as exc:
-        print(f"inferstream: error: {exc}", file=sys.stderr)
+        if not _said_by_supervisor(exc):
+            print(f"inferstream: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `inferstream results JOB | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
         return 0
+
+
+def _said_by_supervisor(exc: InferstreamError) -> bool:
+    """Whether this process's supervisor was handed `exc`, the cluster's refusal, to say as
+    its own last line (it then starts no other process: no restart brings an ACL)."""
+    from inferstream.kafka.errors import AuthorizationError
+    from inferstream.supervise import child
+
+    return (isinstance(exc, AuthorizationError) and child.supervised()
+            and child.note_refused(str(exc)))

@@ -8,6 +8,12 @@ class KafkaSetupError(InferstreamError):
 
 
 
+class AuthorizationError(KafkaSetupError):
+    """The cluster refused this principal what no ACL allows it (a topic, a group, a
+    transactional id): no retry and no restart brings the ACL."""
+
+
+
 class StuckCallError(InferstreamError):
     """A Kafka client call did not return within its own timeout and a grace period after it."""
 
@@ -21,3 +27,14 @@ class PartitionReadError(InferstreamError):
 class PartitionLostError(InferstreamError):
     """A worker's task partition is no longer its own: fenced by a new owner, revoked, or
     given up on after repeated commit failures. Its uncommitted tasks go to the next owner."""
+
+
+
+class TransactionalIdRefusedError(PartitionLostError):
+    """No ACL allows the transactional id of a partition's producer: the partition is given
+    up, its uncommitted tasks go to the next owner, and the worker stops (no retry brings
+    the ACL)."""
+
+    def __init__(self, transactional_id: str) -> None:
+        super().__init__(f"transactional id {transactional_id}: no ACL allows it")
+        self.transactional_id = transactional_id

@@ -6,10 +6,11 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+import shlex
 from pathlib import Path
 
-from inferstream.config import Config
-from inferstream.kafka.errors import KafkaSetupError
+from inferstream.config import Config, StreamConfig
+from inferstream.kafka.errors import AuthorizationError
 
 #: The DER of the commonName attribute's OID (2.5.4.3), then a string's tag and length.
 _CN = re.compile(rb"\x06\x03\x55\x04\x03[\x0c\x13\x14\x16](?P<size>[\x01-\x7f])", re.DOTALL)
@@ -49,15 +50,30 @@ def grant_command(config: Config, role: str | None) -> str:
              "--role", role or "ROLE"]
     if config.topic_prefix != Config.topic_prefix:
         words += ["--topic-prefix", repr(config.topic_prefix)]
-    if config.pool != Config.pool:
+    if role == "stream":  # its pool is its group's: its topics and group say its ACLs
+        words += _stream_settings(config.stream)
+    elif config.pool != Config.pool:
         words += ["--pool", config.pool]
     return " ".join([*words, "--apply"])
 
 
-def not_authorized(config: Config, role: str | None, what: str) -> KafkaSetupError:
+def _stream_settings(stream: StreamConfig) -> list[str]:
+    """The stream's settings that its ACLs depend on (`inferstream acls` refuses the stream
+    role without its topics)."""
+    words = ["--input-topic", stream.input_topic, "--output-topic", stream.output_topic]
+    if stream.group:
+        words += ["--group", stream.group]
+    if stream.on_error != StreamConfig.on_error:
+        words += ["--on-error", stream.on_error]
+    if stream.dead_letter_topic:
+        words += ["--dead-letter-topic", stream.dead_letter_topic]
+    return [shlex.quote(word) for word in words]
+
+
+def not_authorized(config: Config, role: str | None, what: str) -> AuthorizationError:
     """The error for a principal that may not `what` ("describe topic x", "join group g")."""
     who = principal(config) or "this principal"
-    return KafkaSetupError(
+    return AuthorizationError(
         f"{who} may not {what} at {config.bootstrap_servers}: no ACL allows it; an admin "
         f"grants {'the ' + role if role else 'its role'}'s ACLs with "
         f"`{grant_command(config, role)}`")

@@ -33,7 +33,11 @@ from inferstream.kafka.clients import (
     KafkaClients,
     Record,
 )
-from inferstream.kafka.errors import KafkaSetupError, PartitionLostError
+from inferstream.kafka.errors import (
+    KafkaSetupError,
+    PartitionLostError,
+    TransactionalIdRefusedError,
+)
 from inferstream.kafka.refusals import not_authorized
 from inferstream.kafka.settings import aiokafka_kwargs, worker_consumer_kwargs
 from inferstream.models import LoadedModel
@@ -174,6 +178,7 @@ class Worker:
     async def _consume_loop(self) -> None:
         idle_since = time.monotonic()
         while not self._stopping.is_set():
+            self._stop_if_refused()  # at a commit
             room = self.options.max_in_flight_items - self.served.items_in_flight
             if room <= 0:
                 self._wake.clear()
@@ -187,9 +192,7 @@ class Worker:
                 log.warning("fetch failed: %r", exc)
                 await asyncio.sleep(0.5)
                 continue
-            if self.ownership.refused_id is not None:
-                raise not_authorized(self.config, self.source.role,
-                                     f"use transactional id {self.ownership.refused_id}")
+            self._stop_if_refused()  # at a partition's start, in the fetch's rebalance
             for tp, records in batches.items():
                 for record in records:
                     self._accept(tp, record)
@@ -198,6 +201,12 @@ class Worker:
             elif self._idle_for(idle_since):
                 log.info("idle for %.1fs: exiting (bounded mode)", self.options.idle_exit_s)
                 return
+
+    def _stop_if_refused(self) -> None:
+        """A partition's producer was refused its transactional id: stop in words."""
+        if self.ownership.refused_id is not None:
+            raise not_authorized(self.config, self.source.role,
+                                 f"use transactional id {self.ownership.refused_id}")
 
     def _busy(self) -> bool:
         return self.served.items_in_flight > 0 or any(
@@ -247,6 +256,12 @@ class Worker:
         started = time.monotonic()
         try:
             committed = await committer.commit_ready()
+        except TransactionalIdRefusedError as exc:  # the consume loop stops in words
+            log.warning("partition given up, its uncommitted tasks go to its next owner: %s",
+                        exc)
+            self.ownership.refused_id = exc.transactional_id
+            self._wake.set()
+            return
         except PartitionLostError as exc:
             log.warning("partition lost, its uncommitted tasks go to its next owner: %s", exc)
             self.ownership.retake_later(committer.tp)

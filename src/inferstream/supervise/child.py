@@ -1,5 +1,6 @@
 """What a supervised child does for its supervisor: follow it (a drain when it dies), say
-that its start-up is over, and serve the restart counter the supervisor's count starts."""
+that its start-up is over or that the cluster refused it, and serve the restart counter the
+supervisor's count starts."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ import sys
 from prometheus_client import CollectorRegistry
 from prometheus_client import Counter as CounterMetric
 
-from inferstream.supervise.environ import RESTARTS, RUNNING_FD, SUPERVISOR_PID, decode_restarts
+from inferstream.supervise.environ import (
+    REFUSED,
+    RESTARTS,
+    RUNNING,
+    RUNNING_FD,
+    SUPERVISOR_PID,
+    decode_restarts,
+)
 from inferstream.supervise.policy import REASONS
 
 log = logging.getLogger(__name__)
@@ -33,17 +41,49 @@ def follow_supervisor() -> bool:
     return str(os.getppid()) == os.environ.get(SUPERVISOR_PID)
 
 
+class _SupervisorPipe:
+    """Where the child tells its supervisor how it fares: one line per message (`environ`).
+    Taken from the environment at first use, so that no process started from here
+    inherits it."""
+
+    def __init__(self) -> None:
+        self._fd: int | None = None
+        self._taken = False
+        self.said_running = False
+
+    def tell(self, message: bytes) -> bool:
+        """Whether the supervisor, if any, was told `message`."""
+        if not self._taken:
+            self._taken = True
+            fd = os.environ.pop(RUNNING_FD, None)
+            self._fd = int(fd) if fd is not None and fd.isdigit() else None
+        if self._fd is None:
+            return False
+        try:
+            os.set_inheritable(self._fd, False)
+            os.write(self._fd, message + b"\n")
+        except OSError as exc:  # the supervisor then sees a child still starting
+            log.debug("cannot tell the supervisor %r: %s", message[:1], exc)
+            return False
+        return True
+
+
+_PIPE = _SupervisorPipe()
+
+
 def note_running() -> None:
     """Tell the supervisor, if any, that start-up is over: a failure from now on is retried,
     whatever its exit status. Once; later calls do nothing."""
-    fd = os.environ.pop(RUNNING_FD, None)
-    if fd is None:
-        return
-    try:
-        os.write(int(fd), b"r")
-        os.close(int(fd))
-    except (OSError, ValueError) as exc:  # the supervisor then sees a child still starting
-        log.debug("cannot tell the supervisor that start-up is over: %s", exc)
+    if not _PIPE.said_running:
+        _PIPE.said_running = True
+        _PIPE.tell(RUNNING)
+
+
+def note_refused(line: str) -> bool:
+    """Tell the supervisor, if any, that the cluster refused this process a credential or
+    an ACL, as `line` says: it says the line itself and does not start the role again (no
+    restart brings an ACL). Whether a supervisor was told."""
+    return _PIPE.tell(REFUSED + " ".join(line.split()).encode("utf-8", "replace"))
 
 
 def count_restarts(registry: CollectorRegistry, role: str) -> CounterMetric:

@@ -1,5 +1,5 @@
 """What a supervisor tells its child through the environment: that it is supervised, where
-to say that its start-up is over, and the restarts before it."""
+to say that its start-up is over or that the cluster refused it, and the restarts before it."""
 
 from __future__ import annotations
 
@@ -10,8 +10,13 @@ from inferstream.supervise.policy import REASONS
 #: The supervisor's pid: set in its child only, which then runs the role instead of
 #: supervising it.
 SUPERVISOR_PID = "INFERSTREAM_SUPERVISOR_PID"
-#: The pipe where the child writes one byte once its start-up is over.
+#: The pipe where the child writes a line of each message below.
 RUNNING_FD = "INFERSTREAM_SUPERVISOR_FD"
+#: The message of a child whose start-up is over.
+RUNNING = b"r"
+#: The start of the message of a child the cluster refused (a credential or an ACL): the
+#: rest is the line that says so.
+REFUSED = b"x "
 #: The restarts before this child, by reason: `SIGABRT=2,exit=1`.
 RESTARTS = "INFERSTREAM_SUPERVISOR_RESTARTS"
 

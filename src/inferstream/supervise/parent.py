@@ -15,12 +15,20 @@ import logging
 import os
 import select
 import signal
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType, TracebackType
 
-from inferstream.supervise.environ import RESTARTS, RUNNING_FD, SUPERVISOR_PID, encode_restarts
+from inferstream.supervise.environ import (
+    REFUSED,
+    RESTARTS,
+    RUNNING,
+    RUNNING_FD,
+    SUPERVISOR_PID,
+    encode_restarts,
+)
 from inferstream.supervise.policy import Ending, RestartPolicy, described, exit_status
 
 log = logging.getLogger(__name__)
@@ -73,14 +81,21 @@ class _Child:
     started: float
     running_fd: int
 
-    def running(self) -> bool:
-        """Whether it said its start-up was over (then closes the pipe)."""
+    def said(self) -> tuple[bool, str | None]:
+        """Whether it said its start-up was over, and the refusal's line it said, if any
+        (then closes the pipe)."""
+        said = b""
         try:
-            return bool(os.read(self.running_fd, 1))
-        except BlockingIOError:
-            return False
+            while chunk := os.read(self.running_fd, 4096):
+                said += chunk
+        except BlockingIOError:  # what it started may hold the pipe: all is said by now
+            pass
         finally:
             os.close(self.running_fd)
+        lines = said.split(b"\n")
+        refusal = next((line[len(REFUSED):].decode("utf-8", "replace") for line in lines
+                        if line.startswith(REFUSED)), None)
+        return RUNNING in lines, refusal
 
 
 class Supervisor:
@@ -104,12 +119,23 @@ class Supervisor:
                 ending = self._watch(child, signals)
                 delay = self.policy.after(ending)
                 if delay is None:
+                    self._say_refusal(child, ending)
                     return exit_status(ending.status)
                 log.warning("%s process %d %s after %.1fs: restart %d in %gs", self.role,
                             child.pid, described(ending.status), ending.ran_s,
                             self.policy.count, delay)
                 if self._stopped_within(delay, signals):
                     return 0
+
+    def _say_refusal(self, child: _Child, ending: Ending) -> None:
+        """A child the cluster refused: its line is the supervisor's last (the child left it
+        to it), after why no other child starts."""
+        if ending.refusal is None:
+            return
+        log.warning("%s process %d %s after %.1fs, refused by the cluster: not restarted "
+                    "(no restart brings a credential or an ACL)", self.role, child.pid,
+                    described(ending.status), ending.ran_s)
+        print(f"inferstream: error: {ending.refusal}", file=sys.stderr, flush=True)
 
     def _start(self) -> _Child:
         read, write = os.pipe()
@@ -143,8 +169,9 @@ class Supervisor:
             elif signum == signal.SIGCHLD:
                 status = _reap(child.pid)
                 if status is not None:
-                    return Ending(status, time.monotonic() - child.started, child.running(),
-                                  stopping is not None)
+                    running, refusal = child.said()
+                    return Ending(status, time.monotonic() - child.started, running,
+                                  stopping is not None, refusal)
             else:
                 os.kill(child.pid, signum)
                 if signum in STOP_SIGNALS:

@@ -3,9 +3,11 @@
 
 Restarted: a child that died of a signal (a native abort, a segfault, the OOM killer's
 SIGKILL) or exited with an unexpected status. Not restarted: one the supervisor is stopping,
-one that exited 0 (a bounded run), and one that failed its start-up with exit status 2 (a bad
-setting or a missing model, said in one line) before any child of this supervisor got past
-its start-up; after that, a 2 at start-up is a broker still away, and it is retried.
+one that exited 0 (a bounded run), one the cluster refused (a credential or an ACL, whenever
+it came: no restart brings an ACL, and one refused for ever would be restarted for ever), and
+one that failed its start-up with exit status 2 (a bad setting or a missing model, said in
+one line) before any child of this supervisor got past its start-up; after that, a 2 at
+start-up is a broker still away, and it is retried.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class Ending:
     ran_s: float
     running: bool  #: the child said it was past its start-up
     stopping: bool  #: the supervisor had been asked to stop it
+    refusal: str | None = None  #: the cluster refused it, as this line says
 
 
 @dataclass
@@ -80,7 +83,7 @@ class RestartPolicy:
     def after(self, ending: Ending) -> float | None:
         """The delay before the next child starts, or None: no restart."""
         self._started = self._started or ending.running
-        if ending.stopping or ending.status == 0:
+        if ending.stopping or ending.status == 0 or ending.refusal is not None:
             return None
         if ending.status == SETUP_FAILED and not self._started:
             return None

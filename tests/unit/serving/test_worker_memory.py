@@ -214,3 +214,27 @@ def test_a_transactional_id_no_acl_allows_stops_the_worker_in_words(
         f"User:w1 may not use transactional id {tid} at mem:1: no ACL allows it; an admin "
         "grants the worker's ACLs with `inferstream acls --principal User:w1 --role worker "
         "--topic-prefix 't.' --apply`")
+
+
+@pytest.mark.parametrize("call", ["send_offsets", "commit"])
+def test_a_transactional_id_refused_at_commit_stops_the_worker_and_loses_nothing(
+        broker: MemoryBroker, make_worker: MakeWorker, running: Running, call: str) -> None:
+    """An ACL removed while the worker runs: its commit is refused the partition's
+    transactional id, which is no fence (taking the partition back is refused for ever). The
+    worker stops in words; the partition's next owner, allowed the id, does what was not
+    committed, and every task has one result."""
+    config = make_config(sasl_username="w1")
+    put_tasks(broker, config, 8)
+    tid = transactional_id(config, 1)
+    fault = broker.inject(tid, call, times=1000, error=TransactionalIdAuthorizationFailed(tid))
+    with pytest.raises(KafkaSetupError) as raised:
+        asyncio.run(asyncio.wait_for(make_worker(config).run(), 30))
+    assert str(raised.value) == (
+        f"User:w1 may not use transactional id {tid} at mem:1: no ACL allows it; an admin "
+        "grants the worker's ACLs with `inferstream acls --principal User:w1 --role worker "
+        "--topic-prefix 't.' --apply`")
+    assert fault.reached.is_set()
+    fault.times = 0  # granted again, to whoever owns the partition next
+    running.workers(make_worker(as_worker(config, "w2")))
+    running.until(all_committed(broker, config))
+    assert task_counts(results(broker, config)) == dict.fromkeys(range(8), 1)

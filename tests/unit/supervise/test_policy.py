@@ -57,6 +57,18 @@ def test_a_failed_start_up_is_final_until_a_child_got_past_its_start_up() -> Non
     assert later.restarts == {"SIGABRT": 1, "exit": 1}
 
 
+def test_a_refusal_by_the_cluster_is_final_whenever_it_comes() -> None:
+    """No restart brings an ACL: a child refused one after its start-up, or at a restart
+    after a crash, is not started again (a 2 without a refusal there is a broker away)."""
+    line = "User:w may not use transactional id t.0 ..."
+    running = RestartPolicy(1.0, 30.0)
+    assert running.after(Ending(2, 5.0, True, False, line)) is None
+    restarted = RestartPolicy(1.0, 30.0)
+    assert restarted.after(ended(ABORT)) == 1
+    assert restarted.after(Ending(2, 0.5, False, False, line)) is None
+    assert restarted.restarts == {"SIGABRT": 1}
+
+
 def test_how_a_child_ended_in_words_and_as_the_supervisor_s_exit_status() -> None:
     assert described(ABORT) == "died of SIGABRT"
     assert described(1) == "exited with status 1"

@@ -1,6 +1,7 @@
 """The supervisor with real children, tiny Python processes: a native abort becomes a restart
-with its line and its count, a failed start-up stays one line, and the stop signals reach a
-child once, as `inferstream.signals` expects them."""
+with its line and its count, a failed start-up stays one line, a refusal by the cluster is
+never restarted, and the stop signals reach a child once, as `inferstream.signals` expects
+them."""
 
 from __future__ import annotations
 
@@ -39,6 +40,15 @@ CHILD = textwrap.dedent("""
         step = step.split()[1]
     if step == "abort":
         os.abort()
+    if step == "refused":  # the cluster refuses it an ACL, said as `inferstream` says it
+        from inferstream import cli
+        from inferstream.config import Config
+        from inferstream.kafka import preflight
+        from inferstream.kafka.refusals import not_authorized
+        def refuse(*_):
+            raise not_authorized(Config(sasl_username="w"), "worker", "use transactional id t.0")
+        preflight.preflight = refuse
+        sys.exit(cli.main(["status"]))
     if step in ("drain", "stuck"):  # a drain that ends, or one that never does
         done = threading.Event()
         with StopSignals(grace_s=600):
@@ -104,6 +114,23 @@ def test_after_a_start_up_that_succeeded_a_failed_one_is_retried(tmp_path: Path)
     started again until one can."""
     assert supervise(tmp_path, "running abort", "2", "2", "running 0") == 0
     assert runs(tmp_path) == ["", "SIGABRT=1", "SIGABRT=1,exit=1", "SIGABRT=1,exit=2"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("steps", [("running refused", "0"), ("running abort", "refused", "0")],
+                         ids=["running", "restarted"])
+def test_a_refusal_by_the_cluster_is_not_restarted_and_said_last(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str], steps: tuple[str, ...]) -> None:
+    """An ACL missing after start-up (a partition's transactional id), or at a restart after
+    a crash: the supervisor starts no other child and exits with the child's line, said once."""
+    assert supervise(tmp_path, *steps) == 2
+    assert len(runs(tmp_path)) == len(steps) - 1
+    line = ("inferstream: error: User:w may not use transactional id t.0 at localhost:9092: no "
+            "ACL allows it; an admin grants the worker's ACLs with `inferstream acls "
+            "--principal User:w --role worker --apply`")
+    err = capfd.readouterr().err
+    assert err.strip().splitlines()[-1] == line
+    assert err.count(line) == 1
 
 
 def test_the_restart_counter_goes_on_from_the_supervisor_s_count(

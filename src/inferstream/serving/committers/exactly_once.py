@@ -24,7 +24,7 @@ from aiokafka.errors import (
 
 from inferstream.config import Config
 from inferstream.kafka.clients import AsyncProducer, KafkaClients, Outgoing
-from inferstream.kafka.errors import PartitionLostError
+from inferstream.kafka.errors import PartitionLostError, TransactionalIdRefusedError
 from inferstream.kafka.settings import aiokafka_kwargs
 from inferstream.serving.committers.base import (
     COMMIT_TIMEOUT_S,
@@ -35,7 +35,9 @@ from inferstream.serving.committers.base import (
 
 log = logging.getLogger(__name__)
 
-_FENCED = (ProducerFenced, InvalidProducerEpoch, TransactionalIdAuthorizationFailed)
+_FENCED = (ProducerFenced, InvalidProducerEpoch)
+#: What ends a producer for good: fenced, or refused its transactional id by the cluster.
+_FATAL = (*_FENCED, TransactionalIdAuthorizationFailed)
 
 
 class TransactionalCommitter(PartitionCommitter):
@@ -74,10 +76,12 @@ class TransactionalCommitter(PartitionCommitter):
     async def _commit(self, records: list[Outgoing], offset: int) -> None:
         """Commit, or find out that the commit happened; never commit the same tasks twice.
 
-        Fenced: another worker owns the partition. Anything else (a timeout, a broker gone,
-        an abortable error) leaves the outcome unknown, so the producer is re-initialised,
-        which aborts our transaction if it is still open and waits for it if it was
-        committing, and the committed offset then says whether the tasks are in.
+        Fenced: another worker owns the partition. Refused the transactional id (an ACL
+        removed): TransactionalIdRefusedError, the transaction is never committed. Anything
+        else (a timeout, a broker gone, an abortable error) leaves the outcome unknown, so the
+        producer is re-initialised, which aborts our transaction if it is still open and
+        waits for it if it was committing, and the committed offset then says whether the
+        tasks are in.
         """
         for attempt in range(1, self.max_attempts + 1):
             if self.lost:
@@ -86,6 +90,8 @@ class TransactionalCommitter(PartitionCommitter):
                 await asyncio.wait_for(self._transaction(records, {self.tp: offset}),
                                        COMMIT_TIMEOUT_S)
                 return
+            except TransactionalIdAuthorizationFailed as exc:
+                raise self._refused() from exc
             except _FENCED as exc:
                 self._mark_lost()
                 self.owner.transaction_failed(self.tp, fenced=True)
@@ -100,6 +106,12 @@ class TransactionalCommitter(PartitionCommitter):
         self._mark_lost()
         raise PartitionLostError(f"{self.tp}: commit failed {self.max_attempts} times")
 
+    def _refused(self) -> TransactionalIdRefusedError:
+        """The partition given up for want of its transactional id's ACL."""
+        self._mark_lost()
+        self.owner.transaction_failed(self.tp, fenced=False)
+        return TransactionalIdRefusedError(self.transactional_id)
+
     async def _committed_after_restart(self, target: int) -> bool:
         """Re-initialise the producer (only while we own the partition), then ask whether
         the committed offset already covers `target`."""
@@ -111,6 +123,8 @@ class TransactionalCommitter(PartitionCommitter):
             await asyncio.wait_for(self.start(), COMMIT_TIMEOUT_S)
             committed = await asyncio.wait_for(self.owner.committed_offset(self.tp),
                                                COMMIT_TIMEOUT_S)
+        except TransactionalIdAuthorizationFailed as exc:
+            raise self._refused() from exc
         except (KafkaError, TimeoutError) as exc:
             log.warning("cannot re-initialise producer tp=%s error=%r", self.tp, exc)
             return False
@@ -143,14 +157,15 @@ def quiet_fenced_futures(loop: asyncio.AbstractEventLoop) -> None:
     fencing error on its transaction waiter, which no caller awaits once the committer has
     its own ProducerFenced; asyncio then prints "Future exception was never retrieved" with a
     traceback at garbage collection. The committer has handled the fencing already (the
-    partition is retaken or left), so the waiter's copy is only noise. No upstream issue was
+    partition is retaken or left), so the waiter's copy is only noise; the same goes for a
+    producer refused its transactional id (the worker stops in words). No upstream issue was
     found (aiokafka 0.12). A handler set by the caller is kept.
     """
     if loop.get_exception_handler() is not None:
         return
 
     def handler(current: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        if isinstance(context.get("exception"), _FENCED) and "never retrieved" in str(
+        if isinstance(context.get("exception"), _FATAL) and "never retrieved" in str(
                 context.get("message", "")):
             log.info("a fenced producer's error was left unretrieved by aiokafka: %r",
                      context["exception"])
