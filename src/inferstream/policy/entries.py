@@ -76,12 +76,11 @@ def pool_entries(pool: str, workers: Sequence[WorkerView], strategy: Strategy,
 
 def _worker_entry(w: WorkerView, strategy: str, capacity: float, share: float,
                   batch: int | None, task_seconds: float, now_ms: int) -> PolicyEntry:
-    default_batch = w.mean_batch_size or w.calibration_batch_size
     return PolicyEntry(
         worker=w.worker, pool=w.pool, model=w.models[0] if len(w.models) == 1 else None,
         capacity_items_per_s=capacity, weight=share, strategy=strategy, updated_at=now_ms,
         kind=PolicyKind.WORKER, share=share, health=w.health,
-        batch_size=batch or (round(default_batch) if default_batch else None),
+        batch_size=batch,
         task_size=task_size(capacity, task_seconds), models=list(w.models),
         model_partitions=[], model_rates=worker_rates(w, capacity, task_seconds))
 

@@ -1,5 +1,6 @@
 """A worker's part in its pool's scheduling: the policy table it follows, the assignor its
-consumer uses, and the watch that lets the leader rebalance when the policy moves.
+consumer uses, and the watch that lets the leader rebalance when the policy moves and that
+hands the worker the batch size its pool's strategy recommends for it (`on_batch_size`).
 
 Settings: `worker.assignor` (`policy` or `roundrobin`), `worker.rebalance_threshold`,
 `worker.min_rebalance_interval_s`, `worker.policy_max_age_s`. The worker owns the
@@ -35,9 +36,15 @@ class PoolMembership:
 
     def __init__(self, config: Config, worker_id: str, clients: KafkaClients, codec: Codec,
                  models: Callable[[], Sequence[str]],
-                 calibration: Callable[[], Calibration | None]) -> None:
+                 calibration: Callable[[], Calibration | None],
+                 on_batch_size: Callable[[str, int | None], None] = lambda model, size: None,
+                 ) -> None:
         options = config.worker
         self.enabled = options.assignor == "policy"
+        self.worker_id = worker_id
+        self.on_batch_size = on_batch_size
+        #: the (model, batch size) last handed to `on_batch_size`
+        self.batch_size: tuple[str, int | None] | None = None
         self.table = PolicyTable(config, clients, codec, max_age_s=options.policy_max_age_s)
         self.assignor = PolicyAssignor(config.pool, worker_id, self.table, models,
                                        lambda: _items_per_s(calibration()))
@@ -79,6 +86,7 @@ class PoolMembership:
         while True:
             await asyncio.sleep(CHECK_INTERVAL_S)
             self.check(consumer)
+            self.follow_batch_size()
 
     def check(self, consumer: Any) -> bool:
         """Rebalance now if this member leads and the policy moved materially."""
@@ -91,6 +99,23 @@ class PoolMembership:
         log.info("policy changed (%s): asking the group to rebalance", reason)
         self.rejoins += request_rejoin(consumer)
         return True
+
+
+    def follow_batch_size(self) -> None:
+        """Hand the worker its policy entry's batch size when it changes. A strategy
+        recommends one (`memory-aware`, `latency-slo`) for a worker of one model on its
+        device; without an entry, or with a recommendation withdrawn, the model's own
+        `max_batch` again."""
+        entry = self.table.entry(self.assignor.pool, self.worker_id)
+        model = entry["model"] if entry is not None else None
+        wanted = (model, entry["batch_size"]) if entry is not None and model else None
+        if wanted == self.batch_size:
+            return
+        if self.batch_size is not None and (wanted is None or wanted[0] != self.batch_size[0]):
+            self.on_batch_size(self.batch_size[0], None)
+        if wanted is not None:
+            self.on_batch_size(*wanted)
+        self.batch_size = wanted
 
 
 def _items_per_s(calibration: Calibration | None) -> float | None:

@@ -84,7 +84,7 @@ class Worker:
         self.source = source
         self.group_id = source.group_id
         self.worker_id = self.options.worker_id or default_worker_id()
-        self.codec = codec or Codec(config.schema_registry_url)
+        self.codec = codec or Codec.for_config(config)
         self.clients = clients
         self.sysinfo = SysInfoPublisher(config, self.worker_id, clients, self.codec)
         self.hooks = HookChain(hooks or WorkerHooks(), self.sysinfo.performance,
@@ -93,7 +93,8 @@ class Worker:
         self.served = ServedModels(self.options, loaded, self.hooks, loader)
         self.membership = PoolMembership(config, self.worker_id, clients, self.codec,
                                          lambda: self.served.names,
-                                         lambda: self.sysinfo.calibration)
+                                         lambda: self.sysinfo.calibration,
+                                         self.served.limit_batch)
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
         self._consumer: AsyncConsumer | None = None

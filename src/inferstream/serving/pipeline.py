@@ -100,13 +100,15 @@ class BatchingPipeline:
     """Decode -> batch -> infer for the items of many tasks; calls `TaskRun.on_done`.
 
     Uses `max_batch`, `max_wait_ms`, `torch_threads`, `decode_threads`, `decode_ahead`,
-    `http_timeout_s` and `max_item_bytes` of the worker's settings.
+    `http_timeout_s` and `max_item_bytes` of the worker's settings; `batch_limit` (at most
+    `max_batch`) is what a batch takes, lowered by the pool's policy (`limit_batch`).
     """
 
     def __init__(self, model: LoadedModel, options: WorkerConfig, hooks: WorkerHooks) -> None:
         self.model = model
         self.options = options
         self.max_wait_s = options.max_wait_ms / 1000
+        self.batch_limit = options.max_batch
         self.hooks = hooks
         self.threads = plan_threads(str(model.device), options.torch_threads,
                                     options.decode_threads)
@@ -121,6 +123,15 @@ class BatchingPipeline:
         self._ahead = 0
         self._ahead_limit = max(1, options.decode_ahead) * options.max_batch
         self.items_in_flight = 0
+
+    def limit_batch(self, size: int | None) -> None:
+        """Batches of at most `size` items from the next one on (None: `max_batch`); never
+        above `max_batch`, which a compiled forward pass may have been prepared for."""
+        limit = max(1, min(size or self.options.max_batch, self.options.max_batch))
+        if limit != self.batch_limit:
+            log.info("model=%s batch size %d -> %d (the pool's policy)", self.model.name,
+                     self.batch_limit, limit)
+            self.batch_limit = limit
 
     def submit(self, run: TaskRun) -> None:
         """Queue every item of `run` for decoding; outcomes arrive through the batch loop."""
@@ -140,7 +151,8 @@ class BatchingPipeline:
     def _decode_ahead(self) -> None:
         """Start decoding queued items, in order, up to `decode_ahead` batches ahead of the
         batch loop. The batch loop only takes items from the head of the queue, and at most
-        `max_batch`, so every item it waits for has started decoding."""
+        `max_batch` (`batch_limit` is no more), so every item it waits for has started
+        decoding."""
         loop = asyncio.get_running_loop()
         while self._undecoded and self._ahead < self._ahead_limit:
             slot, item = self._undecoded.popleft()
@@ -179,7 +191,7 @@ class BatchingPipeline:
         first = await self._queue.get()
         batch = [first]
         deadline = time.monotonic() + self.max_wait_s
-        while len(batch) < self.options.max_batch:
+        while len(batch) < self.batch_limit:
             if self._queue.empty():
                 timeout = deadline - time.monotonic()
                 if timeout <= 0:

@@ -49,6 +49,8 @@ class ServedModels:
         self._loading: dict[str, asyncio.Future[BatchingPipeline]] = {}
         self._unloadable: dict[str, str] = {}
         self._waiting: set[asyncio.Task[None]] = set()
+        #: the pool's policy's batch size, by model name (`limit_batch`)
+        self._batch_sizes: dict[str, int | None] = {}
         for model in models:
             self.pipelines[served_ref(model)] = BatchingPipeline(
                 model, model_settings(settings, model), hooks)
@@ -157,11 +159,20 @@ class ServedModels:
         beside the others, its batch loop started (inside the event loop)."""
         ref = served_ref(model)
         pipeline = BatchingPipeline(model, model_settings(self.settings, model), self.hooks)
+        pipeline.limit_batch(self._batch_sizes.get(model.name))
         self.pipelines[ref] = pipeline
         self._start(ref)
         if split_ref(ref)[1] is not None:
             self.hooks.after_versions_changed(self.versions())
         return pipeline
+
+    def limit_batch(self, model: str, size: int | None) -> None:
+        """Batches of `model` (every version) of at most `size` items, as the pool's policy
+        recommends for this worker (None: the model's `max_batch`)."""
+        self._batch_sizes[model] = size
+        for ref, pipeline in self.pipelines.items():
+            if split_ref(ref)[0] == model:
+                pipeline.limit_batch(size)
 
     def retire(self, refs: Iterable[str]) -> None:
         """Take the versions `refs` out of service: no new task, and each is unloaded once
