@@ -70,7 +70,8 @@ def produce_job(config: Config, items: int) -> str:
     event = JobEvent(job_id=job_id, type=JobEventType.COMPLETED, timestamp=now_ms(),
                      model="sim:ms=0", model_version=None, reason=None, total_items=items,
                      total_tasks=tasks, done_items=items, ok_items=items, error_items=0,
-                     rate_items_per_s=None, home_partition=None)
+                     rate_items_per_s=None, home_partition=None,
+                     priority=0, weight=1.0)
     produce_record(producer, events, part, job_id, codec.encode("JobEvent", event))
     producer.flush(120)
     return job_id

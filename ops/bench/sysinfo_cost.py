@@ -91,7 +91,7 @@ def busy_worker(seconds: float) -> tuple[float, float, int]:
     items = int(seconds * 900)  # a little more than sim:ms=1 runs in `seconds`
     job = Job(job_id="20250101-000000-0000beef", model="sim:ms=1", model_version=None,
               pool="default", top_k=1, chunk_size=32, inputs=[], inline_items=[], submitted_at=0,
-              submitter="bench", output_path=None)
+              submitter="bench", output_path=None, priority=0, weight=1.0)
     for task_id in range(items // 32):
         names = [TaskItem(index=task_id * 32 + i, name=f"item-{task_id}-{i}", data=None)
                  for i in range(32)]

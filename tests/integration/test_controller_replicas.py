@@ -186,7 +186,8 @@ def test_a_job_from_a_foreign_partitioner_completes_with_two_replicas(
                   if partition_for(job_id, config.partitions) in owned(procs, n)]
         record = JobRecord(job_id=job_id, model="sim:ms=1", model_version=None, pool=config.pool,
                            top_k=1, chunk_size=8, inputs=[f"@{path}"], inline_items=[],
-                           submitted_at=0, submitter="foreign", output_path=None)
+                           submitted_at=0, submitter="foreign", output_path=None,
+                           priority=0, weight=1.0)
         if zlib.crc32(job_id.encode()) % config.partitions not in owned(procs, owners[0]):
             break
     landed = produce_foreign(config, record)

@@ -20,6 +20,8 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "submitted_at": T0,
         "submitter": "alice",
         "output_path": "/tmp/out.jsonl",
+        "priority": 0,
+        "weight": 1.0,
     },
     "Task": {
         "job_id": "job-1",
@@ -79,6 +81,8 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "error_items": 2,
         "rate_items_per_s": 812.5,
         "home_partition": 1,
+        "priority": 0,
+        "weight": 1.0,
     },
     "SysInfoSample": {
         "worker": "worker-a",

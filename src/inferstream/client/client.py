@@ -76,6 +76,9 @@ class JobStatus:
     updated_at_ms: int = 0
     #: where the job's results are (the partition it arrived on); None: murmur2 of its id
     home_partition: int | None = None
+    #: as submitted (known from the controller's first event on)
+    priority: int = 0
+    weight: float = 1.0
 
     @property
     def finished(self) -> bool:
@@ -90,7 +93,8 @@ class JobStatus:
             ok_items=event["ok_items"], error_items=event["error_items"],
             rate_items_per_s=event["rate_items_per_s"],
             reason=event["reason"], updated_at_ms=event["timestamp"],
-            home_partition=event["home_partition"],
+            home_partition=event["home_partition"], priority=event["priority"],
+            weight=event["weight"],
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -227,21 +231,24 @@ class Client:
     def __init__(self, config: Config, codec: Codec | None = None,
                  clients: KafkaClients = REAL_CLIENTS) -> None:
         self.config = config
-        self.codec = codec or Codec(config.schema_registry_url)
+        self.codec = codec or Codec.for_config(config)
         self.clients = clients
         self._producer: SyncProducer | None = None
 
     def submit(self, model: str, inputs: list[str], *, chunk_size: int | None = None,
                top_k: int = 5, inline: bool = False, pool: str | None = None,
-               output_path: str | None = None, job_id: str | None = None) -> Job:
+               output_path: str | None = None, job_id: str | None = None,
+               priority: int = 0, weight: float = 1.0) -> Job:
         """Produce a job of `model`, `NAME` or `NAME:VERSION` (pinned to that version of a
         repository model); `inline` sends the files' bytes instead of their paths.
 
         `chunk_size` None: the controller cuts tasks of the policy's task size for the pool.
-        InvalidJobError for a chunk size or top-k below 1, before anything is sent; a model
-        that is not well-formed goes as it is, and the controller rejects the job with the
-        reason."""
-        check_job_options(chunk_size, top_k)
+        `priority`: a higher one's tasks go before any lower one's in the pool; `weight`:
+        the job's share among the running jobs of its priority (see docs/design.md).
+        InvalidJobError for a chunk size or top-k below 1 or a weight not above 0, before
+        anything is sent; a model that is not well-formed goes as it is, and the controller
+        rejects the job with the reason."""
+        check_job_options(chunk_size, top_k, weight)
         job_id = job_id or new_job_id()
         try:
             name, version = check_model_name(model)
@@ -254,6 +261,7 @@ class Client:
             inline_items=_read_inline(inputs) if inline else [], submitted_at=now_ms(),
             submitter=_whoami(),
             output_path=os.path.abspath(output_path) if output_path else None,
+            priority=priority, weight=weight,
         )
         value = self.codec.encode("Job", record)
         if len(value) > LARGE_MESSAGE_BYTES - 64 * 1024:

@@ -52,6 +52,12 @@ def submit_args(parser: argparse.ArgumentParser) -> None:
                         "pool, about 1 s of work, else the controller's default_chunk_size)")
     parser.add_argument("--top-k", type=int, default=5,
                         help="best predictions kept per item, >= 1 (default: %(default)s)")
+    parser.add_argument("--priority", type=int, default=0, metavar="N",
+                        help="higher first: the pool's capacity goes to the running jobs of "
+                        "the highest priority before any lower one's (default: %(default)s)")
+    parser.add_argument("--weight", type=float, default=1.0, metavar="W",
+                        help="> 0: the job's share of the pool among the running jobs of its "
+                        "priority, in proportion to their weights (default: %(default)s)")
     parser.add_argument("--inline", action="store_true",
                         help="send image bytes through Kafka (no shared filesystem needed; "
                         "default: off, send paths)")
@@ -76,7 +82,8 @@ def run_submit(args: argparse.Namespace, client: Client) -> int:
         _check_writable(args.output)  # before the job runs, not after
     try:
         job = client.submit(args.model, args.input, chunk_size=args.chunk_size,
-                            top_k=args.top_k, inline=args.inline)
+                            top_k=args.top_k, inline=args.inline, priority=args.priority,
+                            weight=args.weight)
     except InvalidJobError as exc:
         flag = "--" + exc.option.replace("_", "-")
         raise ConfigError(f"{flag} must be {exc.rule}, got {exc.value}") from exc
@@ -154,7 +161,15 @@ def _status_line(s: JobStatus) -> str:
     total = "?" if s.total_items is None else str(s.total_items)
     reason = f" reason: {s.reason}" if s.reason else ""
     return (f"{s.job_id}  {s.state.lower():<9} {model:<20} "
-            f"{s.done_items}/{total} ok={s.ok_items} error={s.error_items}{reason}")
+            f"{s.done_items}/{total} ok={s.ok_items} error={s.error_items}"
+            f"{_share(s)}{reason}")
+
+
+def _share(s: JobStatus) -> str:
+    """The job's priority and weight where either is not the default."""
+    if s.priority == 0 and s.weight == 1.0:
+        return ""
+    return f" priority={s.priority} weight={s.weight:g}"
 
 
 def cancel_args(parser: argparse.ArgumentParser) -> None:

@@ -24,7 +24,7 @@ def rejection_reason(job: Job, task_partitions: Callable[[str], int], task_topic
     """Why `job` cannot run, or None; `task_partitions(task_topic)` raises KafkaSetupError
     when the job's pool has no task topic."""
     try:
-        check_job_options(job["chunk_size"] or None, job["top_k"])
+        check_job_options(job["chunk_size"] or None, job["top_k"], job["weight"])
         name, _ = check_model_name(model_ref(job["model"], job["model_version"]))
         if name != job["model"]:
             return (f"model {job['model']!r}: a job gives its model's version in "

@@ -127,7 +127,7 @@ class JobBook:
             job_id=job_id, type=JobEventType.REJECTED, timestamp=now_ms(), model=None,
             model_version=None, reason=f"the job record could not be read: {reason}",
             total_items=None, total_tasks=None, done_items=0, ok_items=0, error_items=0,
-            rate_items_per_s=None, home_partition=partition), partition)
+            rate_items_per_s=None, home_partition=partition, priority=0, weight=1.0), partition)
         log.info("job %s rejected: its record could not be read (%s)", job_id, reason)
 
     def on_cancel(self, control: TaskControl, partition: int, out: Outbox) -> None:
@@ -148,6 +148,7 @@ class JobBook:
         out.control(state.partition, state.job_id, -1, 0, TaskControlReason.CANCELLED)
         self.deadlines.forget_job(state.job_id)
         self.waits.forget([state.job_id])
+        self.issuer.forget([state.job_id])
         log.info("job %s cancelled at %d/%s items", state.job_id, state.done_items,
                  state.total_items if state.total_items is not None else "?")
 
@@ -200,13 +201,14 @@ class JobBook:
         or failed, late tasks moved, progress and completion events."""
         self.waits.release(out, now, self.jobs)
         more = [state for state in self.jobs.values()
-                if state.status == LedgerStatus.ACTIVE and not state.expanded
+                if state.status == LedgerStatus.ACTIVE
+                and (not state.expanded or self.issuer.taken.holds(state.job_id))
                 and not self.waits.waiting(state.job_id)]
         versioned: list[JobState] = []
         unversioned: list[JobState] = []
         for state in more:
             (versioned if self.versions.choose(state) else unversioned).append(state)
-        self.issuer.more(versioned, out)
+        self.issuer.more(versioned, self.jobs, out, now)
         for state in unversioned:
             self._hold(state, out, now)
         self.migration.migrate(out, now, self.jobs)
@@ -236,6 +238,7 @@ class JobBook:
         out.control(state.partition, state.job_id, -1, 0, TaskControlReason.FINISHED)
         self.deadlines.forget_job(state.job_id)
         self.waits.forget([state.job_id])
+        self.issuer.forget([state.job_id])
         out.ledger(*self.ledger.job_entry(state), state.partition)
         log.info("job %s completed ok=%d error=%d", state.job_id, state.ok_items,
                  state.error_items)
@@ -293,6 +296,7 @@ class JobBook:
             del self.jobs[job_id]
         self.deadlines.forget_homes(homes)
         self.waits.forget(gone)
+        self.issuer.forget(gone)
 
     def forget_finished(self, now: int) -> None:
         """Drop the jobs finished more than `retain_finished_s` before `now` (ms) whose

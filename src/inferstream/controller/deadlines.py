@@ -297,6 +297,10 @@ class Deadlines:
         """The pool's live workers and the task partitions each owns (None: not known now)."""
         return self._members(pool)
 
+    def outstanding(self, pool: str) -> list[Outstanding]:
+        """The outstanding tasks of `pool`'s jobs."""
+        return [t for t in self._tasks.values() if t.task["pool"] == pool]
+
     def queued(self, pool: str, partition: int) -> int:
         """Items of this controller's outstanding tasks on `partition` of `pool`'s topic."""
         return self._by_partition.get((pool, partition), 0)

@@ -1,7 +1,9 @@
 """Issuing a job's tasks: cut from its input, placed on its pool's task topic, tracked.
 
 With `issue_ahead_s` = 0 a job's tasks go out `tasks_per_round` per round, round robin over
-the partitions (`placement`); otherwise as far as the workers have room (`pacing`). Each task
+the partitions (`placement`); otherwise as far as the workers have room (`pacing`), the jobs
+sharing that room by priority and weight, lower-priority tasks queued on the workers taken
+back for a higher-priority job (`sharing`). Each task
 issued is tracked for its deadline (`deadlines`) where migration or pacing reads it, and so is
 each task that an earlier owner of an adopted job issued and no result answered yet.
 
@@ -12,8 +14,10 @@ that reached it, so that a replica that takes the job over issues above every ea
 
 from __future__ import annotations
 
+import heapq
 import logging
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 
 from inferstream.config import Config
 from inferstream.controller.deadlines import Deadlines
@@ -22,6 +26,7 @@ from inferstream.controller.ledger import JobState, LedgerCodec
 from inferstream.controller.outbox import Outbox
 from inferstream.controller.pacing import Pacing
 from inferstream.controller.placement import task_partition
+from inferstream.controller.sharing import FairShare, TakeBack, priority
 from inferstream.policy.view import ModelRange, PolicyView, model_range
 from inferstream.schemas import Codec
 from inferstream.schemas.records import Job, Task, new_task, now_ms
@@ -54,6 +59,8 @@ class TaskIssuer:
         self.deadlines = deadlines
         self.pacing = pacing
         self.partitions = partitions
+        self.share = FairShare()
+        self.taken = TakeBack(deadlines, self.options.max_attempts, self._usable)
 
     def first(self, state: JobState, out: Outbox) -> None:
         """A job's first tasks, when it is accepted: all of them, or up to
@@ -62,32 +69,80 @@ class TaskIssuer:
         if self.options.issue_ahead_s <= 0:
             self._produce(state, self._round_robin(state), out)
             return
-        self._produce(state, self._paced(state, force=True), out)
+        self._produce(state, self._paced(state, force=True, rank=priority(state)), out)
         self.pacing.begin()  # what it planned is outstanding now
 
-    def more(self, waiting: list[JobState], out: Outbox) -> None:
-        """More tasks of the `waiting` jobs (active, not fully issued): up to
-        `tasks_per_round` per job; with pacing, as far as the workers have room (see
-        `pacing`), one task per job in turn, so that a long job does not hold a later one
-        back."""
+    def more(self, waiting: list[JobState], jobs: Mapping[str, JobState], out: Outbox,
+             now: int) -> None:
+        """More tasks of the `waiting` jobs (active, with tasks to issue) of `jobs` (all this
+        replica's), at `now` (ms): up to `tasks_per_round` per job; with pacing, as far as
+        the workers have room (see `pacing`), a task at a time to the job of the highest
+        priority and then the fewest items issued for its weight (see `sharing`), so that a
+        long job does not hold a later one back; a job's tasks taken back go first."""
+        self.share.join(waiting)
         if self.options.issue_ahead_s <= 0:
-            for state in waiting:
+            for state in sorted(waiting, key=self.share.key):
                 self._produce(state, self._round_robin(state), out)
             return
-        self.pacing.begin()
+        self.pacing.begin(self.taken.ranks(jobs))
+        self.taken.take(waiting, jobs, out)
         placed: dict[str, list[Placed]] = {s.job_id: [] for s in waiting}
-        turn = waiting
-        while turn:
-            again = []
-            for state in turn:
-                task = self._paced(state)
-                placed[state.job_id].extend(task)
-                if task and len(placed[state.job_id]) < self.options.tasks_per_round:
-                    again.append(state)
-            turn = again
+        again: list[tuple[JobState, Task, int]] = []
+        self._share_room(waiting, placed, again)
+        for state, task, partition in again:
+            self.again(state, task, partition, out, now, kind="preempted",
+                       why="taken back for a job of a higher priority")
         for state in waiting:
             if placed[state.job_id]:
                 self._produce(state, placed[state.job_id], out)
+
+    def _share_room(self, waiting: list[JobState], placed: dict[str, list[Placed]],
+                    again: list[tuple[JobState, Task, int]]) -> None:
+        """Place the `waiting` jobs' tasks one at a time, each to the job that goes first
+        (`FairShare.key`), until none has room or its `tasks_per_round`."""
+        turns = [(self.share.key(s), n, s) for n, s in enumerate(waiting)]
+        heapq.heapify(turns)
+        issued: Counter[str] = Counter()
+        while turns:
+            _, n, state = turns[0]
+            items = self._next(state, placed[state.job_id], again)
+            if items:
+                issued[state.job_id] += 1
+                self.share.charge(state, items)
+            if not items or issued[state.job_id] >= self.options.tasks_per_round:
+                heapq.heappop(turns)
+            else:
+                heapq.heapreplace(turns, (self.share.key(state), n, state))
+
+    def _next(self, state: JobState, placed: list[Placed],
+              again: list[tuple[JobState, Task, int]]) -> int:
+        """Place the job's next task, one taken back first, into `placed` or `again`; its
+        items, 0 where no worker has room for it."""
+        held = self.taken.next(state)
+        if held is None:
+            task = self._paced(state, rank=priority(state))
+            placed.extend(task)
+            return sum(len(items) for _, items, _ in task)
+        pool = state.job["pool"]
+        partition = self.pacing.place(
+            pool, state.model, self.model_range(state.job),
+            self.partitions(self.config.task_topic(pool)), state.job_id, held["task_id"],
+            len(held["items"]), priority=priority(state))
+        if partition is None:
+            return 0
+        self.taken.issued(held)
+        again.append((state, held, partition))
+        return len(held["items"])
+
+    def forget(self, job_ids: list[str]) -> None:
+        """Drop what the issuer keeps of these jobs (finished, or no longer owned)."""
+        self.share.forget(job_ids)
+        self.taken.forget(job_ids)
+
+    def _usable(self, state: JobState) -> set[int]:
+        pool = state.job["pool"]
+        return self.pacing.usable(pool, state.model, self.model_range(state.job),
+                                  self.partitions(self.config.task_topic(pool)))
 
     def _round_robin(self, state: JobState) -> list[Placed]:
         topic = self.config.task_topic(state.job["pool"])
@@ -97,9 +152,11 @@ class TaskIssuer:
         return [(task_id, items, task_partition(state.job_id, task_id, n, within))
                 for task_id, items in tasks]
 
-    def _paced(self, state: JobState, *, force: bool = False) -> list[Placed]:
+    def _paced(self, state: JobState, *, force: bool = False,
+               rank: int | None = None) -> list[Placed]:
         """The job's next task and its partition, if a worker has room for it (`force`:
-        even if none has)."""
+        even if none has); `rank`: the job's priority, to keep it off the workers that
+        hold tasks of a higher one."""
         cut = cursor(state)
         if cut.finished:
             return []
@@ -107,7 +164,7 @@ class TaskIssuer:
         partition = self.pacing.place(
             pool, state.model, self.model_range(state.job),
             self.partitions(self.config.task_topic(pool)), state.job_id, cut.next_task_id,
-            cut.next_size, force=force)
+            cut.next_size, force=force, priority=rank)
         if partition is None:
             return []
         return [(task_id, items, partition) for task_id, items in cut.next_tasks(1)]

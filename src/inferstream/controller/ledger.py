@@ -104,6 +104,7 @@ class JobState:
             total_tasks=self.issued_tasks if self.expanded else None,
             done_items=self.done_items, ok_items=self.ok_items, error_items=self.error_items,
             rate_items_per_s=self.rate_items_per_s(), home_partition=self.partition,
+            priority=self.job["priority"], weight=self.job["weight"],
         )
         self.last_event_ms = event["timestamp"]
         self.changed = False

@@ -15,6 +15,9 @@ partitions it owns, and the last tasks of a job end on every worker at about the
 A worker that dies, or slows down, holds at most `issue_ahead_s` of the job: that is what the
 worker that takes its partitions over inherits, not a full share of the whole job.
 
+A task of a job goes to no worker that holds tasks of a job of a higher priority (`ranks`,
+from `sharing`): strictly by priority, worker by worker.
+
 When no worker that may serve the model owns a partition (none has joined yet, or the group
 cannot be described right now), each partition of the range is given one task at a time.
 Several controller replicas each keep the workers `issue_ahead_s` ahead with their own jobs'
@@ -29,6 +32,9 @@ from inferstream.controller.deadlines import Deadlines
 from inferstream.controller.declines import PoolView
 from inferstream.controller.placement import task_partition
 from inferstream.policy.view import ModelRange, PolicyView
+
+#: (pool, worker) -> the highest priority among the tasks of this replica's jobs it holds
+Ranks = dict[tuple[str, str], int]
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,8 @@ class Pacing:
 
     `begin()` starts a round: the workers, their partitions and speeds are read once per
     round, and tasks placed since are counted as planned until the caller issues them (and
-    `Deadlines.issued` counts them as outstanding)."""
+    `Deadlines.issued` counts them as outstanding); `ranks`, the priorities the workers hold
+    this round."""
 
     table: Deadlines
     pools: PoolView
@@ -55,19 +62,28 @@ class Pacing:
     _planned: dict[tuple[str, int], int] = field(default_factory=dict)
     _workers: dict[tuple[str, str, ModelRange | None, int], list[_Worker]] = field(
         default_factory=dict)
+    _ranks: Ranks = field(default_factory=dict)
 
-    def begin(self) -> None:
+    def begin(self, ranks: Ranks | None = None) -> None:
         self._planned.clear()
         self._workers.clear()
+        self._ranks = ranks or {}
 
     def place(self, pool: str, model: str, within: ModelRange | None, partitions: int,
-              job_id: str, task_id: int, items: int, *, force: bool = False) -> int | None:
+              job_id: str, task_id: int, items: int, *, force: bool = False,
+              priority: int | None = None) -> int | None:
         """The partition for task `task_id` (of `items` items) of a job of `model` on
         `pool`'s topic of `partitions`, or None when no worker has room for it now; with
-        `force`, a partition even then (a job's first task)."""
+        `force`, a partition even then (a job's first task). A job's `priority` keeps it
+        off the workers that hold tasks of a higher one (None: off none)."""
         if within is not None and not within.fits(partitions):
             within = None  # the range does not fit the topic: all partitions
         workers = self._eligible(pool, model, within, partitions)
+        if workers and priority is not None and not force:
+            workers = [w for w in workers
+                       if self._ranks.get((pool, w.name), priority) <= priority]
+            if not workers:
+                return None
         if workers:
             partition = self._on_worker(pool, workers, items, force)
         else:
@@ -75,7 +91,23 @@ class Pacing:
         if partition is not None:
             key = (pool, partition)
             self._planned[key] = self._planned.get(key, 0) + items
+        if partition is not None and priority is not None:
+            for worker in workers:  # it holds this priority now, for the round's later tasks
+                if partition in worker.parts:
+                    rank = (pool, worker.name)
+                    self._ranks[rank] = max(self._ranks.get(rank, priority), priority)
         return partition
+
+    def usable(self, pool: str, model: str, within: ModelRange | None,
+               partitions: int) -> set[int]:
+        """The partitions a job of `model` may be issued to: its live workers' (within its
+        range), or every partition of the range when none is known."""
+        if within is not None and not within.fits(partitions):
+            within = None
+        workers = self._eligible(pool, model, within, partitions)
+        if workers:
+            return {p for w in workers for p in w.parts}
+        return {p for p in range(partitions) if within is None or p in within}
 
     def _queued(self, pool: str, partition: int) -> int:
         return self.table.queued(pool, partition) + self._planned.get((pool, partition), 0)

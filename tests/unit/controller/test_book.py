@@ -53,7 +53,8 @@ def make_job(items: int = 4, chunk_size: int = 2, **fields: Any) -> Job:
     job = Job(job_id="20261202-100000-0000b00c", model=MODEL, model_version=None,
               pool="default", top_k=1, chunk_size=chunk_size, inputs=[],
               inline_items=[InlineItem(name=f"i{n}", data=b"x") for n in range(items)],
-              submitted_at=0, submitter="test", output_path=None)
+              submitted_at=0, submitter="test", output_path=None,
+              priority=0, weight=1.0)
     return Job(**{**job, **fields})  # type: ignore[typeddict-item]
 
 

@@ -86,7 +86,8 @@ def test_a_job_on_another_partition_than_its_ids_gets_its_results_there(
     record = JobRecord(job_id=job.job_id, model=MODEL, model_version=None, pool=config.pool,
                        top_k=1, chunk_size=2, inputs=[],
                        inline_items=[InlineItem(name=f"i{n}", data=b"x") for n in range(4)],
-                       submitted_at=0, submitter="foreign", output_path=None)
+                       submitted_at=0, submitter="foreign", output_path=None,
+                       priority=0, weight=1.0)
     clients.broker.produce(config.topic("jobs"), home, job.job_id.encode(),
                            CODEC.encode("Job", record))
     running.workers(make_worker())

@@ -110,7 +110,8 @@ def _unanswerable(_pool: str) -> int | None:
                                     FixedPolicy(task_size=0), FixedPolicy(task_size=_unanswerable)])
 def test_a_policy_without_an_answer_for_the_pool_means_the_default(policy: PolicyView) -> None:
     job = Job(job_id="j", model=MODEL, model_version=None, pool="gpu", top_k=1, chunk_size=0,
-              inputs=["/a"], inline_items=[], submitted_at=0, submitter="", output_path=None)
+              inputs=["/a"], inline_items=[], submitted_at=0, submitter="", output_path=None,
+              priority=0, weight=1.0)
     assert choose_task_size(job, policy, 32) == TaskSize(32, SizeSource.DEFAULT)
     assert choose_task_size(job, FixedPolicy(task_size=9), 32) == TaskSize(9, SizeSource.POLICY)
     negative = Job(**{**job, "chunk_size": -2})  # left as it is for admission to reject

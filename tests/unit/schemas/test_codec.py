@@ -173,6 +173,8 @@ def test_defaults_fill_omitted_fields_and_timestamps_decode_as_int_ms(codec: Cod
         "submitted_at": 1_704_067_200_000,
         "submitter": "",
         "output_path": None,
+        "priority": 0,
+        "weight": 1.0,
     }
 
 
@@ -250,6 +252,8 @@ def test_old_writer_is_projected_onto_the_current_schema() -> None:
         "submitted_at": T0,
         "submitter": "",
         "output_path": None,
+        "priority": 9,
+        "weight": 1.0,
     }
 
 

@@ -28,6 +28,8 @@ JOB = {
     "submitted_at": T0,
     "submitter": "alice",
     "output_path": None,
+    "priority": 0,
+    "weight": 1.0,
 }
 
 

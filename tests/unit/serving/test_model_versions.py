@@ -130,7 +130,7 @@ def put_task(broker: MemoryBroker, task_id: int, version: int | None) -> None:
     config = make_config()
     job = Job(job_id="j", model=FACES, model_version=None, pool="default", top_k=1,
               chunk_size=1, inputs=[], inline_items=[], submitted_at=0, submitter="test",
-              output_path=None)
+              output_path=None, priority=0, weight=1.0)
     item = TaskItem(index=task_id, name=f"item-{task_id}", data=b"x")
     broker.produce(config.task_topic(), task_id % config.partitions, b"j",
                    CODEC.encode("Task", new_task(job, task_id, [item], model_version=version)))

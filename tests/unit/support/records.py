@@ -40,7 +40,7 @@ def put_tasks(broker: MemoryBroker, config: Config, count: int, items: int = 2) 
     task `t`'s items are named `item-t-i`."""
     job = Job(job_id=JOB_ID, model=MODEL, model_version=None, pool=config.pool, top_k=1,
               chunk_size=items, inputs=[], inline_items=[], submitted_at=0, submitter="test",
-              output_path=None)
+              output_path=None, priority=0, weight=1.0)
     for task_id in range(count):
         names = [TaskItem(index=task_id * items + i, name=f"item-{task_id}-{i}", data=None)
                  for i in range(items)]
@@ -78,7 +78,8 @@ def put_event(clients: MemoryKafkaClients, config: Config, job_id: str, kind: Jo
     event = JobEvent(job_id=job_id, type=kind, timestamp=now_ms(), model=model,
                      model_version=version, reason=None, total_items=items, total_tasks=tasks,
                      done_items=items, ok_items=items if ok else 0,
-                     error_items=0 if ok else items, rate_items_per_s=None, home_partition=None)
+                     error_items=0 if ok else items, rate_items_per_s=None, home_partition=None,
+                     priority=0, weight=1.0)
     clients.producer({}).produce(config.topic("job-events"), CODEC.encode("JobEvent", event),
                                  job_id.encode(),
                                  partition=partition_for(job_id, config.partitions))

@@ -31,3 +31,9 @@ def read_as(history: str, name: str, record: dict[str, Any]) -> dict[str, Any]:
     reader = parse_schema(millis(json.loads(text.read_text(encoding="utf-8"))))
     read: dict[str, Any] = schemaless_reader(body, writer, reader)
     return read
+
+
+def history_fields(history: str) -> set[str]:
+    """The field names of the schema `history/<history>.avsc`."""
+    text = resources.files("inferstream.schemas").joinpath(f"history/{history}.avsc")
+    return {field["name"] for field in json.loads(text.read_text(encoding="utf-8"))["fields"]}

@@ -77,6 +77,10 @@ class Job(TypedDict):
     submitted_at: int
     submitter: str
     output_path: str | None
+    #: higher first; 0 by default
+    priority: int
+    #: the job's share among its priority's running jobs of its pool, > 0; 1.0 by default
+    weight: float
 
 
 class TaskItem(TypedDict):
@@ -132,3 +136,5 @@ class JobEvent(TypedDict):
     error_items: int
     rate_items_per_s: float | None
     home_partition: int | None
+    priority: int
+    weight: float

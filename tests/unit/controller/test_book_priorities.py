@@ -1,0 +1,148 @@
+"""Priorities and fair share (issue 29.4): the order in which the job book issues the tasks
+of several jobs of one pool, w1 owning task partitions 0-1 and w2 2-3, each worker doing
+100 items/s and kept 2 s ahead (200 items each), in tasks of 10 items."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from inferstream.controller.book import JobBook
+from inferstream.policy.view import WorkerPolicy
+from inferstream.schemas.records import (
+    Job,
+    JobEventType,
+    Task,
+    TaskControlReason,
+    now_ms,
+)
+from tests.unit.controller.test_book import (
+    OWNER,
+    MakeBook,
+    accepted,
+    controls,
+    events,
+    make_config,
+    make_job,
+    result_of,
+    tasks,
+)
+from tests.unit.support.memory import MODEL
+from tests.unit.support.policies import FixedPolicy
+
+POLICY = FixedPolicy({w: WorkerPolicy(0.5, True, 100.0, (MODEL,)) for w in ("w1", "w2")})
+#: items the two workers are kept ahead with together
+ROOM = 400
+
+
+def job(name: str, items: int, **fields: Any) -> Job:
+    return make_job(items=items, chunk_size=10, job_id=f"20261205-200000-{name:0>8}",
+                    **fields)
+
+
+def paced_book(make_book: MakeBook) -> JobBook:
+    return make_book(make_config(issue_ahead_s=2.0), policy=POLICY)
+
+
+def issued_items(tasks_out: list[tuple[int, Task]]) -> Counter[str]:
+    """Items issued per job id."""
+    found: Counter[str] = Counter()
+    for _, task in tasks_out:
+        found[task["job_id"]] += len(task["items"])
+    return found
+
+
+def answer(book: JobBook, issued: list[Task]) -> None:
+    """Every task of `issued` answered by the worker that owns its partition."""
+    out = book.outbox()
+    for task in issued:
+        book.on_result(result_of(task), out)
+
+
+def test_jobs_of_one_priority_share_the_room_in_proportion_to_their_weights(
+        make_book: MakeBook) -> None:
+    book = paced_book(make_book)
+    light, heavy = job("light", 1000), job("heavy", 1000, weight=3.0)
+    accepted(book, light)  # the first task of each goes out on acceptance
+    accepted(book, heavy)
+    out = book.outbox()
+    book.tick(out, now_ms())
+
+    shares = issued_items(tasks(book, out))
+    assert sum(shares.values()) == ROOM - 20
+    # items over weight, within a task of 10 items
+    assert abs(shares[heavy["job_id"]] / 3 - shares[light["job_id"]]) <= 10, shares
+
+
+def test_a_higher_priority_goes_first_and_keeps_its_workers_to_itself(
+        make_book: MakeBook) -> None:
+    book = paced_book(make_book)
+    low, high = job("low", 1000), job("high", 50, priority=2)
+    accepted(book, low)
+    out, (first_high,) = accepted(book, high)
+    out = book.outbox()
+    book.tick(out, now_ms())
+
+    issued = [task for _, task in tasks(book, out)]
+    assert [t["job_id"] for t in issued] == [high["job_id"]] * 4  # the rest of it, first
+    # both workers hold a task of the higher priority: the lower one waits for them
+    assert {OWNER[p] for p, t in tasks(book, out)} | {"w1"} == {"w1", "w2"}
+    answer(book, [first_high, *issued])
+    after = book.outbox()
+    book.tick(after, now_ms())
+    assert set(issued_items(tasks(book, after))) == {low["job_id"]}
+
+
+def test_an_urgent_job_takes_back_the_tasks_queued_for_a_lower_one(
+        make_book: MakeBook) -> None:
+    book = paced_book(make_book)
+    low, urgent = job("low", 500), job("urgent", 30, priority=1)
+    _, first_low = accepted(book, low)
+    out = book.outbox()
+    book.tick(out, now_ms())  # the workers are 2 s ahead with the low job's tasks
+    queued = [*first_low, *(task for _, task in tasks(book, out))]
+    assert sum(len(t["items"]) for t in queued) == ROOM
+
+    _, first_urgent = accepted(book, urgent)  # placed behind them, whatever they hold
+    out = book.outbox()
+    book.tick(out, now_ms())
+
+    taken = {(c["task_id"], c["attempt"]) for c in controls(book, out)
+             if c["reason"] == TaskControlReason.MIGRATED and c["job_id"] == low["job_id"]}
+    assert taken == {(t["task_id"], 2) for t in queued}  # workers skip their attempt 1
+    assert set(issued_items(tasks(book, out))) == {urgent["job_id"]}
+
+    # the first of the low job's tasks had started: its attempt 1 still answers it
+    started, *rest = queued
+    answer(book, [started, *first_urgent, *(t for _, t in tasks(book, out))])
+    out = book.outbox()
+    book.tick(out, now_ms())
+    again = [t for _, t in tasks(book, out) if t["job_id"] == low["job_id"]]
+    assert [(t["task_id"], t["attempt"]) for t in again[:len(rest)]] == [
+        (t["task_id"], 2) for t in rest]
+
+
+def test_jobs_whose_tasks_were_taken_back_end_with_each_item_once(
+        make_book: MakeBook) -> None:
+    """Workers skip the attempts a control supersedes and answer every other task."""
+    book = paced_book(make_book)
+    low, urgent = job("low", 600), job("urgent", 100, priority=1)
+    _, queued = accepted(book, low)
+    superseded: dict[tuple[str, int], int] = {}
+    completed: list[str] = []
+    for step in range(60):
+        if step == 1:
+            queued += accepted(book, urgent)[1]
+        out = book.outbox()
+        book.tick(out, now_ms())
+        completed += [e["job_id"] for e in events(book, out)
+                      if e["type"] == JobEventType.COMPLETED]
+        for control in controls(book, out):
+            superseded[(control["job_id"], control["task_id"])] = control["attempt"]
+        answer(book, [t for t in queued if t["attempt"] >= superseded.get(
+            (t["job_id"], t["task_id"]), 0)])
+        queued = [task for _, task in tasks(book, out)]
+    assert completed == [urgent["job_id"], low["job_id"]]
+    for name, items in ((low, 600), (urgent, 100)):
+        state = book.jobs[name["job_id"]]
+        assert (state.ok_items, len(state.done)) == (items, items // 10)
