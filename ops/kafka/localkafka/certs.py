@@ -33,16 +33,17 @@ def make_ca(d: Path) -> None:
              "-addext", "keyUsage=critical,keyCertSign,cRLSign")  # fmt: skip
 
 
-def make_cert(d: Path, name: str) -> tuple[Path, Path]:
+def make_cert(d: Path, name: str, san: str = SAN) -> tuple[Path, Path]:
     """A key (unencrypted PEM, owner-only) and a certificate for CN=name signed by the CA,
-    usable by a server and a client alike; returns (certificate, key)."""
+    usable by a server and a client alike, for the hosts `san` names; returns (certificate,
+    key)."""
     t = tls_dir(d)
     key, csr, cert = t / f"{name}.key", t / f"{name}.csr", t / f"{name}.pem"
     _openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
              "-keyout", str(key), "-out", str(csr))  # fmt: skip
     key.chmod(0o600)
     ext = t / f"{name}.ext"
-    ext.write_text(f"{SAN}\nextendedKeyUsage=serverAuth,clientAuth\n")
+    ext.write_text(f"{san}\nextendedKeyUsage=serverAuth,clientAuth\n")
     _openssl("x509", "-req", "-in", str(csr), "-CA", str(t / "ca.pem"), "-CAkey",
              str(t / "ca.key"), "-CAcreateserial", "-days", DAYS, "-sha256", "-extfile",
              str(ext), "-out", str(cert))  # fmt: skip

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import secrets
 import ssl
+from collections.abc import Iterable
 from pathlib import Path
 
 from .certs import make_ca, make_cert, make_keystore, tls_dir
@@ -61,12 +62,7 @@ def make_secrets(d: Path, st: ClusterState) -> None:
     """A new secured cluster's passwords (owner-only files) and certificates."""
     if not is_secured(st):
         return
-    s = secrets_dir(d)
-    s.mkdir(mode=0o700, parents=True, exist_ok=True)
-    for name in (*USERS, "keystore"):
-        f = s / f"{name}.password"
-        f.touch(mode=0o600)
-        f.write_text(secrets.token_hex(16) + "\n")
+    make_passwords(d, (*USERS, "keystore"))
     make_ca(d)
     make_cert(d, BROKER)
     make_keystore(d, BROKER, password(d, "keystore"))
@@ -74,6 +70,17 @@ def make_secrets(d: Path, st: ClusterState) -> None:
         for user in USERS:
             make_cert(d, user)
     log(f"made the CA, certificates and passwords of a {security_of(st)} cluster in {d}")
+
+
+def make_passwords(d: Path, names: Iterable[str]) -> None:
+    """A password drawn for each of `names` (16 random bytes, hex) in `d`'s owner-only
+    secrets folder, one `NAME.password` file each."""
+    s = secrets_dir(d)
+    s.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for name in names:
+        f = s / f"{name}.password"
+        f.touch(mode=0o600)
+        f.write_text(secrets.token_hex(16) + "\n")
 
 
 def scram_args(d: Path, st: ClusterState) -> list[str]:
@@ -166,13 +173,18 @@ def write_client_settings(d: Path, st: ClusterState, servers: str) -> list[tuple
 
 
 def client_settings(d: Path, st: ClusterState, user: str, servers: str) -> str:
+    return settings_text(
+        [f"# inferstream settings for User:{user} on the {security_of(st)} cluster in {d}",
+         "# (written by ops/kafka/cluster start; INFERSTREAM_CONFIG=this-file inferstream ...)"],
+        d, security_of(st), user, servers)
+
+
+def settings_text(header: list[str], d: Path, mode: str, user: str, servers: str) -> str:
+    """`user`'s inferstream settings file for a `mode` cluster, naming its password's file
+    and certificates where `d`'s secrets and tls folders are (as the client sees them)."""
     t = tls_dir(d)
-    lines = [
-        f"# inferstream settings for User:{user} on the {security_of(st)} cluster in {d}",
-        "# (written by ops/kafka/cluster start; INFERSTREAM_CONFIG=this-file inferstream ...)",
-        f'bootstrap_servers = "{servers}"',
-    ]
-    if security_of(st) == "sasl_ssl":
+    lines = [*header, f'bootstrap_servers = "{servers}"']
+    if mode == "sasl_ssl":
         secret = secrets_dir(d) / f"{user}.password"
         lines += ['security_protocol = "SASL_SSL"', f'sasl_mechanism = "{MECHANISM}"',
                   f'sasl_username = "{user}"', f'sasl_password_file = "{secret}"']  # fmt: skip

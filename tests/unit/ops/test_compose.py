@@ -2,7 +2,9 @@
 
 The validator is Debian's `docker-compose` (Compose 1.29.2): `config` checks the file against
 the Compose schema and resolves it without a Docker engine. Where it is missing the tests fail
-in CI (CI=true; `.ci/run` installs it) and are skipped locally with the reason.
+in CI (CI=true; `.ci/run` installs it) and are skipped locally with the reason. Compose reads
+the files ops/compose/make_secrets.py makes (Grafana's password), here into a folder of the
+tests' own (conftest.py).
 """
 
 from __future__ import annotations
@@ -35,8 +37,10 @@ ROLE_SERVICES = [name for name, service in yaml.safe_load(COMPOSE_FILE.read_text
                  and str(service.get("image", "")).startswith("inferstream:")]
 
 
-def compose(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run `docker-compose -f docker-compose.yml ARGS` (no engine needed for `config`)."""
+def compose(*args: str, secrets: Path | None = None,
+            files: tuple[Path, ...] = (COMPOSE_FILE,)) -> subprocess.CompletedProcess[str]:
+    """Run `docker-compose -f FILE... ARGS` (no engine needed for `config`), with the
+    secrets made in `secrets` (None: none made)."""
     exe = shutil.which("docker-compose")
     if exe is None:
         reason = ("docker-compose is not installed (Debian: apt-get install docker-compose; "
@@ -46,8 +50,11 @@ def compose(*args: str) -> subprocess.CompletedProcess[str]:
         pytest.skip(reason)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("INFERSTREAM_", "COMPOSE_", "DOCKER_"))}
-    return subprocess.run([exe, "-f", str(COMPOSE_FILE), *args], capture_output=True,
-                          text=True, env=env, cwd=REPO, timeout=120, check=False)
+    # (a folder where nothing is made, rather than var/compose/ of whoever runs the tests)
+    env["INFERSTREAM_COMPOSE_SECRETS"] = str(secrets or REPO / "var" / "compose" / "none")
+    names = [arg for file in files for arg in ("-f", str(file))]
+    return subprocess.run([exe, *names, *args], capture_output=True, text=True, env=env,
+                          cwd=REPO, timeout=120, check=False)
 
 
 #: The profiles of each `config` run: none, cpu, and all of them (for `services`).
@@ -56,11 +63,11 @@ PROFILES = {"default": (), "cpu": ("--profile", "cpu"),
 
 
 @pytest.fixture(scope="module")
-def configs() -> dict[str, subprocess.CompletedProcess[str]]:
+def configs(compose_secrets: Path) -> dict[str, subprocess.CompletedProcess[str]]:
     """`docker-compose config` with each set of PROFILES, run side by side (Compose takes
     about 0.4 s to start)."""
     with ThreadPoolExecutor(len(PROFILES)) as runs:
-        started = {name: runs.submit(compose, *profiles, "config")
+        started = {name: runs.submit(compose, *profiles, "config", secrets=compose_secrets)
                    for name, profiles in PROFILES.items()}
     return {name: run.result() for name, run in started.items()}
 
@@ -80,6 +87,18 @@ def test_compose_accepts_the_file(configs: dict[str, subprocess.CompletedProcess
     proc = configs[profiles]
     assert proc.returncode == 0, proc.stderr
     assert "WARNING" not in proc.stderr, proc.stderr
+
+
+def test_grafana_has_no_password_but_the_one_made_for_it(
+        services: dict[str, Any], compose_secrets: Path) -> None:
+    made = (compose_secrets / "grafana.env").read_text().strip()
+    assert made.startswith("GF_SECURITY_ADMIN_PASSWORD=")
+    password = services["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"]
+    assert password == made.split("=", 1)[1] and len(password) >= 32
+    assert "GRAFANA_ADMIN_PASSWORD" not in COMPOSE_FILE.read_text()  # no default anywhere
+    unmade = compose("config")
+    assert unmade.returncode != 0
+    assert "Couldn't find env file" in unmade.stderr and "grafana.env" in unmade.stderr
 
 
 def test_three_brokers_form_one_quorum_that_survives_one_loss(services: dict[str, Any]) -> None:
