@@ -38,6 +38,9 @@ KEDA_CRD = K8S / "schemas" / "keda.sh_scaledobjects.yaml"
 KUSTOMIZATIONS = sorted(str(p.parent.relative_to(K8S)) for p in K8S.rglob(KUSTOMIZATION))
 OVERLAYS = sorted(p.name for p in (K8S / "overlays").iterdir())
 GAUGE = "inferstream_pool_desired_workers"
+#: How long a pool scaled to zero may take to get its first worker going: the scaler's poll, a
+#: node the cluster autoscaler adds, the image's pull, the process's start.
+MINUTES_TO_A_WORKER = 10
 #: Each role's HTTP server (port, address) in its Config: /metrics, /healthz, /readyz.
 ROLE_HTTP = {
     "worker": lambda c: (c.worker.metrics_port, c.worker.metrics_addr),
@@ -291,6 +294,15 @@ def test_keda_scales_each_pool_from_zero_on_its_desired_workers(
         assert trigger["metadata"]["threshold"] == "1"
         assert trigger.get("metricType", "AverageValue") == "AverageValue"
         assert trigger["metadata"]["activationThreshold"] == "0"
+
+
+def test_a_job_waits_for_a_pool_scaled_to_zero_to_start_a_worker(
+        overlay: list[Resource], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job of a pool with no worker fails its items once none came for model_wait_s: on
+    Kubernetes the first worker may need a new node and an image pull of minutes first."""
+    for _workload, command, config in started(overlay, tmp_path, monkeypatch):
+        if command == "controller":
+            assert config.controller.model_wait_s >= MINUTES_TO_A_WORKER * 60
 
 
 def test_on_the_secured_cluster_each_role_reads_its_own_credentials_from_secret_files(
