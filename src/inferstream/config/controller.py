@@ -46,6 +46,12 @@ class ControllerConfig:
         "as the workers get through them, each to the worker that would finish it first, so "
         "a faster worker gets more and one that dies holds little; 0: all tasks at once, "
         "round robin over the partitions")
+    backlog_target_s: float = setting(
+        60.0, "the pool's desired workers (inferstream_pool_desired_workers) are those that "
+        "would clear the work waiting within this many seconds")
+    backlog_item_s: float = setting(
+        0.05, "seconds per item counted in a pool's backlog for a model that no worker of the "
+        "pool has measured yet (once one has, the last figure measured is kept)")
     tasks_per_round: int = setting(
         256, "tasks issued per job per round, so one huge job cannot starve the others")
     default_chunk_size: int = setting(
@@ -75,8 +81,9 @@ def validate_controller(controller: ControllerConfig) -> None:
     _at_least("controller.session_timeout_ms", controller.session_timeout_ms, 1)
     _at_least("controller.max_attempts", controller.max_attempts, 1)
     for name in ("migration_slack", "migration_floor_s", "migration_check_s", "issue_ahead_s",
-                 "model_wait_s"):
+                 "model_wait_s", "backlog_item_s"):
         _at_least(f"controller.{name}", getattr(controller, name), 0)
+    _at_least("controller.backlog_target_s", controller.backlog_target_s, 0.001)
     _at_least("controller.heartbeat_interval_ms", controller.heartbeat_interval_ms, 1)
     if controller.heartbeat_interval_ms >= controller.session_timeout_ms:
         raise ConfigError(

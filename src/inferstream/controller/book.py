@@ -16,6 +16,7 @@ from collections.abc import Callable, Container
 
 from inferstream.config import Config
 from inferstream.controller.admission import rejection_reason
+from inferstream.controller.backlog import Backlog
 from inferstream.controller.deadlines import Deadlines
 from inferstream.controller.declines import PoolView
 from inferstream.controller.hooks import JobProgress, RoundState
@@ -82,6 +83,7 @@ class JobBook:
         self.waits = ModelWaits(config, codec, self.pools, starting, self.issuer, partitions,
                                 self.versions)
         self.migration = Migration(config, codec, self.issuer, self.waits)
+        self.backlog = Backlog(config, policy, self.deadlines, partitions)
 
     def outbox(self) -> Outbox:
         """An empty outbox for one round."""
@@ -273,7 +275,8 @@ class JobBook:
         by_state = Counter(str(state.status) for state in self.jobs.values())
         active = [JobProgress(state.job_id, state.done_items, state.total_items)
                   for state in self.jobs.values() if state.status == LedgerStatus.ACTIVE]
-        return RoundState(dict(by_state), owned_partitions, active)
+        return RoundState(dict(by_state), owned_partitions, active,
+                          self.backlog.figures(self.jobs.values()))
 
     def adopt(self, records: list[tuple[bytes, int]], now: int) -> None:
         """The jobs of some partitions from their ledger records (value, partition), in

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from inferstream.controller.backlog import PoolBacklog
+
 #: What a round tallies, by (what, *labels): ("tasks_issued", pool), ("tasks_done", pool),
 #: ("tasks_reissued", pool, "migrated" | "declined"), ("items_done", "ok" | "error"),
 #: ("jobs_accepted",), ("late_results_dropped",), ("ledger_records",).
@@ -32,6 +34,8 @@ class RoundState:
     jobs_by_state: dict[str, int]
     owned_partitions: int
     active: list[JobProgress] = field(default_factory=list)
+    #: each pool's backlog at this replica (`backlog`), by pool
+    backlog: dict[str, PoolBacklog] = field(default_factory=dict)
 
 
 class ControllerHooks:

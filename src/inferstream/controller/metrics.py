@@ -51,6 +51,13 @@ class ControllerMetrics(ControllerHooks):
                                 registry=registry)
         self.owned = Gauge("inferstream_controller_owned_partitions",
                            "Job partitions this replica owns", registry=registry)
+        self._count_work_held(registry)
+        for state in JOB_STATES:
+            self.jobs.labels(state.value)
+
+    def _count_work_held(self, registry: CollectorRegistry) -> None:
+        """Each active job's progress; each pool's work waiting and the workers that would
+        clear it (`backlog`)."""
         self.job_done = Gauge("inferstream_job_items_done", "Items done of an active job",
                               ["job_id"], registry=registry)
         self.job_items = Gauge("inferstream_job_items",
@@ -58,8 +65,18 @@ class ControllerMetrics(ControllerHooks):
                                ["job_id"], registry=registry)
         self._job_series: set[str] = set()
         self._job_items_shown: set[str] = set()
-        for state in JOB_STATES:
-            self.jobs.labels(state.value)
+        self.backlog = Gauge(
+            "inferstream_pool_backlog_seconds",
+            "Work waiting in the active jobs this replica holds (issued or not, no result yet), "
+            "in seconds of one worker at the pool's measured speed of each model (for a model "
+            "no worker measured: the last figure measured, else backlog_item_s); the "
+            "replicas' figures add up to the pool's", ["pool"], registry=registry)
+        self.desired = Gauge(
+            "inferstream_pool_desired_workers",
+            "Workers that would clear this replica's share of the pool's backlog within "
+            "backlog_target_s: at least 1 while any work waits, 0 when none, at most the "
+            "pool's task partitions; sum over replicas, capped at the partitions, for the "
+            "pool's (one more per replica holding work at most)", ["pool"], registry=registry)
 
     def after_transaction(self, seconds: float, tally: Tally) -> None:
         self.commit.observe(seconds)
@@ -84,6 +101,9 @@ class ControllerMetrics(ControllerHooks):
     def after_round(self, seconds: float, state: RoundState) -> None:
         self.round.observe(seconds)
         self.owned.set(state.owned_partitions)
+        for pool, backlog in state.backlog.items():
+            self.backlog.labels(pool).set(backlog.seconds)
+            self.desired.labels(pool).set(backlog.desired_workers)
         for job_state in JOB_STATES:
             self.jobs.labels(job_state.value).set(state.jobs_by_state.get(job_state.value, 0))
         shown = sorted(state.active, key=lambda job: job.job_id)[:MAX_JOB_SERIES]

@@ -51,7 +51,7 @@ def run(_args: argparse.Namespace, config: Config) -> int:
 
     dump_stacks_on_usr1()
     metrics = StreamMetrics(CollectorRegistry(), settings.worker_id or default_worker_id(),
-                           stream_config(config).pool)
+                           stream_config(config).pool, config.stream.input_topic)
     load = model_loader(settings, device, metrics)
     model = load(settings.models[0])
     member = new_member(config, model, hooks=metrics)
