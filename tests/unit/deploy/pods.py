@@ -21,8 +21,8 @@ from inferstream.cli import build_parser, config_from_args
 from inferstream.config import Config
 from tests.unit.deploy.kustomize import Resource
 
-#: What the downward API gives a pod's fields here.
-FIELD_VALUES = {"status.podIP": "10.0.0.7", "metadata.name": "pod-0"}
+#: What the downward API gives the pod's fields the manifests read.
+FIELD_VALUES = {"status.podIP": "10.0.0.7"}
 
 
 @dataclass(frozen=True)
