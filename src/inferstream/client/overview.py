@@ -1,4 +1,5 @@
-"""What `inferstream top` shows: a snapshot of the sysinfo app, totals per pool, table lines.
+"""What `inferstream top` shows: a snapshot of the sysinfo app, totals per pool, the running
+jobs with their priorities and weights (`top --jobs`), table lines.
 
 Everything but `fetch_snapshot` is a pure function of its input (the time included), so the
 table is tested on fixed data; the terminal loop lives in `client/top.py`.
@@ -10,10 +11,13 @@ import textwrap
 import time
 from collections.abc import Callable, Iterable
 from enum import StrEnum
-from typing import NamedTuple, TypedDict
+from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
 from inferstream.client.sysinfo_api import AppHealth, SysInfoClient, WorkerInfo
-from inferstream.schemas.records import PolicyEntry, WorkerHealth
+from inferstream.schemas.records import PolicyEntry, WorkerHealth, model_ref
+
+if TYPE_CHECKING:
+    from inferstream.client.client import JobStatus
 
 
 class PoolTotals(TypedDict):
@@ -181,11 +185,37 @@ def total_lines(pools: dict[str, PoolTotals]) -> list[Line]:
     return lines
 
 
+#: The jobs table: (title, width, right-aligned) per column.
+JOB_COLUMNS = (("JOB", 26, False), ("STATE", 9, False), ("MODEL", 18, False),
+               ("PRIORITY", 8, True), ("WEIGHT", 6, True), ("DONE", 17, True),
+               ("ITEMS/S", 8, True))
+
+
+def job_lines(jobs: Iterable[JobStatus]) -> list[Line]:
+    """The jobs not finished, in the order the controller serves them: the highest priority
+    first, then by weight (the heaviest first) and id."""
+    running = sorted((j for j in jobs if not j.finished),
+                     key=lambda j: (-j.priority, -j.weight, j.job_id))
+    lines = [Line(row(JOB_COLUMNS), Style.HEADING)]
+    for j in running:
+        total = "?" if j.total_items is None else str(j.total_items)
+        rate = "-" if j.rate_items_per_s is None else f"{j.rate_items_per_s:.1f}"
+        model = model_ref(j.model, j.model_version) if j.model else "-"
+        cells = (j.job_id, j.state.lower(), model, str(j.priority), f"{j.weight:g}",
+                 f"{j.done_items}/{total}", rate)
+        lines.append(Line(row((text, width, right) for text, (_, width, right)
+                              in zip(cells, JOB_COLUMNS, strict=True)), Style.ROW))
+    if not running:
+        lines.append(Line("(no job is running)", Style.ROW))
+    return lines
+
+
 def render(snapshot: Snapshot | None, *, url: str, now_ms: int, error: str | None = None,
-           width: int | None = None) -> list[Line]:
+           width: int | None = None, jobs: list[JobStatus] | None = None) -> list[Line]:
     """The view: a title with the app's health, the error if the last look failed, one row
-    per worker, totals per pool. `snapshot` is the last good one (None before any);
-    `width` cuts every line and wraps the error (None: no limit)."""
+    per worker, totals per pool, and with `jobs` (None: not asked for) the running ones.
+    `snapshot` is the last good one (None before any); `width` cuts every line and wraps the
+    error (None: no limit)."""
     lines = [Line(title(snapshot, url, now_ms, failed=error is not None), Style.TITLE)]
     if error is not None:
         text = f"! {error} (retrying)"
@@ -195,6 +225,8 @@ def render(snapshot: Snapshot | None, *, url: str, now_ms: int, error: str | Non
     if snapshot is not None:
         lines += [Line("", Style.ROW), *worker_lines(snapshot["workers"], now_ms),
                   Line("", Style.ROW), *total_lines(snapshot["pools"])]
+    if jobs is not None:
+        lines += [Line("", Style.ROW), *job_lines(jobs)]
     if width is None:
         return lines
     return [Line(line.text[:width], line.style) for line in lines]

@@ -2,6 +2,7 @@
 
 `--once` prints the table once, `--once --json` the snapshot for scripts; both fail with one
 line when the app is unreachable. The live view (curses) keeps retrying and shows why.
+`--jobs` adds the running jobs with their priorities and weights, read from Kafka.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import curses
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from inferstream.client.admin import print_json
@@ -18,8 +20,14 @@ from inferstream.config import Config
 from inferstream.errors import ConfigError, InferstreamError
 
 if TYPE_CHECKING:
+    from inferstream.client.client import JobStatus
     from inferstream.client.overview import Line, Snapshot, Style
     from inferstream.client.sysinfo_api import SysInfoClient
+
+#: The running jobs, as `top --jobs` reads them each refresh (None: not asked for).
+Jobs = Callable[[], "list[JobStatus]"] | None
+#: How far back `top --jobs` looks for jobs that are still running.
+JOBS_SINCE_S = 86_400.0
 
 _QUIT_KEYS = (ord("q"), ord("Q"))
 #: How often the live view looks at the keyboard while it waits for the next refresh.
@@ -33,6 +41,9 @@ def top_args(parser: argparse.ArgumentParser) -> None:
                         help="print the table once and exit (default: off)")
     parser.add_argument("--json", action="store_true",
                         help="print one snapshot as JSON and exit (implies --once; default: off)")
+    parser.add_argument("--jobs", action="store_true",
+                        help="also show the running jobs, highest priority first, with their "
+                        "weights (reads the job-events topic: needs Kafka; default: off)")
 
 
 def top(args: argparse.Namespace, config: Config) -> int:
@@ -41,30 +52,42 @@ def top(args: argparse.Namespace, config: Config) -> int:
     if args.interval <= 0:
         raise ConfigError(f"--interval must be > 0, got {args.interval:g}")
     client = SysInfoClient(config.sysinfo_url, timeout_s=max(2.0, args.interval))
+    jobs = _job_reader(config) if args.jobs else None
     if args.once or args.json:
-        return _print_once(client, as_json=args.json)
+        return _print_once(client, as_json=args.json, jobs=jobs)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise InferstreamError("inferstream top needs a terminal; use --once or --json")
-    return _live(client, args.interval)
+    return _live(client, args.interval, jobs)
 
 
-def _print_once(client: SysInfoClient, *, as_json: bool) -> int:
+def _job_reader(config: Config) -> Callable[[], list[JobStatus]]:
+    from inferstream.client.client import Client
+    from inferstream.client.listing import recent_jobs
+
+    client = Client(config)  # its codec, as `status` reads the events
+    return lambda: recent_jobs(config, client.codec, since_s=JOBS_SINCE_S,
+                               clients=client.clients)
+
+
+def _print_once(client: SysInfoClient, *, as_json: bool, jobs: Jobs = None) -> int:
     from inferstream.client.overview import Snapshot, fetch_snapshot, plain_text, render
     from inferstream.schemas.records import now_ms, plain_record
 
     snapshot = fetch_snapshot(client)
+    running = None if jobs is None else [j for j in jobs() if not j.finished]
     if as_json:
-        print_json(plain_record(Snapshot, snapshot))
+        extra = {} if running is None else {"jobs": [j.as_dict() for j in running]}
+        print_json({**plain_record(Snapshot, snapshot), **extra})
     else:
-        print(plain_text(render(snapshot, url=client.base_url, now_ms=now_ms())))
+        print(plain_text(render(snapshot, url=client.base_url, now_ms=now_ms(), jobs=running)))
     return 0
 
 
-def _live(client: SysInfoClient, interval_s: float) -> int:
+def _live(client: SysInfoClient, interval_s: float, jobs: Jobs = None) -> int:
     """Run the curses view until `q`, Ctrl-C or SIGTERM; curses.wrapper restores the terminal."""
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        curses.wrapper(_screen_loop, client, interval_s)
+        curses.wrapper(_screen_loop, client, interval_s, jobs)
     except KeyboardInterrupt:
         pass
     return 0
@@ -74,7 +97,7 @@ def _interrupt(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _screen_loop(screen: Any, client: SysInfoClient, interval_s: float) -> None:
+def _screen_loop(screen: Any, client: SysInfoClient, interval_s: float, jobs: Jobs) -> None:
     from inferstream.client.errors import SysInfoError
     from inferstream.client.overview import fetch_snapshot, render
     from inferstream.schemas.records import now_ms
@@ -83,14 +106,16 @@ def _screen_loop(screen: Any, client: SysInfoClient, interval_s: float) -> None:
     styles = _styles()
     screen.timeout(_KEY_POLL_MS)
     last: Snapshot | None = None
+    running: list[JobStatus] | None = None
     while True:
         try:
             last, error = fetch_snapshot(client), None
-        except SysInfoError as exc:
+            running = None if jobs is None else jobs()
+        except (SysInfoError, InferstreamError) as exc:
             error = str(exc)
         width = screen.getmaxyx()[1]
         _draw(screen, render(last, url=client.base_url, now_ms=now_ms(), error=error,
-                             width=width), styles)
+                             width=width, jobs=running), styles)
         if _quit_within(screen, interval_s):
             return
 

@@ -26,6 +26,7 @@ from inferstream.schemas.records import (
     read_record,
 )
 from inferstream.testing import MemoryKafkaClients
+from tests.unit.support.fake_sysinfo import FakeSysInfo, worker
 from tests.unit.support.memory import CODEC, MODEL, make_config
 from tests.unit.support.pool import Responder
 from tests.unit.support.records import put_event, put_results, settled
@@ -248,3 +249,60 @@ def test_a_malformed_model_goes_to_the_controller_which_rejects_it_with_the_reas
     job = Client(make_config(), CODEC, clients).submit("resnet50:2", ["a.jpg"])
     with pytest.raises(JobRejectedError, match="only repository models have versions"):
         job.wait(timeout_s=10)
+
+
+def test_submit_sends_the_priority_and_weight_and_status_shows_them(
+        clients: MemoryKafkaClients, cli: Cli) -> None:
+    code, _, _ = cli("submit", "--model", MODEL, "--input", "a.jpg", "--priority", "3",
+                     "--weight", "2.5")
+    (value,) = clients.broker.values(make_config().topic("jobs"))
+    job = read_record(CODEC, value, JobRecord)
+    assert (code, job["priority"], job["weight"]) == (0, 3, 2.5)
+
+    config = make_config()
+    put_event(clients, config, job["job_id"], JobEventType.ACCEPTED, priority=3, weight=2.5)
+    code, out, _ = cli("status", job["job_id"])
+    assert out.split()[-2:] == ["priority=3", "weight=2.5"]
+    code, out, _ = cli("status", job["job_id"], "--json")
+    assert (json.loads(out)["priority"], json.loads(out)["weight"]) == (3, 2.5)
+
+
+def test_a_job_of_the_default_priority_and_weight_reads_as_before_in_status(
+        clients: MemoryKafkaClients, cli: Cli) -> None:
+    cli("submit", "--model", MODEL, "--input", "a.jpg")
+    (value,) = clients.broker.values(make_config().topic("jobs"))
+    job = read_record(CODEC, value, JobRecord)
+    assert (job["priority"], job["weight"]) == (0, 1.0)
+    put_event(clients, make_config(), job["job_id"], JobEventType.ACCEPTED)
+    _, out, _ = cli("status", job["job_id"])
+    assert "priority" not in out and out.split()[-1] == "error=0"
+
+
+@pytest.mark.parametrize("weight", ["0", "-1", "nan"])
+def test_a_weight_that_is_not_positive_is_a_one_line_error_before_submitting(
+        clients: MemoryKafkaClients, cli: Cli, weight: str) -> None:
+    code, out, err = cli("submit", "--model", MODEL, "--input", "a.jpg", "--weight", weight)
+    assert code == 2 and out == ""
+    assert err.startswith("inferstream: error: --weight must be a positive number, got")
+    assert clients.broker.values(make_config().topic("jobs")) == []
+
+
+def test_top_jobs_lists_the_running_jobs_beside_the_workers(
+        clients: MemoryKafkaClients, cli: Cli) -> None:
+    config = make_config()
+    put_event(clients, config, "20261205-200000-000000aa", JobEventType.PROGRESS)
+    put_event(clients, config, "20261205-200000-000000bb", JobEventType.ACCEPTED, priority=2,
+              weight=3.0)
+    put_event(clients, config, "20261205-200000-000000cc", JobEventType.COMPLETED)
+    app = FakeSysInfo()
+    app.workers = [worker("w1")]
+    with app.serving():
+        code, out, _ = cli("top", "--once", "--jobs", "--sysinfo-url", app.url)
+        _, printed, _ = cli("top", "--once", "--json", "--jobs", "--sysinfo-url", app.url)
+    assert code == 0
+    rows = out.split("\nJOB ", 1)[1].splitlines()[1:]
+    assert [row.split()[:5] for row in rows] == [
+        ["20261205-200000-000000bb", "accepted", "sim:ms=0", "2", "3"],
+        ["20261205-200000-000000aa", "progress", "sim:ms=0", "0", "1"]]
+    assert [(j["job_id"], j["priority"]) for j in json.loads(printed)["jobs"]] == [
+        ("20261205-200000-000000aa", 0), ("20261205-200000-000000bb", 2)]

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from inferstream.cli import main
+from inferstream.client.client import JobStatus
 from inferstream.client.overview import (
     Snapshot,
     Style,
@@ -116,6 +117,22 @@ def test_before_any_answer_the_view_is_the_title_and_the_error() -> None:
     view = render(None, url="http://app:6066", now_ms=NOW_MS, error="refused")
     assert [line.text for line in view][1:] == ["! refused (retrying)"]
     assert "no data yet" in view[0].text
+
+
+def test_jobs_run_in_the_order_the_controller_serves_them_with_their_shares() -> None:
+    """`top --jobs`: the running jobs, highest priority first, then the heaviest."""
+    jobs = [JobStatus("j-batch", "PROGRESS", "sim:ms=2", None, 100_000, None, 2_500,
+                      rate_items_per_s=812.0),
+            JobStatus("j-light", "ACCEPTED", "sim:ms=2", weight=0.5),
+            JobStatus("j-urgent", "PROGRESS", "sim:ms=2", None, 500, None, 100, priority=5),
+            JobStatus("j-done", "COMPLETED", "sim:ms=2", priority=9)]
+    lines = plain_text(render(snapshot(WORKERS), url="u", now_ms=NOW_MS, jobs=jobs))
+    table = lines.split("JOB ", 1)[1].splitlines()[1:]
+    assert [row.split() for row in table] == [
+        ["j-urgent", "progress", "sim:ms=2", "5", "1", "100/500", "-"],
+        ["j-batch", "progress", "sim:ms=2", "0", "1", "2500/100000", "812.0"],
+        ["j-light", "accepted", "sim:ms=2", "0", "0.5", "0/?", "-"]]
+    assert "JOB " not in plain_text(render(snapshot(WORKERS), url="u", now_ms=NOW_MS))
 
 
 @pytest.fixture

@@ -59,6 +59,15 @@ def answer(book: JobBook, issued: list[Task]) -> None:
         book.on_result(result_of(task), out)
 
 
+def test_a_job_from_another_producer_with_a_weight_not_above_0_is_rejected(
+        make_book: MakeBook) -> None:
+    book = paced_book(make_book)
+    out, issued = accepted(book, job("weightless", 10, weight=0.0))
+    (event,) = events(book, out)
+    assert event["type"] == JobEventType.REJECTED and issued == []
+    assert event["reason"] == "weight must be a positive number, got 0.0"
+
+
 def test_jobs_of_one_priority_share_the_room_in_proportion_to_their_weights(
         make_book: MakeBook) -> None:
     book = paced_book(make_book)

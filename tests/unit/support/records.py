@@ -71,15 +71,15 @@ def put_results(clients: MemoryKafkaClients, config: Config, job_id: str, tasks:
 
 def put_event(clients: MemoryKafkaClients, config: Config, job_id: str, kind: JobEventType,
               tasks: int = 0, chunk: int = 0, ok: bool = True, model: str = "sim:ms=0",
-              version: int | None = None) -> None:
+              version: int | None = None, priority: int = 0, weight: float = 1.0) -> None:
     """The job's event as the controller writes it (ACCEPTED, COMPLETED, ...), of `model`
-    on `version`."""
+    on `version`, at `priority` and `weight`."""
     items = tasks * chunk
     event = JobEvent(job_id=job_id, type=kind, timestamp=now_ms(), model=model,
                      model_version=version, reason=None, total_items=items, total_tasks=tasks,
                      done_items=items, ok_items=items if ok else 0,
                      error_items=0 if ok else items, rate_items_per_s=None, home_partition=None,
-                     priority=0, weight=1.0)
+                     priority=priority, weight=weight)
     clients.producer({}).produce(config.topic("job-events"), CODEC.encode("JobEvent", event),
                                  job_id.encode(),
                                  partition=partition_for(job_id, config.partitions))
