@@ -222,7 +222,7 @@ class CommittedResults:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.topic = config.topic("results")
-        self.codec = Codec(config.schema_registry_url)
+        self.codec = Codec.for_config(config)
         self.seen: list[SeenResult] = []
         self._end: dict[int, int] = {}
         self.failure: Exception | None = None

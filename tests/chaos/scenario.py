@@ -132,7 +132,7 @@ class ProgressFollower:
         self.job_id = job_id
         self.status: JobStatus | None = None
         self.read_errors: list[str] = []
-        self._codec = Codec(config.schema_registry_url)
+        self._codec = Codec.for_config(config)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="job-events", daemon=True)
 

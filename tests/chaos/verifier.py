@@ -49,7 +49,7 @@ class ResultsReader:
     def __init__(self, config: Config, name: str = "results-verifier") -> None:
         self.config = config
         self.topic = config.topic("results")
-        self.codec = Codec(config.schema_registry_url)
+        self.codec = Codec.for_config(config)
         self.records: list[CommittedResult] = []
         self.undecodable = 0
         self.errors: list[str] = []

@@ -231,7 +231,7 @@ class Client:
     def __init__(self, config: Config, codec: Codec | None = None,
                  clients: KafkaClients = REAL_CLIENTS) -> None:
         self.config = config
-        self.codec = codec or Codec(config.schema_registry_url)
+        self.codec = codec or Codec.for_config(config)
         self.clients = clients
         self._producer: SyncProducer | None = None
 

@@ -151,7 +151,7 @@ def dump_topic(config: Config, name: str, options: DumpOptions,
                clients: KafkaClients = REAL_CLIENTS) -> int:
     """Write each record of topic `name` (see `resolve_topic`); returns how many."""
     topic = resolve_topic(config, name)
-    codec = codec or Codec(config.schema_registry_url)
+    codec = codec or Codec.for_config(config)
     consumer = reader_consumer(config, clients, follow=options.follow,
                                read_committed=options.committed)
     written = 0

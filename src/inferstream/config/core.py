@@ -23,7 +23,8 @@ SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 MASK = "****"
 #: Each secret that may come from a file instead, and the setting naming that file.
 SECRET_FILES = {"sasl_password": "sasl_password_file",
-                 "ssl_key_password": "ssl_key_password_file"}
+                 "ssl_key_password": "ssl_key_password_file",
+                 "schema_registry_password": "schema_registry_password_file"}
 #: What Kafka allows in a topic name.
 _TOPIC_SAFE = re.compile(r"[A-Za-z0-9._-]+")
 
@@ -50,6 +51,13 @@ class Config:
         None, "file holding the client key password (read at start, one trailing newline "
         "stripped)")
     schema_registry_url: str | None = setting(None, "use the Confluent wire format")
+    schema_registry_user: str | None = setting(
+        None, "user the schema registry is logged in to as (HTTP basic auth)")
+    schema_registry_password: str | None = setting(
+        None, "schema_registry_user's password", secret=True)
+    schema_registry_password_file: str | None = setting(
+        None, "file holding schema_registry_password (read at start, one trailing newline "
+        "stripped)")
     sysinfo_url: str = setting("http://127.0.0.1:6066",
                                "HTTP API of the sysinfo app (inferstream top, SysInfoClient)")
     #: librdkafka/Java-style `key=value` settings passed to the Kafka clients untouched.
@@ -185,7 +193,7 @@ class Config:
     def masked(self) -> dict[str, Any]:
         """The settings as a dict with every secret replaced by `****` (for printing)."""
         shown = dataclasses.asdict(self)
-        for key in ("sasl_password", "ssl_key_password"):
+        for key in SECRET_FILES:
             if shown[key] is not None:
                 shown[key] = MASK
         shown["kafka_config"] = {
@@ -251,6 +259,16 @@ def _validate(config: Config) -> None:
     _at_least("restart_max_delay_s", config.restart_max_delay_s, config.restart_delay_s)
     validate_worker(config.worker)
     validate_controller(config.controller)
+    _validate_registry(config)
+
+
+def _validate_registry(config: Config) -> None:
+    has_password = (config.schema_registry_password is not None
+                    or config.schema_registry_password_file is not None)
+    if has_password and config.schema_registry_user is None:
+        raise ConfigError("a schema registry password needs schema_registry_user")
+    if has_password and config.schema_registry_url is None:
+        raise ConfigError("schema_registry_user and its password need schema_registry_url")
 
 
 def _pool_partitions(items: tuple[str, ...]) -> dict[str, int]:

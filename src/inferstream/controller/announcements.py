@@ -45,7 +45,7 @@ class WorkerAnnouncements(TopicFollower):
     def __init__(self, config: Config, clients: KafkaClients = REAL_CLIENTS,
                  codec: Codec | None = None) -> None:
         super().__init__(config, config.topic("workers"), "workers", clients)
-        self.codec = codec or Codec(config.schema_registry_url)
+        self.codec = codec or Codec.for_config(config)
         self._latest: dict[str, WorkerAnnouncement] = {}
         self._lock = threading.Lock()
         self._applied = 0

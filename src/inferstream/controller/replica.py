@@ -83,7 +83,7 @@ class Controller:
         self.config = config
         self.hooks = hooks or ControllerHooks()
         self.options = config.controller
-        self.codec = codec or Codec(config.schema_registry_url)
+        self.codec = codec or Codec.for_config(config)
         self.clients = clients
         new_admin = partial(clients.admin, config.confluent_config(logger=LIBRDKAFKA_LOG))
         self.book = JobBook(config, codec=self.codec, policy=policy,

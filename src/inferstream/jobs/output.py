@@ -65,7 +65,7 @@ def job_results(config: Config, job_id: str, total_tasks: int | None,
     With `total_tasks` known it reads until it has them all; otherwise up to the end.
     `partition`: the job's home partition (its events say it), else murmur2 of its id.
     """
-    codec = codec or Codec(config.schema_registry_url)
+    codec = codec or Codec.for_config(config)
     with ResultSpool(codec) as spool:
         _spool_results(config, job_id, total_tasks, spool, clients, partition)
         yield from spool.in_task_order()

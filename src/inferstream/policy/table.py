@@ -36,7 +36,7 @@ class PolicyTable(TopicFollower):
                  codec: Codec | None = None, *, max_age_s: float | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         super().__init__(config, config.topic("policy"), "policy", clients)
-        self.codec = codec or Codec(config.schema_registry_url)
+        self.codec = codec or Codec.for_config(config)
         self.max_age_s = max_age_s
         self._clock = clock
         self._entries: dict[str, PolicyEntry] = {}

@@ -23,7 +23,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
@@ -31,6 +31,9 @@ from fastavro.validation import ValidationError, validate
 
 from inferstream.schemas.errors import SchemaError
 from inferstream.schemas.schema_registry import SchemaRegistryClient
+
+if TYPE_CHECKING:
+    from inferstream.config import Config
 
 NAMESPACE = "inferstream"
 SCHEMA_NAMES: tuple[str, ...] = (
@@ -104,13 +107,15 @@ class Codec:
     """Encodes and decodes inferstream records; parse once, share across threads.
 
     `registry_url` switches encoding to the Confluent wire format; `timeout_s` bounds each
-    registry request. Registry answers are cached for the codec's lifetime.
+    registry request, `user` and `password` log in with basic auth. Registry answers are
+    cached for the codec's lifetime.
     """
 
-    def __init__(self, registry_url: str | None = None, *, timeout_s: float = 10.0) -> None:
-        self._registry = (
-            SchemaRegistryClient(registry_url, timeout_s=timeout_s) if registry_url else None
-        )
+    def __init__(self, registry_url: str | None = None, *, timeout_s: float = 10.0,
+                 user: str | None = None, password: str | None = None) -> None:
+        self._registry = SchemaRegistryClient(
+            registry_url, timeout_s=timeout_s, user=user, password=password,
+        ) if registry_url else None
         self._write_schemas: dict[str, Any] = {}
         self._read_schemas: dict[str, Any] = {}
         self._fingerprints: dict[str, bytes] = {}
@@ -122,6 +127,13 @@ class Codec:
             self._add_current(name)
         for schema in history_schemas():
             self._learn(schema)
+
+    @classmethod
+    def for_config(cls, config: Config) -> Codec:
+        """The codec a process of `config` uses: its schema registry, if any, logged in as
+        schema_registry_user."""
+        return cls(config.schema_registry_url, user=config.schema_registry_user,
+                   password=config.schema_registry_password)
 
     def _add_current(self, name: str) -> None:
         schema = load_schema(name)

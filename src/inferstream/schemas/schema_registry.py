@@ -2,26 +2,45 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferstream.schemas.errors import SchemaError, SchemaRegistryError
 
+if TYPE_CHECKING:
+    from inferstream.config import Config
+
 _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+#: What a registry's refusal means, by HTTP status, in the user's terms.
+_REFUSALS = {
+    401: "refused the credentials: check schema_registry_user and "
+         "schema_registry_password_file",
+    403: "refused the credentials: check schema_registry_user and "
+         "schema_registry_password_file",
+    409: "refused the schema as incompatible with the subject's earlier versions at its "
+         "compatibility level (GET /config/SUBJECT)",
+}
 
 
 class SchemaRegistryClient:
-    """Registers schemas and fetches them by id; callers cache the answers."""
+    """Registers schemas and fetches them by id; callers cache the answers.
 
-    def __init__(self, url: str, *, timeout_s: float = 10.0) -> None:
+    With `user` and `password`, every request carries them in HTTP basic auth.
+    """
+
+    def __init__(self, url: str, *, timeout_s: float = 10.0, user: str | None = None,
+                 password: str | None = None) -> None:
         scheme = urllib.parse.urlsplit(url).scheme
         if scheme not in ("http", "https"):
             raise SchemaError(f"schema registry url must be http(s), got {url!r}")
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self._authorization = None if user is None else "Basic " + base64.b64encode(
+            f"{user}:{password or ''}".encode()).decode("ascii")
 
     def register(self, subject: str, schema: dict[str, Any]) -> int:
         """Register `schema` under `subject` (idempotent) and return its global id."""
@@ -57,14 +76,22 @@ class SchemaRegistryClient:
         headers = {"Accept": _CONTENT_TYPE}
         if body is not None:
             headers["Content-Type"] = _CONTENT_TYPE
+        if self._authorization is not None:
+            headers["Authorization"] = self._authorization
         request = urllib.request.Request(url, data=body, method=method, headers=headers)  # noqa: S310 - scheme checked in __init__
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310 - scheme checked in __init__
                 answer = json.loads(response.read())
         except urllib.error.HTTPError as exc:
-            exc.close()  # the error carries the open response
+            try:
+                said = _message(exc.read())
+            finally:
+                exc.close()  # the error carries the open response
+            meaning = _REFUSALS.get(exc.code)
             raise SchemaRegistryError(
-                f"schema registry {method} {url} returned HTTP {exc.code}", url=url, status=exc.code
+                f"schema registry {method} {url} returned HTTP {exc.code}"
+                + (f": it {meaning}" if meaning else "") + (f" ({said})" if said else ""),
+                url=url, status=exc.code,
             ) from exc
         except (urllib.error.URLError, OSError) as exc:
             raise SchemaRegistryError(
@@ -79,6 +106,25 @@ class SchemaRegistryClient:
                 f"schema registry {method} {url} answered {answer!r}", url=url, status=200
             )
         return answer
+
+
+def registry_client(config: Config) -> SchemaRegistryClient | None:
+    """The client of `config`'s schema registry, logged in as schema_registry_user; None
+    without schema_registry_url."""
+    if config.schema_registry_url is None:
+        return None
+    return SchemaRegistryClient(config.schema_registry_url, user=config.schema_registry_user,
+                                password=config.schema_registry_password)
+
+
+def _message(body: bytes) -> str:
+    """The `message` of a registry's JSON error body; empty when it has none."""
+    try:
+        answer = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return ""
+    said = answer.get("message") if isinstance(answer, dict) else None
+    return said if isinstance(said, str) else ""
 
 
 def _int_field(answer: dict[str, Any], key: str, url: str) -> int:

@@ -36,7 +36,7 @@ from inferstream.schemas.records import (
     TaskItem,
     output_json,
 )
-from inferstream.schemas.schema_registry import SchemaRegistryClient
+from inferstream.schemas.schema_registry import registry_client
 from inferstream.stream.errors import RecordError
 
 #: Strings made only of the base64 alphabet, padded to a multiple of 4: read as image bytes.
@@ -134,8 +134,7 @@ class AvroEnvelope:
     writer schema of `--input-schema`)."""
 
     def __init__(self, config: Config) -> None:
-        self._registry = (SchemaRegistryClient(config.schema_registry_url)
-                          if config.schema_registry_url else None)
+        self._registry = registry_client(config)
         self._by_id: dict[int, Any] = {}
         self._by_fingerprint: dict[bytes, Any] = {}
         path = config.stream.input_schema

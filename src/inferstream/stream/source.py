@@ -62,7 +62,7 @@ def new_member(config: Config, model: LoadedModel, *, hooks: WorkerHooks | None 
     exactly once. Settings: `config.stream` (topics, formats, errors) and `config.worker`
     (batching, group timeouts, bounded mode)."""
     config = stream_config(config)
-    codec = codec or Codec(config.schema_registry_url)
+    codec = codec or Codec.for_config(config)
     return Worker(config, model, StreamSource(config, codec), hooks=hooks, codec=codec,
                   clients=clients)
 

@@ -124,7 +124,7 @@ class SysinfoApp:
         self.sysinfo = config.sysinfo
         self.topology = topology
         self.metrics = metrics
-        self.codec = codec or Codec(config.schema_registry_url)
+        self.codec = codec or Codec.for_config(config)
         self._datadir = tempfile.mkdtemp(prefix="inferstream-sysinfo-")
         self.app = faust.App(**faust_settings(config, topology, self._datadir))
         raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes,

@@ -45,7 +45,7 @@ class StartAnnouncer:
                  clients: KafkaClients = REAL_CLIENTS, codec: Codec | None = None) -> None:
         self.config = config
         self.clients = clients
-        self.codec = codec or Codec(config.schema_registry_url)
+        self.codec = codec or Codec.for_config(config)
         self.interval_s = config.worker.announce_interval_s
         self.worker_ids = list(worker_ids)
         self.started_at = now_ms()

@@ -30,7 +30,7 @@ class TaskControls(TopicFollower):
     def __init__(self, config: Config, clients: KafkaClients = REAL_CLIENTS,
                  codec: Codec | None = None, retain_s: float = 24 * 3600.0) -> None:
         super().__init__(config, config.topic("task-control"), "task-control", clients)
-        self.codec = codec or Codec(config.schema_registry_url)
+        self.codec = codec or Codec.for_config(config)
         self.retain_s = retain_s
         self._jobs: dict[str, TaskControl] = {}
         self._tasks: dict[tuple[str, int], TaskControl] = {}

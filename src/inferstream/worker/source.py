@@ -45,7 +45,7 @@ def new_worker(config: Config, models: LoadedModel | Sequence[LoadedModel], *,
     """A worker of `config.pool`: its task topic in, task results out (`inferstream worker`).
 
     `loader` loads the models that tasks ask for where `load_on_demand` is set."""
-    codec = codec or Codec(config.schema_registry_url)
+    codec = codec or Codec.for_config(config)
     return Worker(config, models, TaskSource(config, codec, clients), hooks=hooks, codec=codec,
                   clients=clients, loader=loader)
 

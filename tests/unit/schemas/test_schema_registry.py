@@ -1,19 +1,25 @@
-"""The codec against a fake Confluent Schema Registry served on 127.0.0.1."""
+"""The codec against a fake Confluent Schema Registry served on 127.0.0.1: the wire format,
+compatibility refusals and basic auth."""
 
 from __future__ import annotations
 
 import io
 import json
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from pathlib import Path
 
 import pytest
 from fastavro import parse_schema, schemaless_writer
 
-from inferstream.schemas import Codec, SchemaError, load_schema
+from inferstream.config import MASK, Config
+from inferstream.errors import ConfigError
+from inferstream.schemas import SCHEMA_NAMES, Codec, SchemaError, load_schema
+from inferstream.schemas.codec import history_schemas
+from inferstream.schemas.schema_registry import SchemaRegistryClient
+from tests.unit.support.fake_registry import FakeRegistry, serve_registry
+
+PASSWORD = "s3cret"  # noqa: S105 (a test value)
 
 T0 = 1_700_000_000_000
 JOB = {
@@ -33,65 +39,10 @@ JOB = {
 }
 
 
-class FakeRegistry:
-    """The two Schema Registry endpoints the codec uses, with ids counted from 1."""
-
-    def __init__(self) -> None:
-        self.schemas: dict[int, str] = {}
-        self.subjects: dict[str, list[int]] = {}
-        self.requests: list[str] = []
-        self.fail_with: int | None = None
-        self.url = ""
-
-    def register(self, subject: str, schema_text: str) -> int:
-        wanted = json.loads(schema_text)
-        known = [i for i, text in self.schemas.items() if json.loads(text) == wanted]
-        schema_id = known[0] if known else len(self.schemas) + 1
-        self.schemas[schema_id] = schema_text
-        self.subjects.setdefault(subject, []).append(schema_id)
-        return schema_id
-
-    def answer(self, method: str, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
-        self.requests.append(f"{method} {path}")
-        if self.fail_with is not None:
-            return self.fail_with, {"error_code": self.fail_with, "message": "boom"}
-        parts = path.strip("/").split("/")
-        if method == "POST" and len(parts) == 3 and parts[0] == "subjects":
-            schema_id = self.register(parts[1], json.loads(body)["schema"])
-            return 200, {"id": schema_id}
-        if method == "GET" and parts[:2] == ["schemas", "ids"] and int(parts[2]) in self.schemas:
-            return 200, {"schema": self.schemas[int(parts[2])]}
-        return 404, {"error_code": 40403, "message": "Schema not found"}
-
-
 @pytest.fixture
 def registry() -> Iterator[FakeRegistry]:
-    fake = FakeRegistry()
-
-    class Handler(BaseHTTPRequestHandler):
-        def _reply(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            status, answer = fake.answer(self.command, self.path, self.rfile.read(length))
-            payload = json.dumps(answer).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        do_GET = do_POST = _reply
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    fake.url = f"http://127.0.0.1:{server.server_address[1]}"
-    yield fake
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    with serve_registry(FakeRegistry()) as fake:
+        yield fake
 
 
 def test_round_trip_through_the_confluent_wire_format(registry: FakeRegistry) -> None:
@@ -152,3 +103,86 @@ def test_registry_codec_still_reads_single_object_encoding(registry: FakeRegistr
 def test_registry_url_must_be_http() -> None:
     with pytest.raises(SchemaError, match="must be http"):
         Codec("file:///etc/passwd")
+
+
+def test_a_schema_that_cannot_read_the_subject_s_records_is_refused_in_words(
+        registry: FakeRegistry) -> None:
+    """As Confluent's registry does at its default level, BACKWARD: the subject holds a Job
+    schema whose top_k was a string, which the current schema (an int) cannot read, so the
+    registry refuses it and the codec says why instead of writing."""
+    earlier = load_schema("Job")
+    earlier["fields"] = [{**f, "type": "string", "default": "3"} if f["name"] == "top_k" else f
+                         for f in earlier["fields"]]
+    registry.register("inferstream.Job", json.dumps(earlier))
+    with pytest.raises(SchemaError, match="HTTP 409") as info:
+        Codec(registry.url).encode("Job", JOB)
+    message = str(info.value)
+    assert "incompatible with the subject's earlier versions" in message
+    assert "top_k" in message and "\n" not in message
+    assert registry.subjects["inferstream.Job"] == [1]
+
+
+def test_a_new_field_without_a_default_is_refused_and_one_with_a_default_accepted(
+        registry: FakeRegistry) -> None:
+    client = SchemaRegistryClient(registry.url)
+    job = load_schema("Job")
+    client.register("inferstream.Job", job)
+    with pytest.raises(SchemaError, match=r"HTTP 409.*queue: a new field without a default"):
+        client.register("inferstream.Job", {**job, "fields": [
+            *job["fields"], {"name": "queue", "type": "string"}]})
+    later = {**job, "fields": [*job["fields"], {"name": "queue", "type": "string",
+                                                "default": ""}]}
+    assert client.register("inferstream.Job", later) == 2
+    assert registry.subjects["inferstream.Job"] == [1, 2]
+
+
+def test_every_schema_reads_all_its_earlier_versions_as_a_registry_checks_it(
+        registry: FakeRegistry) -> None:
+    """A registry at BACKWARD_TRANSITIVE that holds each schema's history, oldest first,
+    accepts the current schema: no new version of a record breaks a registry's subject."""
+    registry.level = "BACKWARD_TRANSITIVE"
+    client = SchemaRegistryClient(registry.url)
+    for schema in history_schemas():
+        client.register(f"inferstream.{schema['name']}", schema)
+    for name in SCHEMA_NAMES:
+        client.register(f"inferstream.{name}", load_schema(name))
+    assert all(len(registry.subjects[f"inferstream.{name}"]) >= 1 for name in SCHEMA_NAMES)
+
+
+def test_basic_auth_right_credentials_pass_and_wrong_ones_are_one_line() -> None:
+    with serve_registry(FakeRegistry(users={"alice": PASSWORD})) as registry:
+        codec = Codec(registry.url, user="alice", password=PASSWORD)
+        assert codec.decode(codec.encode("Job", JOB)) == JOB
+        for user, password in (("alice", "wrong"), ("mallory", PASSWORD)):
+            with pytest.raises(SchemaError, match="HTTP 401: it refused the credentials") as info:
+                Codec(registry.url, user=user, password=password).encode("Job", JOB)
+            assert "\n" not in str(info.value) and password not in str(info.value)
+        with pytest.raises(SchemaError, match="HTTP 401"):
+            Codec(registry.url).encode("Job", JOB)
+
+
+def test_registry_credentials_from_settings_and_a_password_file(tmp_path: Path) -> None:
+    secret = tmp_path / "registry.password"
+    secret.write_text(PASSWORD + "\n")
+    with serve_registry(FakeRegistry(users={"alice": PASSWORD})) as registry:
+        config = Config(schema_registry_url=registry.url, schema_registry_user="alice",
+                        schema_registry_password_file=str(secret))
+        codec = Codec.for_config(config)
+        assert codec.decode(codec.encode("Job", JOB)) == JOB
+    assert config.masked()["schema_registry_password"] == MASK
+    assert PASSWORD not in repr(config)
+
+
+def test_a_registry_password_needs_a_user_and_a_url() -> None:
+    with pytest.raises(ConfigError, match="needs schema_registry_user"):
+        Config(schema_registry_url="http://127.0.0.1:1", schema_registry_password=PASSWORD)
+    with pytest.raises(ConfigError, match="need schema_registry_url"):
+        Config(schema_registry_user="alice", schema_registry_password=PASSWORD)
+
+
+def test_a_registry_under_a_path_as_apicurio_serves_confluent_s_api() -> None:
+    with serve_registry(FakeRegistry(prefix="/apis/ccompat/v7")) as registry:
+        encoded = Codec(registry.url).encode("Job", JOB)
+        assert Codec(registry.url).decode(encoded) == JOB
+        assert registry.url.endswith("/apis/ccompat/v7")
+        assert registry.requests[0] == "POST /subjects/inferstream.Job/versions"
