@@ -8,12 +8,15 @@ client all run with --schema-registry-url, the user and a password file.
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer
@@ -39,6 +42,15 @@ def registry(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeRe
         monkeypatch.setenv("INFERSTREAM_SCHEMA_REGISTRY_USER", USER)
         monkeypatch.setenv("INFERSTREAM_SCHEMA_REGISTRY_PASSWORD_FILE", str(secret))
         yield fake
+
+
+def ask(registry: FakeRegistry, path: str) -> Any:
+    """GET `path` of the registry's API, logged in."""
+    login = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    request = urllib.request.Request(registry.url + path,  # noqa: S310 - loopback http
+                                     headers={"Authorization": f"Basic {login}"})
+    with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310 - loopback http
+        return json.loads(answer.read())
 
 
 def first_record(config: Config, topic: str, timeout_s: float = 30) -> bytes:
@@ -77,10 +89,13 @@ def test_a_job_submitted_and_read_through_a_registry_with_basic_auth(
     assert sorted(line["item"] for line in lines) == sorted(items)
     assert {line["status"] for line in lines} == {"ok"}
 
-    # Each record type the job crossed Kafka as is one subject of one version.
+    # Each record type the job crossed Kafka as is one subject of one version, as a user
+    # asks the registry's API.
+    subjects = ask(registry, "/subjects")
     for name in ("Job", "Task", "TaskResult", "JobEvent"):
-        assert len(registry.subjects[f"inferstream.{name}"]) == 1, registry.subjects
-    (job_schema,) = registry.subjects["inferstream.Job"]
+        assert f"inferstream.{name}" in subjects
+        assert ask(registry, f"/subjects/inferstream.{name}/versions") == [1]
+    job_schema = ask(registry, "/subjects/inferstream.Job/versions/1")["id"]
     value = first_record(config, config.topic("jobs"))
     assert value[0] == 0 and int.from_bytes(value[1:5], "big") == job_schema
 

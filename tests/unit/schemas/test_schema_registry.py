@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 from fastavro import parse_schema, schemaless_writer
 
-from inferstream.config import MASK, Config
+from inferstream.config import MASK, Config, StreamConfig
 from inferstream.errors import ConfigError
 from inferstream.schemas import SCHEMA_NAMES, Codec, SchemaError, load_schema
 from inferstream.schemas.codec import history_schemas
 from inferstream.schemas.schema_registry import SchemaRegistryClient
+from inferstream.stream.formats import AvroEnvelope
 from tests.unit.support.fake_registry import FakeRegistry, serve_registry
 
 PASSWORD = "s3cret"  # noqa: S105 (a test value)
@@ -186,3 +187,19 @@ def test_a_registry_under_a_path_as_apicurio_serves_confluent_s_api() -> None:
         assert Codec(registry.url).decode(encoded) == JOB
         assert registry.url.endswith("/apis/ccompat/v7")
         assert registry.requests[0] == "POST /subjects/inferstream.Job/versions"
+
+
+def test_a_stream_reads_a_foreign_producer_s_records_through_a_registry_with_basic_auth(
+) -> None:
+    upload = {"type": "record", "name": "Upload", "namespace": "com.example",
+              "fields": [{"name": "id", "type": "string"}, {"name": "image", "type": "bytes"}]}
+    body = io.BytesIO()
+    schemaless_writer(body, parse_schema(upload), {"id": "a", "image": b"pixels"})
+    with serve_registry(FakeRegistry(users={"alice": PASSWORD})) as registry:
+        schema_id = registry.register("uploads-value", json.dumps(upload))
+        config = Config(schema_registry_url=registry.url, schema_registry_user="alice",
+                        schema_registry_password=PASSWORD,
+                        stream=StreamConfig(input_format="avro", field="image"))
+        value = b"\x00" + schema_id.to_bytes(4, "big") + body.getvalue()
+        assert AvroEnvelope(config).decode(value) == {"id": "a", "image": b"pixels"}
+        assert registry.requests == [f"GET /schemas/ids/{schema_id}"]
