@@ -8,7 +8,10 @@ processes are started and in their group before the clock starts, with the same 
 settings. Then the stream's end-to-end latency (record produced -> its output visible) at
 fractions of the throughput just measured, each for `--seconds`: p50 and p95, against the
 goal at half the saturation rate, 2 x max-wait-ms + one batch time (max-batch images at the
-saturation rate). Prints a Markdown table for BENCHMARKS.md.
+saturation rate). With `--latency-target-ms`, a second member with online batch tuning
+(`inferstream stream --latency-target-ms`) is measured the same way on topics of its own, at
+the input rates of the fixed-settings member, so the two latency tables compare; `--no-job`
+leaves the job out. Prints Markdown tables for BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -100,9 +103,9 @@ def run_job(bootstrap: str, logdir: Path, images: list[Path], model: str,
 class StreamCase:
     """One stream member on its own topics, and a producer and a reader for them."""
 
-    def __init__(self, bootstrap: str, logdir: Path, model: str, worker_args: list[str]
-                 ) -> None:
-        self.fleet = Fleet(bootstrap, 4, logdir, "p8-stream")
+    def __init__(self, bootstrap: str, logdir: Path, model: str, worker_args: list[str],
+                 name: str = "p8-stream") -> None:
+        self.fleet = Fleet(bootstrap, 4, logdir, name)
         self.fleet.create_topics()
         config = self.fleet.config
         self.input, self.output = config.topic("uploads"), config.topic("labels")
@@ -154,6 +157,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-wait-ms", type=float, default=10.0)
     parser.add_argument("--seconds", type=float, default=20.0,
                         help="length of each latency run")
+    parser.add_argument("--latency-target-ms", type=float, default=None,
+                        help="also measure a member tuning its batches for this target")
+    parser.add_argument("--no-job", action="store_true", help="measure the stream only")
     return parser.parse_args(argv)
 
 
@@ -166,31 +172,47 @@ def main(argv: list[str] | None = None) -> int:
         payloads = [p.read_bytes() for p in images]
         broker = start_broker(Path(tmp) / "kafka")
         try:
-            job_s = run_job(broker.bootstrap, Path(tmp), images, args.model, worker_args)
-            print(f"job: {args.images} images in {job_s:.1f} s", flush=True)
-            case = StreamCase(broker.bootstrap, Path(tmp), args.model, worker_args)
-            try:
-                stream_s, latencies = measure_stream(case, payloads, args.seconds)
-            finally:
-                case.close()
+            job_s = None if args.no_job else run_job(broker.bootstrap, Path(tmp), images,
+                                                     args.model, worker_args)
+            if job_s is not None:
+                print(f"job: {args.images} images in {job_s:.1f} s", flush=True)
+            fixed = run_stream(args, broker.bootstrap, Path(tmp), payloads, worker_args)
+            tuned = None if args.latency_target_ms is None else run_stream(
+                args, broker.bootstrap, Path(tmp), payloads,
+                [*worker_args, "--latency-target-ms", f"{args.latency_target_ms:g}"],
+                at_saturation=fixed[0])
         finally:
             broker.clean()
-    print(table(args, job_s, stream_s, latencies))
+    print(table(args, job_s, *fixed))
+    if tuned is not None:
+        print(tuned_table(args, fixed, tuned))
     return 0
+
+
+def run_stream(args: argparse.Namespace, bootstrap: str, logdir: Path, payloads: list[bytes],
+               worker_args: list[str], at_saturation: float | None = None
+               ) -> tuple[float, Latencies]:
+    """One member's seconds for `payloads` and its latencies (see `measure_stream`)."""
+    name = "p8-stream" if at_saturation is None else "p8-tuned"
+    case = StreamCase(bootstrap, logdir, args.model, worker_args, name)
+    try:
+        return measure_stream(case, payloads, args.seconds, at_saturation)
+    finally:
+        case.close()
 
 
 Latencies = dict[float, tuple[float, float, float]]
 
 
-def measure_stream(case: StreamCase, payloads: list[bytes], seconds: float
-                   ) -> tuple[float, Latencies]:
+def measure_stream(case: StreamCase, payloads: list[bytes], seconds: float,
+                   at_saturation: float | None = None) -> tuple[float, Latencies]:
     """The seconds the member takes for `payloads` at once, and its latency (rate, p50,
-    p95) for `seconds` at each fraction of that rate."""
+    p95) for `seconds` at each fraction of that rate (of `at_saturation`'s, if given)."""
     started = time.monotonic()
     sent = case.produce(payloads)
     stream_s = case.outputs.wait_for(list(sent), 3600) - started
     print(f"stream: {len(payloads)} images in {stream_s:.1f} s", flush=True)
-    saturation = len(payloads) / stream_s
+    saturation = at_saturation or len(payloads) / stream_s
     latencies: Latencies = {}
     for fraction in FRACTIONS:
         rate = fraction * saturation
@@ -205,26 +227,44 @@ def measure_stream(case: StreamCase, payloads: list[bytes], seconds: float
     return stream_s, latencies
 
 
-def table(args: argparse.Namespace, job_s: float, stream_s: float, latencies: Latencies
-          ) -> str:
+def table(args: argparse.Namespace, job_s: float | None, stream_s: float,
+          latencies: Latencies) -> str:
     saturation = args.images / stream_s
     batch_s = args.max_batch / saturation
     goal_s = 2 * args.max_wait_ms / 1000 + batch_s
-    job_rate = args.images / job_s
+    job_rate = args.images / job_s if job_s else None
     lines = [
         f"P8 at {source_version()}: {args.images} JPEGs (ops/bench/p1_photos.py), model "
         f"{args.model}, one worker / one stream member, --max-batch {args.max_batch} "
         f"--max-wait-ms {args.max_wait_ms:g}, one local broker, 4 partitions", "",
         "| path | seconds | images/s | over the job |", "|---|---:|---:|---:|",
-        f"| job (controller + worker) | {job_s:.1f} | {job_rate:.1f} | 1.00 |",
+        *([f"| job (controller + worker) | {job_s:.1f} | {job_rate:.1f} | 1.00 |"]
+          if job_s and job_rate else []),
         f"| stream (one member) | {stream_s:.1f} | {saturation:.1f} | "
-        f"{saturation / job_rate:.2f} |", "",
+        f"{saturation / job_rate if job_rate else float('nan'):.2f} |", "",
         "| input rate | records/s | p50 latency ms | p95 latency ms |", "|---|---:|---:|---:|",
         *(f"| {f:.2f} x saturation | {r:.1f} | {p50 * 1000:.0f} | {p95 * 1000:.0f} |"
           for f, (r, p50, p95) in latencies.items()), "",
         f"Goal at 0.5 x saturation: p95 < 2 x max-wait + one batch time = "
         f"{goal_s * 1000:.0f} ms (batch time {batch_s * 1000:.0f} ms = {args.max_batch} "
         f"images at {saturation:.1f}/s)."]
+    return "\n".join(lines)
+
+
+def tuned_table(args: argparse.Namespace, fixed: tuple[float, Latencies],
+                tuned: tuple[float, Latencies]) -> str:
+    """The two members side by side: throughput, and latency at the same input rates."""
+    lines = [
+        f"Online tuning (--latency-target-ms {args.latency_target_ms:g}) against the fixed "
+        f"--max-batch {args.max_batch} --max-wait-ms {args.max_wait_ms:g}, same run:", "",
+        "| input rate | records/s | fixed p50 / p95 ms | tuned p50 / p95 ms |",
+        "|---|---:|---:|---:|",
+        f"| saturation (images/s) | | {args.images / fixed[0]:.1f} | "
+        f"{args.images / tuned[0]:.1f} |"]
+    for f, (rate, p50, p95) in fixed[1].items():
+        _, t50, t95 = tuned[1][f]
+        lines.append(f"| {f:.2f} x saturation | {rate:.1f} | {p50 * 1000:.0f} / "
+                     f"{p95 * 1000:.0f} | {t50 * 1000:.0f} / {t95 * 1000:.0f} |")
     return "\n".join(lines)
 
 

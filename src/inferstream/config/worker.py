@@ -49,6 +49,10 @@ class WorkerConfig:
     device: str = setting("auto", "auto, cpu, cuda or cuda:N")
     max_batch: int = setting(32, "most items per model batch")
     max_wait_ms: float = setting(10.0, "longest wait for a batch to fill after its first item")
+    latency_target_ms: float | None = setting(
+        None, "tune the batch size (at most max_batch) and the wait (at most max_wait_ms) "
+        "online so that an item's wait for its batch plus the batch's forward pass stays "
+        "under this (AIMD; none: the fixed max_batch and max_wait_ms)")
     torch_threads: int = setting(
         0, "torch intra-op threads of the forward pass (0: derived, every core on a CPU "
         "device and 1 on CUDA; logged at start)")
@@ -151,6 +155,8 @@ def validate_worker(worker: WorkerConfig) -> None:
                  "repository_poll_s",
                  "rebalance_threshold", "min_rebalance_interval_s", "policy_max_age_s"):
         _at_least(f"worker.{name}", getattr(worker, name), 0)
+    if worker.latency_target_ms is not None and worker.latency_target_ms <= 0:
+        raise ConfigError(f"worker.latency_target_ms must be > 0, got {worker.latency_target_ms:g}")
     if worker.heartbeat_interval_ms >= worker.session_timeout_ms:
         raise ConfigError("worker.heartbeat_interval_ms must be below worker.session_timeout_ms")
     check_port("worker.metrics_port", worker.metrics_port)

@@ -39,6 +39,7 @@ from inferstream.schemas.records import (
 )
 from inferstream.serving.calibration import calibrate
 from inferstream.serving.hooks import WorkerHooks
+from inferstream.serving.tuning import LatencyTuner
 
 log = logging.getLogger(__name__)
 
@@ -100,15 +101,17 @@ class BatchingPipeline:
     """Decode -> batch -> infer for the items of many tasks; calls `TaskRun.on_done`.
 
     Uses `max_batch`, `max_wait_ms`, `torch_threads`, `decode_threads`, `decode_ahead`,
-    `http_timeout_s` and `max_item_bytes` of the worker's settings; `batch_limit` (at most
-    `max_batch`) is what a batch takes, lowered by the pool's policy (`limit_batch`).
+    `http_timeout_s` and `max_item_bytes` of the worker's settings; a batch takes at most
+    `batch_limit` items (`max_batch`, or less: the pool's policy's, `limit_batch`), and with
+    `latency_target_ms` a `LatencyTuner` sets its size under that and its wait.
     """
 
     def __init__(self, model: LoadedModel, options: WorkerConfig, hooks: WorkerHooks) -> None:
         self.model = model
         self.options = options
-        self.max_wait_s = options.max_wait_ms / 1000
-        self.batch_limit = options.max_batch
+        self.ceiling = options.max_batch
+        self.tuner = None if options.latency_target_ms is None else LatencyTuner(
+            options.latency_target_ms / 1000, options.max_batch, options.max_wait_ms / 1000)
         self.hooks = hooks
         self.threads = plan_threads(str(model.device), options.torch_threads,
                                     options.decode_threads)
@@ -128,10 +131,20 @@ class BatchingPipeline:
         """Batches of at most `size` items from the next one on (None: `max_batch`); never
         above `max_batch`, which a compiled forward pass may have been prepared for."""
         limit = max(1, min(size or self.options.max_batch, self.options.max_batch))
-        if limit != self.batch_limit:
+        if limit != self.ceiling:
             log.info("model=%s batch size %d -> %d (the pool's policy)", self.model.name,
-                     self.batch_limit, limit)
-            self.batch_limit = limit
+                     self.ceiling, limit)
+            self.ceiling = limit
+            if self.tuner is not None:
+                self.tuner.set_ceiling(limit)
+
+    @property
+    def batch_limit(self) -> int:
+        return self.ceiling if self.tuner is None else self.tuner.limit
+
+    @property
+    def max_wait_s(self) -> float:
+        return self.options.max_wait_ms / 1000 if self.tuner is None else self.tuner.wait_s
 
     def submit(self, run: TaskRun) -> None:
         """Queue every item of `run` for decoding; outcomes arrive through the batch loop."""
@@ -237,6 +250,8 @@ class BatchingPipeline:
                     _item(slot), f"inference failed: {type(exc).__name__}: {exc}"))
             return
         seconds = time.perf_counter() - started
+        if self.tuner is not None:
+            self.tuner.observe(len(batch), seconds)
         self.hooks.after_batch(self.model.name, len(good), seconds, self.model.version)
         for (slot, _), output in zip(good, predictions, strict=True):
             slot.run.inference_seconds += seconds / len(good)
