@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             tuned = None if args.latency_target_ms is None else run_stream(
                 args, broker.bootstrap, Path(tmp), payloads,
                 [*worker_args, "--latency-target-ms", f"{args.latency_target_ms:g}"],
-                at_saturation=fixed[0])
+                at_saturation=len(payloads) / fixed[0])
         finally:
             broker.clean()
     print(table(args, job_s, *fixed))
@@ -241,7 +241,7 @@ def table(args: argparse.Namespace, job_s: float | None, stream_s: float,
         *([f"| job (controller + worker) | {job_s:.1f} | {job_rate:.1f} | 1.00 |"]
           if job_s and job_rate else []),
         f"| stream (one member) | {stream_s:.1f} | {saturation:.1f} | "
-        f"{saturation / job_rate if job_rate else float('nan'):.2f} |", "",
+        f"{f'{saturation / job_rate:.2f}' if job_rate else '-'} |", "",
         "| input rate | records/s | p50 latency ms | p95 latency ms |", "|---|---:|---:|---:|",
         *(f"| {f:.2f} x saturation | {r:.1f} | {p50 * 1000:.0f} | {p95 * 1000:.0f} |"
           for f, (r, p50, p95) in latencies.items()), "",
