@@ -8,7 +8,9 @@ role's principal holding only the ACLs `inferstream acls --apply` gave it (as ad
 client as User:client. After a warm-up job on each side, jobs of `--items` items are timed
 from submit to the client seeing them complete, the sides alternated (the first side swaps
 every repeat). Each job must complete with every item ok. The table gives each run's items/s,
-each side's median and the ratio of the medians (sasl_ssl / plaintext).
+each side's median and the ratio of the medians (sasl_ssl / plaintext), and the CPU time the
+broker's JVM, the controller and the worker spent per 1,000 items (from /proc across each
+job; the median of the runs), which the host's load disturbs less than a rate does.
 
     .venv/bin/python ops/bench/secure_throughput.py [--items 4000] [--repeats 5]
 """
@@ -16,6 +18,7 @@ each side's median and the ratio of the medians (sasl_ssl / plaintext).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import statistics
@@ -38,6 +41,21 @@ from inferstream.kafka.topics import ensure_topics
 
 SIDES = ("plaintext", "sasl_ssl")
 MODEL = "sim:ms=0"
+PROCESSES = ("broker", "controller", "worker")
+
+
+def cpu_s(pid: int) -> float:
+    """User and system CPU seconds of process `pid` so far (Linux's /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One timed job: items per second, and CPU ms per 1,000 items of each process."""
+
+    rate: float
+    cpu_ms_per_item: dict[str, float]
 #: The principal of each process on the secured cluster (admin creates topics and ACLs).
 ROLES = ("controller", "worker", "client")
 
@@ -65,6 +83,12 @@ class Side:
     def clean(self) -> None:
         subprocess.run([*CLUSTER, "clean", "--dir", str(self.directory)],
                        capture_output=True, timeout=180, check=False)
+
+    def pids(self) -> dict[str, int]:
+        done = subprocess.run([*CLUSTER, "status", "--dir", str(self.directory), "--json"],
+                              capture_output=True, text=True, timeout=60, check=False)
+        broker: int = json.loads(done.stdout)["nodes"][0]["pid"]
+        return {"broker": broker, **{role: proc.pid for role, proc in self.procs.items()}}
 
     def environ(self, user: str) -> dict[str, str]:
         """How `user`'s process connects: its settings file on the secured cluster."""
@@ -121,8 +145,10 @@ class Side:
                 raise BenchError(f"the {self.security} worker got no partition")
             time.sleep(0.2)
 
-    def run_job(self, client: Client, listing: Path, items: int, chunk: int | None) -> float:
-        """Items per second of one job, from its submit to the client seeing it complete."""
+    def run_job(self, client: Client, listing: Path, items: int, chunk: int | None) -> Run:
+        """One job, from its submit to the client seeing it complete."""
+        pids = self.pids()
+        before = {name: cpu_s(pid) for name, pid in pids.items()}
         started = time.perf_counter()
         job = client.submit(MODEL, [f"@{listing}"], chunk_size=chunk)
         status = job.wait(timeout_s=1800)
@@ -130,7 +156,8 @@ class Side:
         if status.ok_items != items:
             raise BenchError(f"{self.security} job {job.job_id}: {status.ok_items} ok of "
                              f"{items}")
-        return items / took_s
+        return Run(items / took_s, {name: (cpu_s(pid) - before[name]) * 1e6 / items
+                                    for name, pid in pids.items()})
 
     def stop(self) -> None:
         for proc in self.procs.values():
@@ -160,24 +187,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def summary(rates: dict[str, list[float]]) -> dict[str, float]:
+def summary(runs: dict[str, list[Run]]) -> dict[str, float]:
     """Each side's median items/s and the ratio of the medians (sasl_ssl / plaintext)."""
-    medians = {side: statistics.median(values) for side, values in rates.items()}
+    medians = {side: statistics.median(run.rate for run in values)
+               for side, values in runs.items()}
     return {**medians, "ratio": medians["sasl_ssl"] / medians["plaintext"]}
 
 
-def table(rates: dict[str, list[float]], loads: list[float]) -> str:
-    figures = summary(rates)
-    lines = ["| side | items/s, each run (in order) | median |", "|---|---|---|"]
+def median_cpu(runs: list[Run]) -> dict[str, float]:
+    """CPU ms per 1,000 items of each process, the median of the runs for each."""
+    return {name: statistics.median(run.cpu_ms_per_item[name] for run in runs)
+            for name in PROCESSES}
+
+
+def table(runs: dict[str, list[Run]], loads: list[float]) -> str:
+    figures = summary(runs)
+    lines = ["| side | items/s, each run (in order) | median | CPU ms per 1,000 items: "
+             "broker, controller, worker (median) |", "|---|---|---|---|"]
     for side in SIDES:
-        runs = ", ".join(f"{rate:.0f}" for rate in rates[side])
-        lines.append(f"| {side} | {runs} | {figures[side]:.0f} |")
+        rates = ", ".join(f"{run.rate:.0f}" for run in runs[side])
+        cpu = ", ".join(f"{ms:.0f}" for ms in median_cpu(runs[side]).values())
+        lines.append(f"| {side} | {rates} | {figures[side]:.0f} | {cpu} |")
     lines.append(f"\nratio of the medians, sasl_ssl / plaintext: {figures['ratio']:.3f}; "
                  f"load average at each run: {', '.join(f'{x:.1f}' for x in loads)}")
     return "\n".join(lines)
 
 
-def measure(args: argparse.Namespace, sides: dict[str, Side]) -> dict[str, list[float]]:
+def measure(args: argparse.Namespace, sides: dict[str, Side]) -> dict[str, list[Run]]:
     """Warm each side up, then time `repeats` jobs on each, alternated."""
     logs = next(iter(sides.values())).directory.parent
     listing = write_listing(logs / "items.txt", args.items, "item")
@@ -186,18 +222,19 @@ def measure(args: argparse.Namespace, sides: dict[str, Side]) -> dict[str, list[
     clients = {name: Client(side.config("client")) for name, side in sides.items()}
     for name, side in sides.items():
         side.run_job(clients[name], warmup, args.warmup_items, chunk)
-    rates: dict[str, list[float]] = {name: [] for name in sides}
+    runs: dict[str, list[Run]] = {name: [] for name in sides}
     loads = []
     for repeat in range(args.repeats):
         for name in SIDES if repeat % 2 == 0 else SIDES[::-1]:
             loads.append(os.getloadavg()[0])
-            rates[name].append(sides[name].run_job(clients[name], listing, args.items, chunk))
-            print(f"run {repeat + 1} {name}: {rates[name][-1]:.0f} items/s", file=sys.stderr)
-    print(table(rates, loads))
-    return rates
+            runs[name].append(sides[name].run_job(clients[name], listing, args.items, chunk))
+            print(f"run {repeat + 1} {name}: {runs[name][-1].rate:.0f} items/s",
+                  file=sys.stderr)
+    print(table(runs, loads))
+    return runs
 
 
-def run(args: argparse.Namespace, workdir: Path) -> dict[str, list[float]]:
+def run(args: argparse.Namespace, workdir: Path) -> dict[str, list[Run]]:
     sides = {name: Side(name, workdir / name, args.partitions) for name in SIDES}
     try:
         for side in sides.values():
@@ -211,7 +248,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, list[float]]:
             side.clean()
 
 
-def main(argv: list[str] | None = None) -> dict[str, list[float]]:
+def main(argv: list[str] | None = None) -> dict[str, list[Run]]:
     given = sys.argv[1:] if argv is None else argv
     args = parse_args(given)
     print(f"# {shlex.join(['ops/bench/secure_throughput.py', *given])} at {source_version()}, "

@@ -4,6 +4,7 @@ its table reports (the run itself needs two clusters: `python ops/bench/secure_t
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,10 +28,19 @@ def test_the_defaults_time_thousands_of_items_at_least_three_times_a_side() -> N
 
 
 def test_the_table_gives_each_side_s_median_and_their_ratio() -> None:
-    rates = {"plaintext": [1000.0, 1200.0, 900.0], "sasl_ssl": [800.0, 700.0, 950.0]}
-    assert secure_throughput.summary(rates) == {
+    def runs(*rates: float) -> list[secure_throughput.Run]:
+        return [secure_throughput.Run(rate, {"broker": rate / 10, "controller": 1.0,
+                                             "worker": 2.0}) for rate in rates]
+    measured = {"plaintext": runs(1000.0, 1200.0, 900.0), "sasl_ssl": runs(800.0, 700.0, 950.0)}
+    assert secure_throughput.summary(measured) == {
         "plaintext": 1000.0, "sasl_ssl": 800.0, "ratio": pytest.approx(0.8)}
-    table = secure_throughput.table(rates, [1.0] * 6)
-    assert "| plaintext | 1000, 1200, 900 | 1000 |" in table
-    assert "| sasl_ssl | 800, 700, 950 | 800 |" in table
+    table = secure_throughput.table(measured, [1.0] * 6)
+    assert "| plaintext | 1000, 1200, 900 | 1000 | 100, 1, 2 |" in table
+    assert "| sasl_ssl | 800, 700, 950 | 800 | 80, 1, 2 |" in table
     assert "sasl_ssl / plaintext: 0.800" in table
+
+
+def test_cpu_time_is_read_from_proc() -> None:
+    spent = secure_throughput.cpu_s(os.getpid())
+    sum(range(2_000_000))
+    assert secure_throughput.cpu_s(os.getpid()) > spent
