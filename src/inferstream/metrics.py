@@ -7,10 +7,12 @@ Each role builds its metrics as one bundle from an injected registry, in its own
 from __future__ import annotations
 
 import re
+from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Gauge, make_wsgi_app
 
 from inferstream.errors import ConfigError
+from inferstream.http import Health, HttpGuard, serve
 
 #: Histogram buckets of the durations of a data path step (seconds).
 SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -36,12 +38,15 @@ def set_by_partition(gauge: Gauge, before: set[str], values: dict[int, int],
     return now
 
 
-
-def serve_metrics(registry: CollectorRegistry, port: int, addr: str) -> None:
-    """Serve `/metrics` on `addr`:`port` from a daemon thread; one that cannot be served
-    (a port in use, an address not of this host) is a ConfigError."""
+def serve_metrics(registry: CollectorRegistry, port: int, addr: str, *,
+                  guard: HttpGuard | None = None, health: Health | None = None) -> WSGIServer:
+    """Serve `/metrics` on `addr`:`port` from a daemon thread, and the role's `health` at
+    /healthz and /readyz, behind `guard` (TLS, a bearer token; none by default). One that
+    cannot be served (a port in use, an address not of this host, a certificate that does
+    not load) is a ConfigError."""
     try:
-        start_http_server(port, addr=addr, registry=registry)
+        return serve(make_wsgi_app(registry), port, addr, guard or HttpGuard(),
+                     health or Health())
     except OSError as exc:
         raise ConfigError(f"--metrics-addr {addr} --metrics-port {port} cannot be served: "
                           f"{exc.strerror or exc}: pick another") from exc

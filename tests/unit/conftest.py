@@ -35,6 +35,7 @@ from inferstream.worker import new_worker
 from tests.unit.support.memory import CODEC, POOL, make_config, new_broker
 from tests.unit.support.pool import Responder
 from tests.unit.support.running import Running
+from tests.unit.support.tls import Certificates, make_certificates
 
 
 @pytest.fixture
@@ -130,3 +131,10 @@ def make_book() -> Callable[..., JobBook]:
 def lite0() -> LoadedModel:
     """efficientnet_lite0 with its real weights, loaded once: for tests that only run it."""
     return load_model("efficientnet_lite0")
+
+
+@pytest.fixture(scope="session")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    """A CA, a server certificate it signed for 127.0.0.1 and localhost, and a CA that signed
+    nothing here, made once by openssl: for the tests of the HTTP surfaces."""
+    return make_certificates(tmp_path_factory.mktemp("tls"))

@@ -4,10 +4,10 @@ the size limits (DEVELOPERS.md) that keep every file readable.
 Roles (`client`, `controller`, `worker`, `stream`, `sysinfo`) import no other role: what two of
 them share lives below them (`serving` behind worker and stream, `jobs` behind client and
 controller). The layers (`config`, `schemas`, `models`, `kafka`, `policy`, `serving`, `jobs`,
-`supervise` and the top-level modules `errors`, `metrics`, `signals`) import no role. Only the
-command table (`cli`, `commands`) sees every role. `testing/` (the in-memory Kafka) is for
-tests: no module of the package imports it. And the controller and the client never load
-torch (nor numpy, until `results --format npz` asks for it).
+`supervise` and the top-level modules `errors`, `metrics`, `http`, `signals`) import no
+role. Only the command table (`cli`, `commands`) sees every role. `testing/` (the in-memory
+Kafka) is for tests: no module of the package imports it. And the controller and the client
+never load torch (nor numpy, until `results --format npz` asks for it).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ PACKAGE = Path(inferstream.__file__).parent
 REPO = PACKAGE.parents[1]
 ROLES = ("client", "controller", "worker", "stream", "sysinfo")
 LAYERS = ("config", "schemas", "models", "kafka", "policy", "serving", "jobs", "errors",
-          "metrics", "signals", "supervise")
+          "metrics", "http", "signals", "supervise")
 #: Files every role may have of its own (DEVELOPERS.md): a name here in two roles is a pattern.
 ROLE_SLOTS = {"__init__.py", "run.py", "metrics.py", "errors.py", "source.py", "hooks.py"}
 

@@ -26,5 +26,10 @@ class SysInfoNotFoundError(SysInfoError):
 
 
 
+class SysInfoRefusedError(SysInfoError):
+    """The sysinfo app refused this client's token, or its certificate is not trusted here."""
+
+
+
 class SysInfoResponseError(SysInfoError):
     """The sysinfo app answered with an error status or a body outside its JSON contract."""

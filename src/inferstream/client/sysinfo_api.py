@@ -1,6 +1,6 @@
 """`SysInfoClient`: the sysinfo app's HTTP API (workers, samples, policy, health) from Python.
 
-    client = SysInfoClient(load_config().sysinfo_url)
+    client = SysInfoClient.from_config(load_config())
     for w in client.workers():
         print(w["worker"], w["health"], w["items_per_s"])
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -21,10 +22,13 @@ from typing import Any, TypedDict, TypeVar, cast
 
 from inferstream.client.errors import (
     SysInfoNotFoundError,
+    SysInfoRefusedError,
     SysInfoResponseError,
     SysInfoUnreachableError,
 )
+from inferstream.config import Config
 from inferstream.errors import ConfigError
+from inferstream.http import client_context
 from inferstream.schemas.records import (
     Calibration,
     PolicyEntry,
@@ -35,6 +39,9 @@ from inferstream.schemas.records import (
 
 #: Where the URL is set, for the one-line error when nothing answers there.
 URL_SETTING = "--sysinfo-url or INFERSTREAM_SYSINFO_URL"
+#: Where the token and the CA are set, for the one-line errors when they are refused.
+TOKEN_SETTING = "http_token_file (INFERSTREAM_HTTP_TOKEN_FILE)"  # noqa: S105 - a name
+CA_SETTING = "http_tls_cafile (INFERSTREAM_HTTP_TLS_CAFILE)"
 
 
 class AppHealth(TypedDict):
@@ -81,11 +88,14 @@ _T = TypeVar("_T", bound=Mapping[str, object])
 class SysInfoClient:
     """Calls of the sysinfo app's HTTP API at `base_url`; each waits at most `timeout_s`.
 
-    Errors are `SysInfoError`s: unreachable, not found (404, with the server's message), or
-    a response outside the contract.
+    Each call carries `token` as `Authorization: Bearer` where given; an https URL's
+    certificate is checked against `cafile` (None: the system's CAs). Errors are
+    `SysInfoError`s: unreachable, not found (404, with the server's message), the token or the
+    certificate refused, or a response outside the contract.
     """
 
-    def __init__(self, base_url: str, timeout_s: float = 5.0) -> None:
+    def __init__(self, base_url: str, timeout_s: float = 5.0, *, token: str | None = None,
+                 cafile: str | None = None) -> None:
         parts = urllib.parse.urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ConfigError(f"sysinfo_url {base_url!r} is not an http(s):// URL")
@@ -93,6 +103,14 @@ class SysInfoClient:
             raise ConfigError(f"sysinfo timeout must be > 0, got {timeout_s:g}")
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
+        self._token = token
+        self._context = client_context(cafile) if parts.scheme == "https" else None
+
+    @classmethod
+    def from_config(cls, config: Config, timeout_s: float = 5.0) -> SysInfoClient:
+        """A client of `config.sysinfo_url` with its `http_token` and `http_tls_cafile`."""
+        return cls(config.sysinfo_url, timeout_s, token=config.http_token,
+                   cafile=config.http_tls_cafile)
 
     def health(self) -> AppHealth:
         return _typed(self._get("/health"), AppHealth, "/health")
@@ -122,13 +140,19 @@ class SysInfoClient:
 
     def _get(self, path: str, query: dict[str, str] | None = None) -> Any:
         url = self.base_url + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
-        request = urllib.request.Request(url, headers={"Accept": "application/json"})  # noqa: S310 - scheme checked in __init__
+        headers = {"Accept": "application/json"}
+        if self._token is not None:
+            headers["Authorization"] = f"Bearer {self._token}"
+        request = urllib.request.Request(url, headers=headers)  # noqa: S310 - scheme checked in __init__
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310 - scheme checked in __init__
+            with urllib.request.urlopen(request, timeout=self.timeout_s,  # noqa: S310 - scheme checked in __init__
+                                        context=self._context) as response:
                 raw = response.read()
         except urllib.error.HTTPError as exc:
-            raise _status_error(url, exc) from exc
+            raise _status_error(url, exc, self._token is not None) from exc
         except urllib.error.URLError as exc:
+            if isinstance(exc.reason, ssl.SSLCertVerificationError):
+                raise self._untrusted(url, exc.reason) from exc
             raise self._unreachable(url, exc.reason) from exc
         except (OSError, http.client.HTTPException) as exc:
             raise self._unreachable(url, exc) from exc
@@ -137,11 +161,23 @@ class SysInfoClient:
         except ValueError as exc:
             raise SysInfoResponseError(url, f"{url} did not answer JSON: {exc}") from exc
 
+    def _untrusted(self, url: str, reason: ssl.SSLCertVerificationError
+                   ) -> SysInfoRefusedError:
+        why = reason.verify_message or reason.reason or str(reason)
+        return SysInfoRefusedError(
+            url, f"the sysinfo API at {self.base_url} has a certificate this client does not "
+            f"trust ({why}): set {CA_SETTING} to the CA that signed it")
+
     def _unreachable(self, url: str, reason: object) -> SysInfoUnreachableError:
         if isinstance(reason, socket.timeout | TimeoutError):
             why = f"no answer within {self.timeout_s:g}s"
         elif isinstance(reason, ConnectionRefusedError):
             why = "connection refused"
+        elif self._context is None and isinstance(
+                reason, ConnectionResetError | http.client.RemoteDisconnected):
+            why = f"{reason}; if it serves HTTPS, use an https:// URL"
+        elif isinstance(reason, ssl.SSLError) and reason.reason == "WRONG_VERSION_NUMBER":
+            why = "it does not speak TLS; if it serves plain HTTP, use an http:// URL"
         else:
             why = str(reason) or type(reason).__name__
         return SysInfoUnreachableError(
@@ -153,7 +189,7 @@ def _segment(name: str) -> str:
     return urllib.parse.quote(name, safe="")
 
 
-def _status_error(url: str, exc: urllib.error.HTTPError) -> Exception:
+def _status_error(url: str, exc: urllib.error.HTTPError, token_sent: bool) -> Exception:
     try:
         body = json.loads(exc.read())
         reason = str(body["error"]) if isinstance(body, dict) and "error" in body else ""
@@ -163,6 +199,10 @@ def _status_error(url: str, exc: urllib.error.HTTPError) -> Exception:
         exc.close()  # the error carries the open response
     if exc.code == 404:
         return SysInfoNotFoundError(url, reason or "no such resource")
+    if exc.code == 401:
+        what = "refused the token" if token_sent else "wants a token and none was set"
+        return SysInfoRefusedError(url, f"the sysinfo API {what}: {url} answered 401; set "
+                                   f"{TOKEN_SETTING} to the file of the app's http_token")
     return SysInfoResponseError(url, f"{url} answered HTTP {exc.code}: {reason or exc.reason}")
 
 

@@ -51,7 +51,7 @@ def top(args: argparse.Namespace, config: Config) -> int:
 
     if args.interval <= 0:
         raise ConfigError(f"--interval must be > 0, got {args.interval:g}")
-    client = SysInfoClient(config.sysinfo_url, timeout_s=max(2.0, args.interval))
+    client = SysInfoClient.from_config(config, timeout_s=max(2.0, args.interval))
     jobs = _job_reader(config) if args.jobs else None
     if args.once or args.json:
         return _print_once(client, as_json=args.json, jobs=jobs)

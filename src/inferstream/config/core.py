@@ -24,6 +24,7 @@ MASK = "****"
 #: Each secret that may come from a file instead, and the setting naming that file.
 SECRET_FILES = {"sasl_password": "sasl_password_file",
                  "ssl_key_password": "ssl_key_password_file",
+                 "http_token": "http_token_file",
                  "schema_registry_password": "schema_registry_password_file"}
 #: What Kafka allows in a topic name.
 _TOPIC_SAFE = re.compile(r"[A-Za-z0-9._-]+")
@@ -60,6 +61,18 @@ class Config:
         "stripped)")
     sysinfo_url: str = setting("http://127.0.0.1:6066",
                                "HTTP API of the sysinfo app (inferstream top, SysInfoClient)")
+    http_tls_certfile: str | None = setting(
+        None, "certificate (PEM) of every HTTP server (/metrics, the sysinfo API): with "
+        "http_tls_keyfile it speaks HTTPS only")
+    http_tls_keyfile: str | None = setting(None, "private key (PEM) of http_tls_certfile")
+    http_tls_cafile: str | None = setting(
+        None, "CA certificates an https sysinfo_url (top, SysInfoClient) and the sysinfo "
+        "replicas' certificates are checked against (none: the system's)")
+    http_token: str | None = setting(
+        None, "bearer token every HTTP request but /healthz and /readyz must carry "
+        "(Authorization: Bearer TOKEN); the clients send it", secret=True)
+    http_token_file: str | None = setting(
+        None, "file holding http_token (read at start, one trailing newline stripped)")
     #: librdkafka/Java-style `key=value` settings passed to the Kafka clients untouched.
     kafka_config: tuple[tuple[str, str], ...] = setting(
         (), "client setting passed through untouched (repeatable)", secret=True,
@@ -96,6 +109,7 @@ class Config:
             # A derived config (dataclasses.replace) holds the secret read already.
             if getattr(self, path) is not None and getattr(self, secret) is None:
                 object.__setattr__(self, secret, read_secret(path, getattr(self, path)))
+        _validate_http(self)  # after the token file is read
 
     # -- derived names -------------------------------------------------------------------
     def topic(self, name: str) -> str:
@@ -269,6 +283,15 @@ def _validate_registry(config: Config) -> None:
         raise ConfigError("a schema registry password needs schema_registry_user")
     if has_password and config.schema_registry_url is None:
         raise ConfigError("schema_registry_user and its password need schema_registry_url")
+
+
+def _validate_http(config: Config) -> None:
+    if (config.http_tls_certfile is None) != (config.http_tls_keyfile is None):
+        raise ConfigError("http_tls_certfile and http_tls_keyfile go together: set both or "
+                          "neither")
+    if config.http_token is not None and not config.http_token.strip():
+        raise ConfigError("http_token is empty" + (
+            f" (http_token_file {config.http_token_file})" if config.http_token_file else ""))
 
 
 def _pool_partitions(items: tuple[str, ...]) -> dict[str, int]:

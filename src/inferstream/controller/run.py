@@ -21,17 +21,20 @@ def run(args: argparse.Namespace, config: Config) -> int:
     from prometheus_client import CollectorRegistry
 
     from inferstream.controller.announcements import WorkerAnnouncements
-    from inferstream.controller.metrics import ControllerMetrics
+    from inferstream.controller.health import ProbedMetrics
     from inferstream.controller.replica import Controller
+    from inferstream.http import Health, HttpGuard
     from inferstream.metrics import serve_metrics
     from inferstream.policy.table import PolicyTable
 
     dump_stacks_on_usr1()
-    metrics = ControllerMetrics(CollectorRegistry())
+    health = Health()
+    metrics = ProbedMetrics(CollectorRegistry(), health)
     settings = config.controller
     if settings.metrics_port:
         # the port was checked free by preflight
-        serve_metrics(metrics.registry, settings.metrics_port, settings.metrics_addr)
+        serve_metrics(metrics.registry, settings.metrics_port, settings.metrics_addr,
+                      guard=HttpGuard.of(config), health=health)
     # Jobs without --chunk-size get the policy's task size (sysinfo's POOL entry), and their
     # tasks go to their model's partitions; a policy older than the workers'
     # policy_max_age_s is none, and the default size and all partitions apply.

@@ -20,6 +20,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from inferstream.config import Config
 from inferstream.errors import ConfigError
+from inferstream.http import HttpGuard
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
 from inferstream.kafka.errors import KafkaSetupError
 from inferstream.kafka.passthrough import check_pass_through
@@ -64,6 +65,7 @@ def preflight(config: Config, needs: Needs, clients: KafkaClients = REAL_CLIENTS
         log.warning("%s", warning)
     if needs.metrics_port is not None:
         check_port_free(needs.metrics_port, needs.port_flag)
+        HttpGuard.of(config).server_context()  # its certificate and key load and match
     check_cluster(config, needs.topics, clients, needs.user_topics, needs.role)
     check_groups(config, needs.groups, clients, needs.role)
 

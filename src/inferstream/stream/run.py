@@ -43,20 +43,23 @@ def run(_args: argparse.Namespace, config: Config) -> int:
     device = prepare_process(settings)  # first: it may re-execute the process
     from prometheus_client import CollectorRegistry
 
-    from inferstream.metrics import serve_metrics
+    from inferstream.serving.health import HealthHooks, serve_health
+    from inferstream.serving.hooks import HookChain
     from inferstream.serving.loader import model_loader
     from inferstream.serving.loop import default_worker_id
     from inferstream.stream.metrics import StreamMetrics
     from inferstream.stream.source import new_member, stream_config
 
     dump_stacks_on_usr1()
-    metrics = StreamMetrics(CollectorRegistry(), settings.worker_id or default_worker_id(),
-                           stream_config(config).pool, config.stream.input_topic)
+    member_id = settings.worker_id or default_worker_id()
+    metrics = StreamMetrics(CollectorRegistry(), member_id, stream_config(config).pool,
+                            config.stream.input_topic)
+    health = serve_health(config, metrics.registry, "loading the model")
     load = model_loader(settings, device, metrics)
     model = load(settings.models[0])
-    member = new_member(config, model, hooks=metrics)
-    if settings.metrics_port:
-        # the port was checked free by preflight
-        serve_metrics(metrics.registry, settings.metrics_port, settings.metrics_addr)
+    group = config.stream.group_id(config.topic_prefix)
+    member = new_member(config, model, hooks=HookChain(
+        metrics, HealthHooks(health, f"stream member {member_id}", group)))
+    health.done()
     asyncio.run(serve_until_stopped(member))
     return 0

@@ -28,7 +28,6 @@ import json
 import logging
 import shutil
 import signal
-import socket
 import tempfile
 import time
 from dataclasses import dataclass
@@ -72,11 +71,9 @@ def faust_settings(config: Config, topology: Topology, datadir: str) -> dict[str
     Connection and security settings carry over; `kafka_config` pass-through does not (faust
     builds its aiokafka clients itself).
     """
+    from inferstream.sysinfo.web import web_settings
+
     sysinfo = config.sysinfo
-    # A replica bound to loopback is reached there only (its host name may name another
-    # interface): the other replicas of this host forward to it by that address.
-    local = sysinfo.bind.startswith("127.") or sysinfo.bind in ("localhost", "::1")
-    host = sysinfo.advertised_host or (sysinfo.bind if local else socket.gethostname())
     settings: dict[str, Any] = {
         "id": config.sysinfo_app_id(),
         "broker": [f"kafka://{s.strip()}" for s in config.bootstrap_servers.split(",")],
@@ -92,11 +89,7 @@ def faust_settings(config: Config, topology: Topology, datadir: str) -> dict[str
         "broker_session_timeout": sysinfo.session_timeout_s,
         "broker_heartbeat_interval": max(0.2, sysinfo.session_timeout_s / 6),
         "broker_rebalance_timeout": max(10.0, 2 * sysinfo.session_timeout_s),
-        "web_enabled": True,
-        "web_bind": sysinfo.bind,
-        "web_port": sysinfo.port,
-        "web_host": host,
-        "canonical_url": f"http://{host}:{sysinfo.port}",
+        **web_settings(config),
     }
     credentials = _credentials(config)
     if credentials is not None:

@@ -65,7 +65,7 @@ def _serve(config: Config, members: list[Config], device: str, worker_id: str,
     """Load the models and run the worker (or each of `--members`) until it stops."""
     from prometheus_client import CollectorRegistry
 
-    from inferstream.metrics import serve_metrics
+    from inferstream.serving.health import HealthHooks, serve_health
     from inferstream.serving.hooks import HookChain
     from inferstream.serving.loader import model_loader
     from inferstream.serving.process import serve_until_stopped
@@ -76,15 +76,14 @@ def _serve(config: Config, members: list[Config], device: str, worker_id: str,
     dump_stacks_on_usr1()
     settings = config.worker
     metrics = WorkerMetrics(CollectorRegistry(), worker_id, config.pool)
+    health = serve_health(config, metrics.registry, "loading models")
     loader = model_loader(settings, device, metrics)
     if settings.members == 1:
-        worker = new_worker(config, start_models(settings, loader),
-                            hooks=HookChain(metrics, announcer.hooks(worker_id)), loader=loader)
+        hooks = HookChain(metrics, announcer.hooks(worker_id),
+                          HealthHooks(health, worker_id, config.worker_group()))
+        worker = new_worker(config, start_models(settings, loader), hooks=hooks, loader=loader)
+        health.done()
         on_hangup(worker.served.look_again)  # new versions of repository models: look now
-    if settings.metrics_port:
-        # the port was checked free by preflight
-        serve_metrics(metrics.registry, settings.metrics_port, settings.metrics_addr)
-    if settings.members == 1:
         asyncio.run(serve_until_stopped(worker))
         return
     from inferstream.worker.members import run_members, tag_logs
@@ -92,9 +91,12 @@ def _serve(config: Config, members: list[Config], device: str, worker_id: str,
     tag_logs()
     workers = [new_worker(member, start_models(settings, loader),
                           hooks=HookChain(metrics.for_worker(member.worker.worker_id),
-                                          announcer.hooks(member.worker.worker_id)),
+                                          announcer.hooks(member.worker.worker_id),
+                                          HealthHooks(health, member.worker.worker_id,
+                                                      member.worker_group())),
                           loader=loader)
                for member in members]
+    health.done()
     on_hangup(partial(_look_again, workers))
     asyncio.run(run_members(workers, when_stopping))
 
