@@ -32,7 +32,8 @@ class ControllerMetrics(ControllerHooks):
                             "Tasks whose first result was counted", ["pool"], registry=registry)
         self.reissued = Counter(
             "inferstream_controller_tasks_reissued_total",
-            "Tasks issued again: migrated (late, or an unhealthy worker) or declined",
+            "Tasks issued again: migrated (late, or an unhealthy worker), declined, or "
+            "preempted (taken back for a job of a higher priority)",
             ["pool", "reason"], registry=registry)
         self.dropped = Counter(
             "inferstream_controller_late_results_dropped_total",
@@ -83,7 +84,7 @@ class ControllerMetrics(ControllerHooks):
         for (what, *labels), n in tally.items():
             if what == "tasks_issued":
                 self.issued.labels(*labels).inc(n)
-                for reason in ("migrated", "declined"):  # a pool's series, from 0
+                for reason in ("migrated", "declined", "preempted"):  # from 0
                     self.reissued.labels(*labels, reason)
             elif what == "tasks_done":
                 self.done.labels(*labels).inc(n)
