@@ -155,3 +155,25 @@ def test_jobs_whose_tasks_were_taken_back_end_with_each_item_once(
     for name, items in ((low, 600), (urgent, 100)):
         state = book.jobs[name["job_id"]]
         assert (state.ok_items, len(state.done)) == (items, items // 10)
+
+
+def test_a_job_that_joins_later_shares_from_then_on_instead_of_catching_up(
+        make_book: MakeBook) -> None:
+    """The first job has had 3 rounds of the pool alone; the second, of the same priority
+    and weight, then gets half of each round, not every task until it had as many items."""
+    book = paced_book(make_book)
+    early, late = job("early", 5000), job("late", 5000)
+    _, queued = accepted(book, early)
+    for _ in range(3):
+        out = book.outbox()
+        book.tick(out, now_ms())
+        answer(book, queued)
+        queued = [task for _, task in tasks(book, out)]
+    accepted(book, late)
+    answer(book, queued)
+    out = book.outbox()
+    book.tick(out, now_ms())
+
+    shares = issued_items(tasks(book, out))
+    assert abs(shares[early["job_id"]] - shares[late["job_id"]]) <= 10, shares
+    assert shares[early["job_id"]] > 0
