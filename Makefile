@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 IN_PARALLEL := -n $(TEST_WORKERS) --dist loadfile
 
-.PHONY: help venv lint typecheck test test-unit test-integration chaos chaos-schedule chaos-storm chaos-coordinators demo bench scale-study kafka-jars clean
+.PHONY: help venv lint typecheck test test-unit test-integration chaos chaos-schedule chaos-storm chaos-coordinators demo bench scale-study kafka-jars registry-jar clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -27,19 +27,22 @@ venv: $(STAMP) ## create .venv and install inferstream with its test tools
 kafka-jars: ## resolve the Apache Kafka jars from Maven Central (cached)
 	ops/kafka/cluster classpath >/dev/null
 
+registry-jar: ## fetch Apicurio Registry (its Quarkus fast-jar) from Maven Central (cached)
+	ops/apicurio/registry build >/dev/null
+
 lint: $(STAMP) ## ruff on everything (the extensionless ops/kafka/cluster launcher named)
 	$(VENV)/bin/ruff check src tests ops ops/kafka/cluster examples
 
 typecheck: $(STAMP) ## mypy --strict on src/ and ops/
 	$(VENV)/bin/mypy
 
-test: lint typecheck kafka-jars ## lint, type check, then every test (unit, integration, chaos)
+test: lint typecheck kafka-jars registry-jar ## lint, type check, then every test (unit, integration, chaos)
 	$(PY) -m pytest $(IN_PARALLEL) $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## the unit tests only (no broker)
 	$(PY) -m pytest $(IN_PARALLEL) tests/unit $(PYTEST_ARGS)
 
-test-integration: $(STAMP) kafka-jars ## the tests against a real local broker
+test-integration: $(STAMP) kafka-jars registry-jar ## the tests against a real local broker
 	$(PY) -m pytest $(IN_PARALLEL) tests/integration $(PYTEST_ARGS)
 
 demo: $(STAMP) kafka-jars ## classify scikit-image's photos end to end on a local Kafka
