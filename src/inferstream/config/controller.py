@@ -35,6 +35,14 @@ class ControllerConfig:
     migration_floor_s: float = setting(
         20.0, "seconds added to every task's deadline (a worker's restart or rebalance)")
     migration_check_s: float = setting(1.0, "seconds between two checks for late tasks")
+    speculation_floor_s: float = setting(
+        2.0, "a task of a healthy worker that its results show slow is issued again only "
+        "where it would finish this many seconds sooner (its time left there against the "
+        "other worker's queue and it)")
+    speculation_cap: float = setting(
+        0.1, "share of a pool's slots (the task partitions its live workers own) that may "
+        "hold a speculative copy (a task its worker may be running, issued again) at once; "
+        "at least one")
     max_attempts: int = setting(
         4, "a task late on this many attempts fails its items with the reason")
     model_wait_s: float = setting(
@@ -81,7 +89,7 @@ def validate_controller(controller: ControllerConfig) -> None:
     _at_least("controller.session_timeout_ms", controller.session_timeout_ms, 1)
     _at_least("controller.max_attempts", controller.max_attempts, 1)
     for name in ("migration_slack", "migration_floor_s", "migration_check_s", "issue_ahead_s",
-                 "model_wait_s", "backlog_item_s"):
+                 "model_wait_s", "backlog_item_s", "speculation_floor_s", "speculation_cap"):
         _at_least(f"controller.{name}", getattr(controller, name), 0)
     _at_least("controller.backlog_target_s", controller.backlog_target_s, 0.001)
     _at_least("controller.heartbeat_interval_ms", controller.heartbeat_interval_ms, 1)

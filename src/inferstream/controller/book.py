@@ -76,7 +76,9 @@ class JobBook:
         self.pools = PoolView(describe)
         self.deadlines = Deadlines(self.pools, policy, config.worker_group,
                                    options.migration_slack, options.migration_floor_s,
-                                   options.max_attempts)
+                                   options.max_attempts,
+                                   speculation_floor_s=options.speculation_floor_s,
+                                   speculation_cap=options.speculation_cap)
         pacing = Pacing(self.deadlines, self.pools, policy, options.issue_ahead_s)
         self.issuer = TaskIssuer(config, codec, policy, self.deadlines, pacing, partitions)
         self.versions = JobVersions(config, self.pools, versions)

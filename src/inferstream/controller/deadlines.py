@@ -5,18 +5,17 @@ items of this controller's unfinished tasks on that worker's partitions, its own
 and the worker's seconds per item of the task's model: from the policy's rate of that model on
 the worker (its capacity where the policy has no figure of the model), else from the model
 time per item of the worker's own results of that model, else the pool's median for the
-model. The task is late once that work at
-that speed, times `migration_slack`, plus `migration_floor_s`, has passed; the speed is frozen
-when first known, so a worker that slows down does not stretch the deadlines of what it holds.
-A task is also late at once when the worker that owns its partition now shows, in its recent
-results, `migration_slack` times the seconds per item the task was given (a worker slowed
-down, or a slower one took the partition over). A late task, or one whose worker the policy
-marks unhealthy, is re-issued with attempt + 1
-on a partition of the healthy worker that serves its model (its results or the policy say so;
-within the model's range of partitions, where the pool has ranges) and would finish it first,
-counting the tasks re-issued to it in the same pass; a task that has
-used `max_attempts` fails its items with the reason instead. The first committed result of a
-task wins (`JobState.record_result`); later ones are dropped and counted.
+model. The task is late once that work at that speed, times `migration_slack`, plus
+`migration_floor_s`, has passed; the speed is frozen when first known, so a worker that slows
+down does not stretch the deadlines of what it holds. It is also late when the worker that
+owns its partition now shows, in the median of its recent results, `migration_slack` times the
+seconds per item the task was given (a worker slowed down, or a slower one took the partition
+over). A late task is re-issued with attempt + 1 on a partition of the healthy worker that
+serves its model (its results or the policy say so; within the model's range of partitions,
+where the pool has ranges) and would finish it first, counting the tasks re-issued to it in
+the same pass, where `speculation` says that is worth it (a task of an unhealthy worker: at
+once); a task that has used `max_attempts` fails its items with the reason instead. The first
+committed result of a task wins (`JobState.record_result`); later ones are dropped and counted.
 
 A replica that takes a job over knows from the ledger which of its tasks are outstanding, not
 their partitions: `adopted` tracks them (their items cut again by the issuer) as if the pool's
@@ -33,8 +32,9 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from inferstream.controller.declines import PoolView
+from inferstream.controller.speculation import LOST, OVERDUE, SLOW, Speculation, Target, queues
 from inferstream.policy.view import PolicyView, WorkerPolicy, model_figure, model_range
-from inferstream.schemas.records import Task, serves, task_ref
+from inferstream.schemas.records import Task, now_ms, serves, task_ref
 
 log = logging.getLogger(__name__)
 
@@ -90,13 +90,16 @@ class Deadlines:
     """The outstanding tasks of the jobs this controller owns, by (job id, task id)."""
 
     def __init__(self, pools: PoolView, policy: PolicyView, group_of: Callable[[str], str],
-                 slack: float, floor_s: float, max_attempts: int) -> None:
+                 slack: float, floor_s: float, max_attempts: int, *,
+                 speculation_floor_s: float, speculation_cap: float,
+                 clock: Callable[[], int] = now_ms) -> None:
         self.pools = pools
         self.policy = policy
         self.group_of = group_of
         self.slack = slack
         self.floor_s = floor_s
         self.max_attempts = max_attempts
+        self.speculation = Speculation(speculation_floor_s, speculation_cap, clock)
         self._tasks: dict[tuple[str, int], Outstanding] = {}
         #: items outstanding by (pool, worker) and by (pool, partition)
         self._by_owner: dict[tuple[str, str | None], int] = {}
@@ -132,16 +135,17 @@ class Deadlines:
 
     def done(self, job_id: str, task_id: int) -> None:
         entry = self._tasks.get((job_id, task_id))
+        self.speculation.copies.discard((job_id, task_id))
         if entry is not None:
             self._remove(entry)
 
     def forget_job(self, job_id: str) -> None:
         for entry in [t for t in self._tasks.values() if t.task["job_id"] == job_id]:
-            self._remove(entry)
+            self.done(*entry.key)
 
     def forget_homes(self, homes: set[int]) -> None:
         for entry in [t for t in self._tasks.values() if t.home in homes]:
-            self._remove(entry)
+            self.done(*entry.key)
 
     def _add(self, entry: Outstanding) -> None:
         self._remove(entry)
@@ -173,48 +177,71 @@ class Deadlines:
         #: them every late task of a pass went to the one worker that looked idlest
         planned: dict[str, int] = {}
         unhealthy = self._unhealthy()
-        pools = {t.task["pool"] for t in self._tasks.values()}
-        owners = {pool: self._owners(pool) for pool in pools}
+        self._follow_owners()
+        queued = queues(self._tasks.values())
+        held = dict(self.speculation.copies.held())
         for entry in list(self._tasks.values()):
-            pool = entry.task["pool"]
-            now_owner = (owners[pool] or {}).get(entry.partition)
-            if now_owner is not None and now_owner != entry.owner:
-                self._move(entry, now_owner)
-            reason = self._lateness(entry, unhealthy.get(pool, set()), now_ms)
-            if reason is None:
+            verdict = self._lateness(entry, unhealthy.get(entry.task["pool"], set()), now_ms)
+            if verdict is None:
                 continue
-            self._remove(entry)
+            reason, rule = verdict
             if entry.task["attempt"] >= self.max_attempts:
+                self.done(*entry.key)
                 found.append(Late(entry, f"{reason}, and it has used its {self.max_attempts} "
                                   "attempts", None))
                 continue
             target = self._target(entry, planned)
-            if target is None and entry.owner is None:  # adopted, its worker unknown
-                found.append(Late(entry, reason, None, unplaced=True))
+            worth = ("", False) if target is None or rule == LOST else self.speculation.worth(
+                entry, rule, now_ms, target, queued.get(entry.key), held,
+                sum(map(len, (self._members(entry.task["pool"]) or {}).values())))
+            if worth is None:  # not sooner elsewhere by the floor, or the cap is reached
                 continue
-            if target is None:  # nowhere better: keep waiting on the same worker, anew
-                self._add(entry)
-                entry.issued_ms = now_ms
-                entry.per_item_s = self._per_item_s(pool, entry.owner, task_ref(entry.task))
+            late = self._reissue(entry, reason + worth[0], target, now_ms)
+            if late is None:
                 continue
-            worker, partition = target
-            planned[worker] = planned.get(worker, 0) + entry.items
-            found.append(Late(entry, reason, partition))
+            if worth[1]:  # a copy of a task its worker may be running
+                self.speculation.copies.add(entry.key, entry.task["pool"])
+            if target is not None:
+                planned[target.worker] = planned.get(target.worker, 0) + entry.items
+            found.append(late)
         return found
 
-    def _lateness(self, entry: Outstanding, unhealthy: set[str], now_ms: int) -> str | None:
-        """Why `entry` is late: its worker is unhealthy, runs `slack` times slower than
-        the task was expected to (its recent results show it), or the deadline passed."""
+    def _reissue(self, entry: Outstanding, reason: str, target: Target | None,
+                 now_ms: int) -> Late | None:
+        """`entry` to `target`'s partition, else placed (adopted) or waited for anew (None)."""
+        self._remove(entry)
+        if target is None and entry.owner is not None:  # nowhere better: wait on it anew
+            self._add(entry)
+            entry.issued_ms = now_ms
+            entry.per_item_s = self._per_item_s(entry.task["pool"], entry.owner,
+                                                task_ref(entry.task))
+            return None
+        self.speculation.copies.discard(entry.key)
+        return Late(entry, reason, target.partition if target else None, unplaced=not target)
+
+    def _follow_owners(self) -> None:
+        pools = {t.task["pool"] for t in self._tasks.values()}
+        owners = {pool: self._owners(pool) for pool in pools}
+        for entry in list(self._tasks.values()):
+            now_owner = (owners[entry.task["pool"]] or {}).get(entry.partition)
+            if now_owner is not None and now_owner != entry.owner:
+                self._move(entry, now_owner)
+
+    def _lateness(self, entry: Outstanding, unhealthy: set[str],
+                  now_ms: int) -> tuple[str, str] | None:
+        """Why `entry` is late and by which rule (see `speculation`): its worker is unhealthy
+        (`LOST`), runs `slack` times slower than the task was given and than its peers
+        (`SLOW`), or the deadline passed (`OVERDUE`; `LOST` where its worker is unknown)."""
         if entry.owner is not None and entry.owner in unhealthy:
-            return f"worker {entry.owner} is not healthy"
+            return f"worker {entry.owner} is not healthy", LOST
         model = task_ref(entry.task)
         if entry.per_item_s is None:  # no estimate when it was issued: the first one
             entry.per_item_s = self._per_item_s(entry.task["pool"], entry.owner, model)
-        observed = self.observed(entry.owner, model) if entry.owner is not None else None
-        if (observed is not None and entry.per_item_s is not None
-                and observed > self.slack * entry.per_item_s):
+        observed = self.speculation.slow(entry.owner, model, entry.per_item_s, self.slack,
+                                         self._members(entry.task["pool"]))
+        if observed is not None and entry.per_item_s:
             return (f"worker {entry.owner} takes {observed * 1000:.0f} ms per item, "
-                    f"{observed / entry.per_item_s:.1f}x what the task was given")
+                    f"{observed / entry.per_item_s:.1f}x what the task was given"), SLOW
         deadline = entry.deadline_ms(self.slack, self.floor_s)
         if deadline is None and entry.owner is None:
             # Adopted with no speed known (no policy, no result yet): the task may be held
@@ -223,7 +250,7 @@ class Deadlines:
         if deadline is None or now_ms <= deadline:
             return None
         return (f"past its deadline on {entry.owner or 'its worker'} "
-                f"({(now_ms - deadline) / 1000:.1f}s late)")
+                f"({(now_ms - deadline) / 1000:.1f}s late)"), OVERDUE if entry.owner else LOST
 
     # -- estimates --------------------------------------------------------------------------
     def _members(self, pool: str) -> dict[str, list[int]] | None:
@@ -253,6 +280,7 @@ class Deadlines:
         if items <= 0 or inference_seconds <= 0:
             return
         per_item = inference_seconds / items
+        self.speculation.recent.add(worker, model, per_item)
         seen = self._observed.setdefault(worker, {})
         known = seen.get(model)
         seen[model] = per_item if known is None else (
@@ -320,11 +348,11 @@ class Deadlines:
             found[pool] = {w for w, p in workers.items() if not p.healthy}
         return found
 
-    def _target(self, entry: Outstanding, planned: dict[str, int]) -> tuple[str, int] | None:
-        """The healthy worker other than the late one that serves the task's model and
-        would finish it first (its backlog and the items `planned` for it, at its per-item
-        time), and a partition of it; within the model's range of partitions when the
-        policy gives the pool ranges."""
+    def _target(self, entry: Outstanding, planned: dict[str, int]) -> Target | None:
+        """The healthy worker other than the late one that serves the task's model and would
+        finish it first (its backlog and the items `planned` for it, at the slower of its
+        per-item time and its recent results' median), a partition of it (within the model's
+        range of partitions when the policy gives the pool ranges)."""
         pool, model = entry.task["pool"], entry.task["model"]
         members = self._members(pool)
         workers = self.policy.workers(pool) or {}
@@ -334,7 +362,7 @@ class Deadlines:
             within = model_range(model, self.policy.model_ranges(pool))
         except Exception:  # a policy table that cannot answer: any partition
             within = None
-        best: tuple[float, str, int] | None = None
+        best: Target | None = None
         for worker, owned in sorted(members.items()):
             policy = workers.get(worker)
             parts = [p for p in owned if within is None or p in within]
@@ -342,13 +370,14 @@ class Deadlines:
                 continue
             if not self._serves(worker, task_ref(entry.task), policy):
                 continue
-            per_item = self.target_per_item_s(pool, worker, task_ref(entry.task)) or 1.0
+            per_item = max(self.target_per_item_s(pool, worker, task_ref(entry.task)) or 1.0,
+                           self.speculation.recent.median(worker, task_ref(entry.task)) or 0.0)
             queued = self._backlog(pool, worker, -1) + planned.get(worker, 0)
             finish = (queued + entry.items) * per_item
             partition = sorted(parts)[entry.task["task_id"] % len(parts)]
-            if best is None or finish < best[0]:
-                best = (finish, worker, partition)
-        return None if best is None else (best[1], best[2])
+            if best is None or finish < best.finish_s:
+                best = Target(worker, partition, finish, per_item)
+        return best
 
     def _serves(self, worker: str, model: str, policy: WorkerPolicy | None) -> bool:
         """Whether `worker` is known to run `model` (a `model_ref`, with its version): its

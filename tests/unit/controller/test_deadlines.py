@@ -8,6 +8,7 @@ from collections import Counter
 
 from inferstream.controller.deadlines import Deadlines
 from inferstream.controller.declines import PoolView
+from inferstream.controller.speculation import MIN_RESULTS
 from inferstream.policy.view import WorkerPolicy
 from inferstream.schemas.records import Task, TaskItem
 from tests.unit.support.policies import FixedPolicy
@@ -34,8 +35,10 @@ def deadlines(steady_items_per_s: float = 100.0, other_models: tuple[str, ...] =
     view = PoolView(describe=lambda _group: OWNERS)
     for worker in served_by:
         view.record_result(worker, MODEL)
+    # no floor and a copy for every slot: where they go, not whether (see test_speculation)
     return Deadlines(view, FixedPolicy(policy), lambda pool: f"{pool}.workers",
-                     slack=3.0, floor_s=20.0, max_attempts=4)
+                     slack=3.0, floor_s=20.0, max_attempts=4, speculation_floor_s=0.0,
+                     speculation_cap=1.0)
 
 
 def where(table: Deadlines, tasks: int) -> Counter[str]:
@@ -43,7 +46,8 @@ def where(table: Deadlines, tasks: int) -> Counter[str]:
     and count the workers the late tasks go to."""
     for task_id in range(tasks):
         table.issued(task(task_id), 0, OWNERS["slowing"][task_id % 2], 0)
-    table.observe("slowing", MODEL, 10, 0.4)  # 40 ms per item, 4x the 10 it was given
+    for _ in range(MIN_RESULTS):  # 40 ms per item, 4x the 10 it was given
+        table.observe("slowing", MODEL, 10, 0.4)
     owner = {p: w for w, parts in OWNERS.items() for p in parts}
     return Counter(owner[late.partition] for late in table.late(1) if late.partition is not None)
 

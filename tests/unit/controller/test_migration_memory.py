@@ -34,7 +34,8 @@ def config_of(worker_id: str = "w") -> Config:
     return make_config(
         worker={"models": ("sim:ms=1",), "worker_id": worker_id, "sysinfo_interval_s": 0,
                 "max_batch": 1},
-        controller={"migration_floor_s": 0.3, "migration_check_s": 0.05})
+        controller={"migration_floor_s": 0.3, "migration_check_s": 0.05,
+                    "speculation_floor_s": 0.1})
 
 
 def both_workers_equal(_pool: str) -> dict[str, WorkerPolicy]:

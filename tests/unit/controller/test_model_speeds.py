@@ -15,6 +15,7 @@ from inferstream.controller.declines import PoolView
 from inferstream.controller.pacing import Pacing
 from inferstream.controller.replica import Controller
 from inferstream.controller.sizing import SizeSource, TaskSize, choose_task_size
+from inferstream.controller.speculation import MIN_RESULTS
 from inferstream.kafka.topics import topic_specs
 from inferstream.policy.entries import pool_entries
 from inferstream.policy.strategies import StrategySettings, ThroughputStrategy, WorkerView
@@ -107,7 +108,8 @@ def tables(policy: dict[str, WorkerPolicy]) -> tuple[Deadlines, Pacing]:
         view.record_result(worker, SLOW)
         view.record_result(worker, FAST)
     deadlines = Deadlines(view, FixedPolicy(policy), lambda pool: f"{pool}.workers",
-                          slack=2.0, floor_s=10.0, max_attempts=4)
+                          slack=2.0, floor_s=10.0, max_attempts=4,
+                          speculation_floor_s=0.1, speculation_cap=0.1)
     return deadlines, Pacing(deadlines, view, FixedPolicy(policy), ahead_s=2.0)
 
 
@@ -128,9 +130,11 @@ def test_a_task_of_the_slow_model_is_given_that_models_time_on_its_worker() -> N
 def test_results_of_one_model_do_not_make_another_models_tasks_late() -> None:
     deadlines, _ = tables(SPEEDS)
     deadlines.issued(task(0, FAST), 0, OWNERS["a"][0], 0)
-    deadlines.observe("a", SLOW, ITEMS, 5.0)  # 0.5 s per item: the slow model as planned
+    for _ in range(MIN_RESULTS):
+        deadlines.observe("a", SLOW, ITEMS, 5.0)  # 0.5 s per item: the slow model as planned
     assert deadlines.late(1_000) == []
-    deadlines.observe("a", FAST, ITEMS, 0.5)  # 50 ms per item: 10x what the task was given
+    for _ in range(MIN_RESULTS):  # 50 ms per item: 10x what the task was given
+        deadlines.observe("a", FAST, ITEMS, 0.5)
     (late,) = deadlines.late(1_000)
     assert "10.0x what the task was given" in late.reason
 

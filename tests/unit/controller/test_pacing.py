@@ -40,7 +40,8 @@ def pacing(owners: dict[str, list[int]] | None = OWNERS, speed: dict[str, float]
 
     view = PoolView(describe=describe)
     table = Deadlines(view, FixedPolicy(policy), lambda pool: f"{pool}.workers",
-                      slack=3.0, floor_s=20.0, max_attempts=4)
+                      slack=3.0, floor_s=20.0, max_attempts=4, speculation_floor_s=2.0,
+                      speculation_cap=0.1)
     return Pacing(table, view, FixedPolicy(policy), ahead_s)
 
 

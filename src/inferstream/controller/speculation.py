@@ -1,0 +1,168 @@
+"""Speculation on a budget: when a late task of a live, healthy worker goes elsewhere.
+
+LATE's rules (Zaharia et al., OSDI 2008) on `deadlines`' estimates. A worker is slow with a
+model when the median per-item time of its last `RECENT` results of it (after `MIN_RESULTS`:
+one result is not evidence) is `migration_slack` times both what a task was given and the
+median of its peers' medians: at tiny per-item times a whole pool reads 3-15x the first results
+(batches that waited for one process's GIL), and none is slower than its peers. A task of a
+slow worker, or one past its deadline on a live worker, is issued again only where it would
+finish `speculation_floor_s` sooner: its time left (the items ahead of it on its worker and its
+own, at the worker's median, or at the target's where the worker is not slow; at least as long
+as the worker has been silent) against the target's queue and it. A time, not a ratio, so
+per-item noise, which moves seconds only across thousands of items, never pays.
+
+A re-issued task that its worker may be running (the oldest outstanding one of its partition:
+a worker takes a partition's tasks in order, and skips a superseded attempt it has not taken
+yet) is a speculative copy; a pool holds at most `speculation_cap` of its slots (the task
+partitions its live workers own) in copies at once, at least one. The tasks queued behind it
+move without a copy and are not counted. A task whose worker is unhealthy, or an adopted one
+past its deadline, is not speculation: it goes at once, uncapped.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, NamedTuple
+
+from inferstream.policy.view import model_figure
+from inferstream.schemas.records import now_ms, task_ref
+
+if TYPE_CHECKING:
+    from inferstream.controller.deadlines import Outstanding
+
+#: Results per worker and model whose median is the worker's per-item time for speculation.
+RECENT = 9
+#: Results of a model a worker must have sent before it counts as slow with it.
+MIN_RESULTS = 3
+#: Why a task is late: its worker is slower than its peers (speculation), it is past its
+#: deadline on a live worker (speculation), its worker is unhealthy or gone (not).
+SLOW, OVERDUE, LOST = "slow", "overdue", "lost"
+
+
+class Target(NamedTuple):
+    """Where a late task would go: a worker, a partition of it, when it would finish the
+    task there (seconds from now) and its seconds per item."""
+
+    worker: str
+    partition: int
+    finish_s: float
+    per_item_s: float
+
+
+class RecentTimes:
+    """The per-item times of each worker's last `RECENT` results, by model."""
+
+    def __init__(self, clock: Callable[[], int] = now_ms) -> None:
+        self.clock = clock
+        self._times: dict[str, dict[str, deque[float]]] = {}
+        #: when each worker's last result came, in ms
+        self.last_ms: dict[str, int] = {}
+
+    def add(self, worker: str, model: str, per_item_s: float) -> None:
+        times = self._times.setdefault(worker, {})
+        times.setdefault(model, deque(maxlen=RECENT)).append(per_item_s)
+        self.last_ms[worker] = self.clock()
+
+    def median(self, worker: str, model: str) -> float | None:
+        """The median per-item time of `worker`'s recent results of `model` (a `model_ref`);
+        None before `MIN_RESULTS` of them."""
+        times = model_figure(model, self._times.get(worker, {}))
+        if times is None or len(times) < MIN_RESULTS:
+            return None
+        return statistics.median(times)
+
+
+class CopyBudget:
+    """The speculative copies outstanding, by pool, against each pool's cap."""
+
+    def __init__(self, share: float) -> None:
+        self.share = share
+        #: (job id, task id) of each copy outstanding -> its pool
+        self._copies: dict[tuple[str, int], str] = {}
+
+    def cap(self, slots: int) -> int:
+        """Copies a pool of `slots` slots may hold at once: `share` of them, at least one."""
+        return max(1, int(self.share * slots))
+
+    def held(self) -> Mapping[str, int]:
+        """Copies outstanding by pool."""
+        counts: dict[str, int] = {}
+        for pool in self._copies.values():
+            counts[pool] = counts.get(pool, 0) + 1
+        return counts
+
+    def add(self, key: tuple[str, int], pool: str) -> None:
+        self._copies[key] = pool
+
+    def discard(self, key: tuple[str, int]) -> None:
+        self._copies.pop(key, None)
+
+
+class Speculation:
+    """Whether a late task of a live worker is worth issuing again elsewhere now."""
+
+    def __init__(self, floor_s: float, cap: float, clock: Callable[[], int] = now_ms) -> None:
+        self.floor_s = floor_s
+        self.recent = RecentTimes(clock)
+        self.copies = CopyBudget(cap)
+
+    def worth(self, entry: Outstanding, rule: str, at_ms: int, target: Target,
+              queue: tuple[int, bool] | None, held: dict[str, int], slots: int
+              ) -> tuple[str, bool] | None:
+        """What to add to the reason of issuing `entry` (late by `rule`) again on `target`,
+        and whether that makes a copy; None: not worth it at `at_ms`. Its time left is the
+        items ahead of it and its own at its worker's recent median (else what it was given;
+        of a worker not `SLOW`, at most the target's: it is no slower than its peers, so its
+        noise must not count against it), and at least as long as its worker has been
+        silent (since its last result, or since the task was issued): a worker that stopped
+        answering keeps the median it had. `queue`: `queues`' figures of it; `held`: copies
+        outstanding by pool, counted on here; `slots`: the task partitions the pool's live
+        workers own."""
+        ahead, running = queue if queue is not None else (entry.items, True)
+        pool, owner = entry.task["pool"], entry.owner or ""
+        per_item = self.recent.median(owner, task_ref(entry.task)) or entry.per_item_s or 0.0
+        if rule != SLOW:
+            per_item = min(per_item, target.per_item_s)
+        silent_s = (at_ms - max(entry.issued_ms, self.recent.last_ms.get(owner, 0))) / 1000
+        saved = max(ahead * per_item, silent_s) - target.finish_s
+        if saved < self.floor_s:
+            return None
+        if running:
+            if held.get(pool, 0) >= self.copies.cap(slots):
+                return None
+            held[pool] = held.get(pool, 0) + 1
+        return f", {saved:.1f} s sooner on {target.worker}", running
+
+    def slow(self, worker: str | None, model: str, given: float | None, slack: float,
+             members: Mapping[str, object] | None) -> float | None:
+        """`worker`'s recent median per-item time of `model` where that is more than `slack`
+        times both `given` and the median of its peers' (`members` but it); else None."""
+        observed = self.recent.median(worker or "", model)
+        if observed is None or given is None or observed <= slack * given:
+            return None  # the common case: no need to ask the peers
+        return observed if observed > slack * self.peers(worker, model, members) else None
+
+    def peers(self, worker: str | None, model: str,
+              members: Mapping[str, object] | None) -> float:
+        """The median of the recent per-item medians of `model` of the pool's `members`
+        other than `worker`; 0 where none has shown one."""
+        others = [self.recent.median(w, model) for w in members or () if w != worker]
+        medians = [m for m in others if m is not None]
+        return statistics.median(medians) if medians else 0.0
+
+
+def queues(tasks: Iterable[Outstanding]) -> dict[tuple[str, int], tuple[int, bool]]:
+    """For each of `tasks`: the items of its worker's tasks issued before it and its own,
+    and whether its worker may be running it (the oldest of its partition: a worker takes a
+    partition's tasks in order)."""
+    ahead: dict[tuple[str, str | None], int] = {}
+    partitions: set[tuple[str, int]] = set()
+    found = {}
+    for entry in sorted(tasks, key=lambda t: t.issued_ms):
+        pool = entry.task["pool"]
+        ahead[(pool, entry.owner)] = ahead.get((pool, entry.owner), 0) + entry.items
+        found[entry.key] = (ahead[(pool, entry.owner)], (pool, entry.partition) not in partitions)
+        partitions.add((pool, entry.partition))
+    return found
