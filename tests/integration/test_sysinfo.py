@@ -150,6 +150,9 @@ def test_shares_follow_throughput_and_garbage_is_dead_lettered(
             metrics = reply.read().decode()
         assert re.search(r'samples_dropped_total\{reason="negative_throughput"\} 1\.0', metrics)
         assert re.search(r"inferstream_sysinfo_dead_letters_total 1\.0", metrics)
+        # Kubernetes' readiness probe: the replica has joined the app's group
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as reply:
+            assert reply.read() == b"ready\n"
     assert replica.wait(timeout=60) == 0  # bounded mode: no sample for 8 s
 
 
