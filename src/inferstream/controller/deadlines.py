@@ -32,7 +32,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from inferstream.controller.declines import PoolView
-from inferstream.controller.speculation import LOST, OVERDUE, SLOW, Speculation, Target, queues
+from inferstream.controller.speculation import LOST, OVERDUE, SLOW, Queues, Speculation, Target
 from inferstream.policy.view import PolicyView, WorkerPolicy, model_figure, model_range
 from inferstream.schemas.records import Task, now_ms, serves, task_ref
 
@@ -177,8 +177,9 @@ class Deadlines:
         #: them every late task of a pass went to the one worker that looked idlest
         planned: dict[str, int] = {}
         unhealthy = self._unhealthy()
+        self.speculation.begin()
         self._follow_owners()
-        queued = queues(self._tasks.values())
+        queued = Queues(self._tasks.values())
         held = dict(self.speculation.copies.held())
         for entry in list(self._tasks.values()):
             verdict = self._lateness(entry, unhealthy.get(entry.task["pool"], set()), now_ms)

@@ -107,6 +107,12 @@ class Speculation:
         self.floor_s = floor_s
         self.recent = RecentTimes(clock)
         self.copies = CopyBudget(cap)
+        #: `peers`' answers in this pass, by worker and model
+        self._peers: dict[tuple[str | None, str], float] = {}
+
+    def begin(self) -> None:
+        """A pass over the outstanding tasks begins: the peers' medians are asked anew."""
+        self._peers.clear()
 
     def worth(self, entry: Outstanding, rule: str, at_ms: int, target: Target,
               queue: tuple[int, bool] | None, held: dict[str, int], slots: int
@@ -117,7 +123,7 @@ class Speculation:
         of a worker not `SLOW`, at most the target's: it is no slower than its peers, so its
         noise must not count against it), and at least as long as its worker has been
         silent (since its last result, or since the task was issued): a worker that stopped
-        answering keeps the median it had. `queue`: `queues`' figures of it; `held`: copies
+        answering keeps the median it had. `queue`: `Queues`' figures of it; `held`: copies
         outstanding by pool, counted on here; `slots`: the task partitions the pool's live
         workers own."""
         ahead, running = queue if queue is not None else (entry.items, True)
@@ -147,22 +153,37 @@ class Speculation:
     def peers(self, worker: str | None, model: str,
               members: Mapping[str, object] | None) -> float:
         """The median of the recent per-item medians of `model` of the pool's `members`
-        other than `worker`; 0 where none has shown one."""
-        others = [self.recent.median(w, model) for w in members or () if w != worker]
-        medians = [m for m in others if m is not None]
-        return statistics.median(medians) if medians else 0.0
+        other than `worker`; 0 where none has shown one. Kept until the next `begin`."""
+        known = self._peers.get((worker, model))
+        if known is None:
+            others = [self.recent.median(w, model) for w in members or () if w != worker]
+            medians = [m for m in others if m is not None]
+            known = self._peers[(worker, model)] = statistics.median(medians) if medians else 0.0
+        return known
 
 
-def queues(tasks: Iterable[Outstanding]) -> dict[tuple[str, int], tuple[int, bool]]:
-    """For each of `tasks`: the items of its worker's tasks issued before it and its own,
-    and whether its worker may be running it (the oldest of its partition: a worker takes a
-    partition's tasks in order)."""
-    ahead: dict[tuple[str, str | None], int] = {}
-    partitions: set[tuple[str, int]] = set()
-    found = {}
-    for entry in sorted(tasks, key=lambda t: t.issued_ms):
-        pool = entry.task["pool"]
-        ahead[(pool, entry.owner)] = ahead.get((pool, entry.owner), 0) + entry.items
-        found[entry.key] = (ahead[(pool, entry.owner)], (pool, entry.partition) not in partitions)
-        partitions.add((pool, entry.partition))
-    return found
+class Queues:
+    """For each outstanding task: the items of its worker's tasks issued before it and its
+    own, and whether its worker may be running it (the oldest of its partition: a worker takes
+    a partition's tasks in order). Worked out at the first question: most passes ask none."""
+
+    def __init__(self, tasks: Iterable[Outstanding]) -> None:
+        self._tasks = tasks
+        self._found: dict[tuple[str, int], tuple[int, bool]] | None = None
+
+    def get(self, key: tuple[str, int]) -> tuple[int, bool] | None:
+        if self._found is None:
+            self._found = self._work_out()
+        return self._found.get(key)
+
+    def _work_out(self) -> dict[tuple[str, int], tuple[int, bool]]:
+        ahead: dict[tuple[str, str | None], int] = {}
+        partitions: set[tuple[str, int]] = set()
+        found = {}
+        for entry in sorted(self._tasks, key=lambda t: t.issued_ms):
+            pool = entry.task["pool"]
+            ahead[(pool, entry.owner)] = ahead.get((pool, entry.owner), 0) + entry.items
+            found[entry.key] = (ahead[(pool, entry.owner)],
+                                (pool, entry.partition) not in partitions)
+            partitions.add((pool, entry.partition))
+        return found
