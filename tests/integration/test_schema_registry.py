@@ -158,16 +158,21 @@ def test_apicurio_refuses_an_incompatible_version_as_the_codec_says(registry: st
         client.register(prefix + schema["name"], schema)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(200)
 def test_wrong_registry_credentials_are_refused_in_one_line(
         registry: str, config: Config, tmp_path: Path) -> None:
+    """By the client and by each role's start-up check, before it would fail at its first
+    record (a worker used to run on, logging each record it could not write)."""
     wrong = tmp_path / "wrong.password"
     wrong.write_text("not-it\n")
     env = {**config_env(config), "INFERSTREAM_SCHEMA_REGISTRY_PASSWORD_FILE": str(wrong)}
-    done = subprocess.run([*INFERSTREAM, "submit", "--model", "sim:ms=1", "--input", "/a.jpg"],
-                          capture_output=True, text=True, env=env, timeout=60, check=False)
-    assert done.returncode != 0
-    said = done.stderr.strip().splitlines()
-    assert len(said) == 1 and "Traceback" not in done.stderr, done.stderr
-    assert "HTTP 401: it refused the credentials" in said[0], said
-    assert "not-it" not in done.stderr
+    for command in (["submit", "--model", "sim:ms=1", "--input", "/a.jpg"],
+                    ["worker", "--model", "sim:ms=1", "--idle-exit", "5"],
+                    ["controller", "--idle-exit", "5"]):
+        done = subprocess.run([*INFERSTREAM, *command], capture_output=True, text=True,
+                              env=env, timeout=60, check=False)
+        assert done.returncode == 2, (command, done.stderr)
+        said = done.stderr.strip().splitlines()
+        assert "Traceback" not in done.stderr and len(said) == 1, (command, done.stderr)
+        assert "HTTP 401: it refused the credentials" in said[0], said
+        assert "not-it" not in done.stderr

@@ -1,4 +1,5 @@
-"""Start-up checks of a process: its Kafka settings, its ports, the cluster and its topics.
+"""Start-up checks of a process: its Kafka settings, its ports, the cluster, its topics and
+its schema registry.
 
 A mistake a user makes at the command line (no broker at the address, topics never created,
 a bad pass-through setting, a metrics port in use) becomes one line naming what to change,
@@ -27,6 +28,7 @@ from inferstream.kafka.passthrough import check_pass_through
 from inferstream.kafka.refusals import not_authorized, principal
 from inferstream.kafka.settings import consumer_config
 from inferstream.kafka.topics import admin_client
+from inferstream.schemas.schema_registry import registry_client
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,16 @@ def preflight(config: Config, needs: Needs, clients: KafkaClients = REAL_CLIENTS
         HttpGuard.of(config).server_context()  # its certificate and key load and match
     check_cluster(config, needs.topics, clients, needs.user_topics, needs.role)
     check_groups(config, needs.groups, clients, needs.role)
+    if needs.role is not None:
+        check_registry(config)
+
+
+def check_registry(config: Config) -> None:
+    """SchemaRegistryError in one line when `config`'s schema registry does not answer or
+    refuses its credentials: at start, not at a role's first record."""
+    client = registry_client(config)
+    if client is not None:
+        client.subjects()
 
 
 def check_port_free(port: int, flag: str = "--metrics-port") -> None:

@@ -46,14 +46,23 @@ class SchemaRegistryClient:
         """Register `schema` under `subject` (idempotent) and return its global id."""
         path = f"/subjects/{urllib.parse.quote(subject, safe='')}/versions"
         body = json.dumps({"schema": json.dumps(schema)}).encode()
-        answer = self._request("POST", path, body)
+        answer = self._object("POST", path, body)
         return _int_field(answer, "id", self.url + path)
+
+    def subjects(self) -> list[str]:
+        """The subjects the registry shows this user: a cheap request that any logged-in
+        user may make, to check the URL and the credentials."""
+        answer = self._request("GET", "/subjects", None)
+        if not isinstance(answer, list):
+            raise SchemaRegistryError(f"schema registry {self.url}/subjects answered {answer!r}",
+                                      url=self.url + "/subjects", status=200)
+        return [str(subject) for subject in answer]
 
     def schema_by_id(self, schema_id: int) -> dict[str, Any]:
         """Fetch the schema registered with `schema_id`; SchemaError when there is none."""
         path = f"/schemas/ids/{schema_id}"
         try:
-            answer = self._request("GET", path, None)
+            answer = self._object("GET", path, None)
         except SchemaRegistryError as exc:
             if exc.status == 404:
                 raise SchemaRegistryError(
@@ -71,7 +80,15 @@ class SchemaRegistryClient:
             raise SchemaError(f"schema id {schema_id} is not a record schema")
         return schema
 
-    def _request(self, method: str, path: str, body: bytes | None) -> dict[str, Any]:
+    def _object(self, method: str, path: str, body: bytes | None) -> dict[str, Any]:
+        """A request whose answer must be a JSON object."""
+        answer = self._request(method, path, body)
+        if not isinstance(answer, dict):
+            raise SchemaRegistryError(f"schema registry {method} {self.url}{path} answered "
+                                      f"{answer!r}", url=self.url + path, status=200)
+        return answer
+
+    def _request(self, method: str, path: str, body: bytes | None) -> Any:
         url = self.url + path
         headers = {"Accept": _CONTENT_TYPE}
         if body is not None:
@@ -101,10 +118,6 @@ class SchemaRegistryClient:
             raise SchemaRegistryError(
                 f"schema registry {method} {url} answered non-JSON: {exc}", url=url, status=200
             ) from exc
-        if not isinstance(answer, dict):
-            raise SchemaRegistryError(
-                f"schema registry {method} {url} answered {answer!r}", url=url, status=200
-            )
         return answer
 
 

@@ -14,6 +14,7 @@ from fastavro import parse_schema, schemaless_writer
 
 from inferstream.config import MASK, Config, StreamConfig
 from inferstream.errors import ConfigError
+from inferstream.kafka.preflight import check_registry
 from inferstream.schemas import SCHEMA_NAMES, Codec, SchemaError, load_schema
 from inferstream.schemas.codec import history_schemas
 from inferstream.schemas.schema_registry import SchemaRegistryClient
@@ -203,3 +204,15 @@ def test_a_stream_reads_a_foreign_producer_s_records_through_a_registry_with_bas
         value = b"\x00" + schema_id.to_bytes(4, "big") + body.getvalue()
         assert AvroEnvelope(config).decode(value) == {"id": "a", "image": b"pixels"}
         assert registry.requests == [f"GET /schemas/ids/{schema_id}"]
+
+
+def test_a_role_s_start_up_check_refuses_wrong_registry_credentials_in_one_line() -> None:
+    with serve_registry(FakeRegistry(users={"alice": PASSWORD})) as registry:
+        check_registry(Config(schema_registry_url=registry.url, schema_registry_user="alice",
+                              schema_registry_password=PASSWORD))
+        wrong = Config(schema_registry_url=registry.url, schema_registry_user="alice",
+                       schema_registry_password="not-it")  # noqa: S106 (a test value)
+        with pytest.raises(SchemaError, match=r"GET .*/subjects returned HTTP 401: it refused"):
+            check_registry(wrong)
+        check_registry(Config())  # no registry: nothing to ask
+        assert registry.requests == ["GET /subjects", "GET /subjects"]
