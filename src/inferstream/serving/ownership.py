@@ -131,9 +131,11 @@ class Ownership:
 
     async def _own(self, tp: TopicPartition) -> None:
         """Start the partition's producer, then seek to its committed offset; retries while
-        the broker is unreachable and the partition is still ours."""
+        the broker is unreachable and the partition is still ours. Once a transactional id
+        was refused, takes no other partition: the worker stops (taking 120 partitions one
+        refusal after another outlasted its session, and the rebalance came round again)."""
         attempt = 0
-        while not self.stopping.is_set() and self.assigned(tp):
+        while not self.stopping.is_set() and self.assigned(tp) and self.refused_id is None:
             attempt += 1
             committer = self.new_committer(tp)
             try:

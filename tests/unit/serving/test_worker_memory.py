@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from inferstream.config import Config
 from inferstream.jobs.output import job_results, output_lines
 from inferstream.kafka.errors import KafkaSetupError
-from inferstream.serving import fetch
+from inferstream.serving import fetch, ownership
 from inferstream.serving.hooks import WorkerHooks
 from inferstream.serving.loop import Worker
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
@@ -238,3 +238,19 @@ def test_a_transactional_id_refused_at_commit_stops_the_worker_and_loses_nothing
     running.workers(make_worker(as_worker(config, "w2")))
     running.until(all_committed(broker, config))
     assert task_counts(results(broker, config)) == dict.fromkeys(range(8), 1)
+
+
+def test_after_a_refused_transactional_id_the_worker_takes_no_other_partition(
+        broker: MemoryBroker, make_worker: MakeWorker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker stops anyway: taking 120 partitions one refusal after another outlasted its
+    session on a loaded host, and the group's rebalance came round again before it could."""
+    monkeypatch.setattr(ownership, "TAKE_AT_ONCE", 1)  # the partitions in turn
+    config = make_config(sasl_username="w1")
+    put_tasks(broker, config, 4)
+    tids = [transactional_id(config, partition) for partition in (0, 1)]
+    faults = [broker.inject(tid, "init", times=1000, error=TransactionalIdAuthorizationFailed(tid))
+              for tid in tids]
+    with pytest.raises(KafkaSetupError, match=f"use transactional id {tids[0]} "):
+        asyncio.run(asyncio.wait_for(make_worker(config).run(), 30))
+    assert faults[0].reached.is_set()
+    assert not faults[1].reached.is_set()
