@@ -62,6 +62,15 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                    capture_output=True, timeout=120, check=False)
 
 
+@pytest.fixture(scope="session")
+def sasl_ssl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The folder of the run's SASL_SSL one-broker cluster, one for all xdist processes
+    (`tests.integration.secure`)."""
+    from tests.integration.secure import shared_sasl_ssl  # it imports this module
+
+    yield from shared_sasl_ssl(tmp_path_factory)
+
+
 def topics_config(kafka: str, partitions: int = 4) -> Config:
     """A Config with a topic prefix of its own and `partitions` per topic; the topics exist."""
     prefix = f"t{uuid.uuid4().hex[:10]}."

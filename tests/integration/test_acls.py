@@ -1,7 +1,7 @@
-"""`inferstream acls` on a secured cluster (issue 28.3): a controller, the sysinfo app, a
-worker, a stream member and a client, each a principal holding only the ACLs `inferstream acls
---apply` printed for its role, run a job and a stream to the end; a principal without them is
-refused."""
+"""`inferstream acls` on a secured cluster (issue 28.3, and 28's acceptance): a controller,
+the sysinfo app, a worker, a stream member and a client, each a principal holding only the
+ACLs `inferstream acls --apply` printed for its role, label real photos in a job and a stream,
+each once; `top` shows the worker; a principal without them is refused."""
 
 from __future__ import annotations
 
@@ -11,39 +11,58 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from skimage import data as photos
 
 from tests.integration.conftest import INFERSTREAM
-from tests.integration.test_secure_cluster import librdkafka, refused, secured_cluster, settings
+from tests.integration.secure import librdkafka, refused, settings
+from tests.unit.support.photos import encode
 
 pytestmark = pytest.mark.integration
 
-#: Small topics, so that a worker owns its task partitions in seconds.
-SIZES = {"INFERSTREAM_TASK_PARTITIONS": "4", "INFERSTREAM_PARTITIONS": "2",
-         "INFERSTREAM_RESTART": "off"}
+#: A topic prefix of this file's own on the shared cluster; small topics, so that a worker
+#: owns its task partitions in seconds; eager models (compiling costs more than 12 photos).
+SIZES = {"INFERSTREAM_TOPIC_PREFIX": "acls.", "INFERSTREAM_TASK_PARTITIONS": "4",
+         "INFERSTREAM_PARTITIONS": "2", "INFERSTREAM_RESTART": "off",
+         "INFERSTREAM_WORKER_COMPILE": "off"}
 STREAM = ("--input-topic", "acls-in", "--output-topic", "acls-out")
+LITE0 = "efficientnet_lite0"
+#: scikit-image's photos and the top-1 labels right for them (JPEG may move chelsea between
+#: the cats, as in test_stream.py); each goes in COPIES times.
+PHOTOS = {"chelsea": {"tiger cat", "Egyptian cat", "tabby"}, "coffee": {"espresso"},
+          "rocket": {"missile", "projectile"}, "camera": {"tripod"}}
+COPIES = 3
+
+
+def jpegs() -> dict[str, bytes]:
+    """Each item's name and its photo as a JPEG file's bytes."""
+    encoded = {name: encode(getattr(photos, name)(), "JPEG", quality=90) for name in PHOTOS}
+    return {f"{name}-{i}": data for name, data in encoded.items() for i in range(COPIES)}
+
+
+def photo_of(item: str) -> str:
+    """The photo an item's name (a path or a key) says it is."""
+    return Path(item).stem.rsplit("-", 1)[0]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A SASL_SSL cluster with the topics, and each role's ACLs applied by admin."""
-    for directory in secured_cluster(tmp_path_factory.mktemp("acls"), "sasl_ssl"):
-        admin = settings(directory, "admin")
-        assert run(admin, "topics", "create").returncode == 0
-        client = AdminClient(librdkafka(admin))  # held until the futures are done
-        for future in client.create_topics(
-                [NewTopic(t, 2, 1) for t in ("acls-in", "acls-out")]).values():
-            future.result(timeout=30)
-        for role in ("controller", "sysinfo", "worker", "client", "stream"):
-            done = run(admin, "acls", "--principal", f"User:{role}", "--role", role,
-                       "--apply", *(STREAM if role == "stream" else ()))
-            assert done.returncode == 0, done.stderr
-        yield directory
+def cluster(sasl_ssl: Path) -> Path:
+    """The SASL_SSL cluster with this file's topics, and each role's ACLs applied by admin."""
+    admin = settings(sasl_ssl, "admin")
+    assert run(admin, "topics", "create").returncode == 0
+    client = AdminClient(librdkafka(admin))  # held until the futures are done
+    for future in client.create_topics(
+            [NewTopic(t, 2, 1) for t in ("acls-in", "acls-out")]).values():
+        future.result(timeout=30)
+    for role in ("controller", "sysinfo", "worker", "client", "stream"):
+        done = run(admin, "acls", "--principal", f"User:{role}", "--role", role,
+                   "--apply", *(STREAM if role == "stream" else ()))
+        assert done.returncode == 0, done.stderr
+    return sasl_ssl
 
 
 def env_of(settings_file: Path) -> dict[str, str]:
@@ -78,52 +97,71 @@ def sysinfo_workers(port: int) -> set[str]:
         return set()
 
 
+def labels_right(top1: dict[str, str]) -> None:
+    """Each item's top-1 label (item: its file or key) is right for its photo."""
+    wrong = {item: label for item, label in top1.items() if label not in PHOTOS[photo_of(item)]}
+    assert not wrong, wrong
+
+
+@pytest.mark.timeout(400)
 def test_each_role_runs_with_only_its_printed_acls(cluster: Path, tmp_path: Path) -> None:
     items = tmp_path / "items"
     items.mkdir()
-    for i in range(40):
-        (items / f"{i}.bin").write_bytes(f"item {i}".encode())
+    for name, data in jpegs().items():
+        (items / f"{name}.jpg").write_bytes(data)
     port = free_port()
     sysinfo = start(settings(cluster, "sysinfo"), tmp_path / "sysinfo.log", "sysinfo",
                     "--bind", "127.0.0.1", "--port", str(port))
     controller = start(settings(cluster, "controller"), tmp_path / "controller.log",
-                       "controller", "--idle-exit", "30")
+                       "controller", "--idle-exit", "120")
     worker = start(settings(cluster, "worker"), tmp_path / "worker.log", "worker",
-                   "--model", "sim:ms=1", "--worker-id", "acls-worker", "--idle-exit", "20")
+                   "--model", LITE0, "--worker-id", "acls-worker", "--max-batch", "4",
+                   "--idle-exit", "120")
     try:
         output = tmp_path / "out.jsonl"
-        done = run(settings(cluster, "client"), "submit", "--model", "sim:ms=1", "--input",
-                   str(items), "--output", str(output), "--timeout", "100")
+        done = run(settings(cluster, "client"), "submit", "--model", LITE0, "--input",
+                   str(items), "--chunk-size", "2", "--output", str(output), "--timeout", "240",
+                   timeout=300)
         assert done.returncode == 0, done.stderr + (tmp_path / "worker.log").read_text()
         lines = [json.loads(line) for line in output.read_text().splitlines()]
         assert sorted(line["item"] for line in lines) == sorted(map(str, items.iterdir()))
         assert {line["status"] for line in lines} == {"ok"}
+        labels_right({line["item"]: line["top_k"][0]["label"] for line in lines})
         deadline = time.monotonic() + 60
         while "acls-worker" not in sysinfo_workers(port) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert "acls-worker" in sysinfo_workers(port), (tmp_path / "sysinfo.log").read_text()
-        assert worker.wait(timeout=120) == 0
+        top = run(settings(cluster, "client"), "top", "--once", "--json", "--sysinfo-url",
+                  f"http://127.0.0.1:{port}")
+        assert top.returncode == 0, top.stderr
+        assert "acls-worker" in {w["worker"] for w in json.loads(top.stdout)["workers"]}
     finally:
         for process in (sysinfo, controller, worker):
             process.terminate()
-            process.wait(timeout=60)
+    # a graceful stop (SIGTERM: finish, commit, leave the group) is a clean exit
+    assert worker.wait(timeout=60) == 0, (tmp_path / "worker.log").read_text()
+    for process in (sysinfo, controller):
+        process.wait(timeout=60)
     for name in ("sysinfo", "controller", "worker"):
         assert "AUTHORIZATION_FAILED" not in (tmp_path / f"{name}.log").read_text(), name
 
 
+@pytest.mark.timeout(300)
 def test_a_stream_member_runs_with_only_its_printed_acls(cluster: Path) -> None:
+    records = jpegs()
     producer = Producer(librdkafka(settings(cluster, "admin")))
-    for i in range(30):
-        producer.produce("acls-in", key=str(i).encode(), value=f"record {i}".encode())
+    for key, data in records.items():
+        producer.produce("acls-in", key=key.encode(), value=data)
     assert producer.flush(30) == 0
-    done = run(settings(cluster, "stream"), "stream", "--model", "sim:ms=1", *STREAM,
-               "--idle-exit", "8")
+    done = run(settings(cluster, "stream"), "stream", "--model", LITE0, *STREAM,
+               "--idle-exit", "8", timeout=240)
     assert done.returncode == 0, done.stderr
     assert "AUTHORIZATION_FAILED" not in done.stderr
     dump = run(settings(cluster, "admin"), "dump", "acls-out", "--from-beginning",
                "--committed")
-    assert sorted(json.loads(line)["key"] for line in dump.stdout.splitlines()) == sorted(
-        str(i) for i in range(30)), dump.stderr
+    out = [json.loads(line) for line in dump.stdout.splitlines()]
+    assert sorted(line["key"] for line in out) == sorted(records), dump.stderr
+    labels_right({line["key"]: line["value"]["top_k"][0]["label"] for line in out})
 
 
 def test_a_principal_without_acls_cannot_run_a_worker(cluster: Path) -> None:

@@ -4,35 +4,18 @@ user without ACLs and a client without a certificate are refused."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import tomllib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.conftest import CLUSTER, INFERSTREAM, start_cluster
+from tests.integration.secure import inferstream, librdkafka, refused, secured_cluster, settings
 
 pytestmark = pytest.mark.integration
-
-
-def secured_cluster(tmp: Path, mode: str) -> Iterator[Path]:
-    """A 1-broker cluster secured by `mode`; yields its folder, removed at the end."""
-    start_cluster(tmp, 1, "--security", mode)
-    yield tmp
-    subprocess.run([sys.executable, str(CLUSTER), "clean", "--dir", str(tmp)],
-                   capture_output=True, timeout=120, check=False)
-
-
-@pytest.fixture(scope="module")
-def scram(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    yield from secured_cluster(tmp_path_factory.mktemp("sasl-ssl"), "sasl_ssl")
 
 
 @pytest.fixture(scope="module")
@@ -40,50 +23,22 @@ def mtls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield from secured_cluster(tmp_path_factory.mktemp("ssl"), "ssl")
 
 
-def settings(cluster: Path, user: str) -> Path:
-    return cluster / "clients" / f"{user}.toml"
-
-
-def inferstream(settings_file: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INFERSTREAM_")}
-    env["INFERSTREAM_CONFIG"] = str(settings_file)
-    return subprocess.run([*INFERSTREAM, *args], capture_output=True, text=True, env=env,
-                          timeout=60, check=False)
-
-
-def librdkafka(settings_file: Path) -> dict[str, Any]:
-    """The settings file as confluent-kafka's configuration."""
-    s = tomllib.loads(settings_file.read_text())
-    if "sasl_password_file" in s:
-        s["sasl_password"] = Path(s.pop("sasl_password_file")).read_text().strip()
-    names = {"bootstrap_servers": "bootstrap.servers", "security_protocol": "security.protocol",
-             "sasl_mechanism": "sasl.mechanism", "sasl_username": "sasl.username",
-             "sasl_password": "sasl.password", "ssl_cafile": "ssl.ca.location",
-             "ssl_certfile": "ssl.certificate.location", "ssl_keyfile": "ssl.key.location"}
-    return {names[k]: v for k, v in s.items()}
-
-
-def refused(done: subprocess.CompletedProcess[str]) -> None:
-    assert done.returncode != 0, done.stdout
-    assert "Traceback" not in done.stderr, done.stderr
-    assert done.stderr.strip(), "refused without a word"
-
-
-def test_the_settings_files_are_the_owners_alone(scram: Path) -> None:
-    for f in [*(scram / "clients").iterdir(), *(scram / "secrets").iterdir()]:
+def test_the_settings_files_are_the_owners_alone(sasl_ssl: Path) -> None:
+    for f in [*(sasl_ssl / "clients").iterdir(), *(sasl_ssl / "secrets").iterdir()]:
         assert f.stat().st_mode & 0o077 == 0, f
 
 
-def test_admin_creates_the_topics_and_checks_the_config(scram: Path) -> None:
-    done = inferstream(settings(scram, "admin"), "topics", "create")
+def test_admin_creates_the_topics_and_checks_the_config(sasl_ssl: Path) -> None:
+    prefix = ("--topic-prefix", "cluster.")  # the default one is test_secure_refusals.py's
+    done = inferstream(settings(sasl_ssl, "admin"), "topics", "create", *prefix)
     assert done.returncode == 0, done.stderr
-    done = inferstream(settings(scram, "admin"), "config", "check")
+    done = inferstream(settings(sasl_ssl, "admin"), "config", "check", *prefix)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("ok:"), done.stdout
 
 
-def test_admin_produces_and_consumes_with_confluent_kafka(scram: Path) -> None:
-    conf = librdkafka(settings(scram, "admin"))
+def test_admin_produces_and_consumes_with_confluent_kafka(sasl_ssl: Path) -> None:
+    conf = librdkafka(settings(sasl_ssl, "admin"))
     topic = f"round-trip-{uuid.uuid4().hex[:8]}"
     admin = AdminClient(conf)
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=30)
@@ -103,8 +58,8 @@ def test_admin_produces_and_consumes_with_confluent_kafka(scram: Path) -> None:
         consumer.close()
 
 
-def test_a_wrong_password_is_refused_in_words(scram: Path, tmp_path: Path) -> None:
-    admin = settings(scram, "admin").read_text()
+def test_a_wrong_password_is_refused_in_words(sasl_ssl: Path, tmp_path: Path) -> None:
+    admin = settings(sasl_ssl, "admin").read_text()
     password_file = tomllib.loads(admin)["sasl_password_file"]
     (tmp_path / "wrong.password").write_text("not-the-password\n")
     wrong = tmp_path / "wrong.toml"
@@ -112,8 +67,8 @@ def test_a_wrong_password_is_refused_in_words(scram: Path, tmp_path: Path) -> No
     refused(inferstream(wrong, "topics", "create"))
 
 
-def test_a_user_without_acls_may_not_create_a_topic(scram: Path) -> None:
-    admin = AdminClient(librdkafka(settings(scram, "nobody")))
+def test_a_user_without_acls_may_not_create_a_topic(sasl_ssl: Path) -> None:
+    admin = AdminClient(librdkafka(settings(sasl_ssl, "nobody")))
     with pytest.raises(KafkaException) as e:
         admin.create_topics([NewTopic("nobodys-topic", 1, 1)])["nobodys-topic"].result(
             timeout=30)

@@ -6,7 +6,6 @@ transactional ids' ACLs; a wrong password is one line too."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,13 +18,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from tests.integration.test_secure_cluster import (
-    inferstream,
-    librdkafka,
-    refused,
-    secured_cluster,
-    settings,
-)
+from tests.integration.secure import add_user, inferstream, librdkafka, refused, settings
 
 pytestmark = pytest.mark.integration
 
@@ -34,12 +27,14 @@ REFUSED_WITHIN_S = 15.0
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A SASL_SSL cluster whose topics the admin created."""
-    for folder in secured_cluster(tmp_path_factory.mktemp("refusals"), "sasl_ssl"):
-        done = inferstream(settings(folder, "admin"), "topics", "create")
-        assert done.returncode == 0, done.stderr
-        yield folder
+def cluster(sasl_ssl: Path) -> Path:
+    """The SASL_SSL cluster, with the topics of the default prefix created by admin: few
+    partitions, since a worker refused its transactional ids is told so once every partition's
+    producer was (11 s for the default 120, 1 s for 4)."""
+    done = inferstream(settings(sasl_ssl, "admin"), "topics", "create", "--partitions", "2",
+                       "--task-partitions", "4")
+    assert done.returncode == 0, done.stderr
+    return sasl_ssl
 
 
 @pytest.mark.parametrize(("role", "args", "what"), [
@@ -79,8 +74,9 @@ def test_a_wrong_password_is_one_line(cluster: Path, tmp_path: Path) -> None:
 
 
 def granted_worker_acls_less(cluster: Path, user: str, resource: ResourceType) -> None:
-    """`user` holds the worker's ACLs as `inferstream acls` prints them, less those of one
-    kind of resource."""
+    """`user`, a new principal, holds the worker's ACLs as `inferstream acls` prints them,
+    less those of one kind of resource."""
+    add_user(cluster, user)
     done = inferstream(settings(cluster, "admin"), "acls", "--principal", f"User:{user}",
                        "--role", "worker", "--apply")
     assert done.returncode == 0, done.stderr
@@ -91,11 +87,11 @@ def granted_worker_acls_less(cluster: Path, user: str, resource: ResourceType) -
 
 
 @pytest.mark.parametrize(("user", "resource", "what", "restart"), [
-    ("worker", ResourceType.GROUP, "use groups inferstream.default.workers, "
-                                   "inferstream.readers", "on"),
+    ("no-groups", ResourceType.GROUP, "use groups inferstream.default.workers, "
+                                      "inferstream.readers", "on"),
     # known only once a partition's producer starts, after start-up: a supervisor would
     # restart it (an ACL granted meanwhile is then picked up)
-    ("stream", ResourceType.TRANSACTIONAL_ID, "use transactional id inferstream.default.",
+    ("no-ids", ResourceType.TRANSACTIONAL_ID, "use transactional id inferstream.default.",
      "off"),
 ])
 def test_a_worker_without_its_group_or_transactional_ids_is_told_which(
