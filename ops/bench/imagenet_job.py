@@ -1,0 +1,358 @@
+"""Benchmark: a job of ImageNet's size end to end (issue 30.1), and its memory as jobs grow.
+
+On one local broker (started by ops/kafka/cluster, or `--bootstrap` of a running one), one
+controller and one worker process with `--members 8` on `sim:ms=0` (no compute: what is left
+is the Kafka path) take a job of `--items` items (ImageNet's 1,281,167 training images by
+default; a comma-separated list runs one job per size, each with a controller and worker of
+its own on a topic prefix of its own) from an @LIST file of ImageNet-like paths, submitted as a
+user would: `inferstream submit --wait --output FILE`. Reported per job: items/s (submit's
+start to its exit, output written), tasks issued and re-issued (attempt > 1: the controller's
+`inferstream_controller_tasks_reissued_total` by reason, and its log's "re-issued as attempt"
+lines), peak RSS of the controller and the worker (VmHWM of /proc/PID/status, read after the
+job) and of the client (`submit`'s and `results`'s ru_maxrss from wait4), CPU seconds per item
+of the broker's JVM, the controller, the worker and submit (/proc/PID/stat utime + stime across
+the job; the client's from wait4), and a check of submit's output file and of
+`inferstream results JOB --output FILE` (every item exactly once, all ok). The load average
+is printed at the start and the end: other sessions may share the machine.
+
+    .venv/bin/python ops/bench/imagenet_job.py [--items 1281167] [--members 8]
+        [--bootstrap HOST:PORT] [--task-partitions 120] [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field, replace
+from functools import partial
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from failover_common import Fleet, source_version, start_broker
+from p1_stack import INFERSTREAM, BenchError, free_port
+from secure_throughput import cpu_s
+
+from inferstream.client.client import Client
+from inferstream.kafka.groups import describe_with
+
+IMAGENET_TRAIN = 1_281_167
+_NAME_INDEX = re.compile(r"_(\d+)\.JPEG$")
+_COUNTER = re.compile(r'^(inferstream_controller_tasks_(?:issued|reissued)_total)\{([^}]*)\} '
+                      r'([0-9.e+]+)$', re.MULTILINE)
+_REASON = re.compile(r'reason="([^"]*)"')
+
+
+def item_name(index: int) -> str:
+    """Item `index`'s path, shaped like ImageNet's (sim models never open it)."""
+    synset = f"n{index % 1000:08d}"
+    return f"/data/imagenet/train/{synset}/{synset}_{index:07d}.JPEG"
+
+
+def write_imagenet_listing(path: Path, items: int) -> Path:
+    """An @LIST file of `items` ImageNet-like paths, written in blocks of lines."""
+    with path.open("w") as handle:
+        for start in range(0, items, 100_000):
+            handle.write("".join(f"{item_name(i)}\n"
+                                 for i in range(start, min(start + 100_000, items))))
+    return path
+
+
+@dataclass
+class OutputCheck:
+    """What an output file of a job of `items` items held: lines, ok and error items, items
+    missing, items seen more than once and lines naming no item of the job."""
+
+    items: int
+    lines: int = 0
+    ok: int = 0
+    errors: int = 0
+    missing: int = 0
+    repeated: int = 0
+    foreign: int = 0
+
+    @property
+    def passed(self) -> bool:
+        return self.ok == self.lines == self.items and not (self.missing or self.repeated
+                                                            or self.foreign)
+
+
+def check_output(path: Path, items: int) -> OutputCheck:
+    """Read a JSON-lines output of `items` items named by `item_name`, in bounded memory."""
+    seen = bytearray(items)
+    check = OutputCheck(items)
+    with path.open("rb") as handle:
+        for line in handle:
+            check.lines += 1
+            record = json.loads(line)
+            match = _NAME_INDEX.search(record["item"])
+            index = int(match[1]) if match else -1
+            if not 0 <= index < items or record["item"] != item_name(index):
+                check.foreign += 1
+                continue
+            check.repeated += seen[index] > 0
+            seen[index] = 1
+            if record["status"] == "ok":
+                check.ok += 1
+            else:
+                check.errors += 1
+    check.missing = items - sum(seen)
+    return check
+
+
+def reissue_counters(metrics_text: str) -> tuple[int, dict[str, int]]:
+    """Tasks issued (first attempts) and tasks re-issued by reason, from a controller's
+    /metrics page."""
+    issued = 0
+    reissued: dict[str, int] = {}
+    for name, labels, value in _COUNTER.findall(metrics_text):
+        if name.endswith("_reissued_total"):
+            reason = _REASON.search(labels)
+            key = reason[1] if reason else "?"
+            reissued[key] = reissued.get(key, 0) + int(float(value))
+        else:
+            issued += int(float(value))
+    return issued, reissued
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The peak resident set of a live process so far, MiB (VmHWM)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise BenchError(f"no VmHWM for process {pid}")
+
+
+@dataclass(frozen=True)
+class ChildRun:
+    """A client command run to its end: wall seconds, CPU seconds, peak RSS MiB, stdout."""
+
+    seconds: float
+    cpu_s: float
+    peak_mib: float
+    stdout: str
+
+
+@dataclass
+class Measured:
+    """One job's figures."""
+
+    items: int
+    seconds: float = 0.0
+    issued: int = 0
+    reissued: dict[str, int] = field(default_factory=dict)
+    logged_reissues: int = 0
+    peak_mib: dict[str, float] = field(default_factory=dict)
+    cpu_s_per_item: dict[str, float] = field(default_factory=dict)
+    checks: dict[str, OutputCheck] = field(default_factory=dict)
+    loads: tuple[float, float] = (0.0, 0.0)
+
+
+class JobFleet(Fleet):
+    """A controller and one worker process of `members` members under a topic prefix of
+    their own; client commands run as children whose resource use wait4 reports."""
+
+    def __init__(self, bootstrap: str, partitions: int, task_partitions: int, logdir: Path,
+                 tag: str) -> None:
+        super().__init__(bootstrap, partitions, logdir, tag)
+        self.config = replace(self.config, task_partitions=task_partitions)
+        self.client = Client(self.config)
+
+    def wait_for_members(self, members: int, timeout_s: float) -> None:
+        """Block until the pool's group has `members` members, each owning a partition."""
+        describe = describe_with(partial(self.client.clients.admin,
+                                         self.config.confluent_config()))
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.check_alive("controller", "w")
+            try:
+                owned = describe(self.config.worker_group("default"))
+            except Exception:  # the group not formed yet
+                owned = {}
+            if len(owned) == members and all(owned.values()):
+                return
+            time.sleep(0.5)
+        raise BenchError(f"the {members} members never shared the partitions")
+
+    def run_client(self, name: str, *args: str) -> ChildRun:
+        """`inferstream ARGS` to its end; BenchError unless it exits 0."""
+        out, log = self.log_path(f"{name}.out"), self.log_path(name)
+        started = time.perf_counter()
+        with out.open("wb") as stdout, log.open("wb") as stderr:
+            proc = subprocess.Popen([*INFERSTREAM, *args], stdout=stdout, stderr=stderr,
+                                    env=self._env())
+            _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            raise BenchError(f"{name} exited {proc.returncode}: {log.read_text()[-2000:]}")
+        return ChildRun(time.perf_counter() - started, usage.ru_utime + usage.ru_stime,
+                        usage.ru_maxrss / 1024, out.read_text())  # ru_maxrss: KiB on Linux
+
+
+def run_job(fleet: JobFleet, broker_pid: int, items: int, model: str) -> Measured:
+    """Submit one job of `items` items with --wait --output, then read it with `results`."""
+    measured = Measured(items, loads=(os.getloadavg()[0], 0.0))
+    listing = write_imagenet_listing(fleet.logdir / f"items-{items}.txt", items)
+    pids = {"broker": broker_pid, "controller": fleet.procs["controller"].pid,
+            "worker": fleet.procs["w"].pid}
+    before = {name: cpu_s(pid) for name, pid in pids.items()}
+    output = fleet.logdir / f"submit-{items}.jsonl"
+    submit = fleet.run_client("submit", "submit", "--model", model, "--input", f"@{listing}",
+                              "--wait", "--output", str(output))
+    measured.cpu_s_per_item = {name: (cpu_s(pid) - before[name]) / items
+                               for name, pid in pids.items()}
+    measured.cpu_s_per_item["submit"] = submit.cpu_s / items
+    measured.seconds = submit.seconds
+    measured.peak_mib = {name: peak_rss_mib(pids[name]) for name in ("controller", "worker")}
+    measured.peak_mib["submit"] = submit.peak_mib
+    measured.loads = (measured.loads[0], os.getloadavg()[0])
+    return measured
+
+
+def audit(fleet: JobFleet, measured: Measured, job_id: str, metrics_port: int) -> None:
+    """Re-issues from the controller's metrics and log; both output files checked."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics",
+                                timeout=30) as page:
+        measured.issued, measured.reissued = reissue_counters(page.read().decode())
+    measured.logged_reissues = fleet.log_path("controller").read_text(
+        errors="replace").count("re-issued as attempt")
+    output = fleet.logdir / f"submit-{measured.items}.jsonl"
+    measured.checks["submit"] = check_output(output, measured.items)
+    output.unlink()
+    read = fleet.logdir / f"results-{measured.items}.jsonl"
+    results = fleet.run_client("results", "results", job_id, "--output", str(read))
+    measured.peak_mib["results"] = results.peak_mib
+    measured.checks["results"] = check_output(read, measured.items)
+    read.unlink()
+
+
+def measure_size(bootstrap: str, broker_pid: int, args: argparse.Namespace, logdir: Path,
+                 items: int) -> Measured:
+    """One job of `items` items on a controller and worker of its own."""
+    fleet = JobFleet(bootstrap, args.partitions, args.task_partitions, logdir,
+                     f"imagenet{items}")
+    try:
+        fleet.create_topics()
+        port = free_port()
+        fleet.start("controller", "controller", "--metrics-port", str(port))
+        fleet.worker("w", args.model, "--members", str(args.members))
+        fleet.wait_for_members(args.members, timeout_s=600)
+        measured = run_job(fleet, broker_pid, items, args.model)
+        job_id = fleet.log_path("submit.out").read_text().split()[0]
+        audit(fleet, measured, job_id, port)
+        return measured
+    finally:
+        fleet.stop_all()
+
+
+def table(rows: list[Measured]) -> str:
+    """The figures of each job, a Markdown table."""
+    lines = ["| items | s | items/s | tasks issued | re-issued (metrics, by reason) | "
+             "re-issued (log) | peak RSS MiB: controller, worker, submit, results | "
+             "CPU us per item: broker, controller, worker, submit | output checks | load |",
+             "|---:|---:|---:|---:|---|---:|---|---|---|---|"]
+    for row in rows:
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(row.reissued.items()) if v) or "0"
+        share = sum(row.reissued.values()) / row.issued if row.issued else 0.0
+        peaks = ", ".join(f"{row.peak_mib.get(k, 0):.0f}"
+                          for k in ("controller", "worker", "submit", "results"))
+        cpu = ", ".join(f"{row.cpu_s_per_item[k] * 1e6:.0f}"
+                        for k in ("broker", "controller", "worker", "submit"))
+        checks = "; ".join(f"{k} {'ok' if c.passed else c}" for k, c in row.checks.items())
+        lines.append(f"| {row.items:,} | {row.seconds:.1f} | {row.items / row.seconds:,.0f} | "
+                     f"{row.issued:,} | {reasons} ({share:.2%}) | {row.logged_reissues} | "
+                     f"{peaks} | {cpu} | {checks} | {row.loads[0]:.1f} -> {row.loads[1]:.1f} |")
+    return "\n".join(lines)
+
+
+def sizes(text: str) -> list[int]:
+    """`--items`: one size or a comma-separated list, each >= 1."""
+    values = [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"item counts >= 1, comma-separated: {text!r}")
+    return values
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="ops/bench/imagenet_job.py",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--items", type=sizes, default=[IMAGENET_TRAIN],
+                        help="items of the job; a comma-separated list runs one job per size")
+    parser.add_argument("--members", type=int, default=8,
+                        help="group members of the one worker process")
+    parser.add_argument("--model", default="sim:ms=0")
+    parser.add_argument("--partitions", type=int, default=12,
+                        help="partitions of the jobs, results and events topics")
+    parser.add_argument("--task-partitions", type=int, default=120,
+                        help="partitions of the pool's task topic")
+    parser.add_argument("--bootstrap", default="",
+                        help="a running broker's bootstrap HOST:PORT on this machine "
+                        "(default: start one with ops/kafka/cluster)")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="where the logs, lists and outputs go (default: a temporary "
+                        "folder, deleted at the end)")
+    return parser.parse_args(argv)
+
+
+def listening_pid(bootstrap: str) -> int:
+    """The process of this machine listening at `bootstrap`'s port (a running broker)."""
+    port = bootstrap.rsplit(":", 1)[1]
+    listening = subprocess.run(["ss", "-Hltnp", f"sport = :{port}"], capture_output=True,
+                               text=True, timeout=30, check=False).stdout
+    found = re.search(r"pid=(\d+),", listening)
+    if found is None:
+        raise BenchError(f"no process of this machine listens at {bootstrap}")
+    return int(found[1])
+
+
+def run(args: argparse.Namespace, workdir: Path) -> list[Measured]:
+    broker = None if args.bootstrap else start_broker(workdir / "kafka")
+    try:
+        bootstrap = broker.bootstrap if broker else args.bootstrap
+        broker_pid = broker.pid() if broker else listening_pid(bootstrap)
+        if broker_pid is None:
+            raise BenchError("the broker has no process")
+        rows = []
+        for items in args.items:
+            rows.append(measure_size(bootstrap, broker_pid, args, workdir, items))
+            print(table(rows[-1:]), file=sys.stderr, flush=True)
+        return rows
+    finally:
+        if broker:
+            broker.clean()
+
+
+def banner(script: str, given: list[str]) -> str:
+    """The first line of a report: the command, the code, the cores, the time, the load."""
+    return (f"# {shlex.join([script, *given])} at {source_version()}, {os.cpu_count()} "
+            f"cores, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average at "
+            f"start {os.getloadavg()[0]:.1f}")
+
+
+def main(argv: list[str] | None = None) -> list[Measured]:
+    given = sys.argv[1:] if argv is None else argv
+    args = parse_args(given)
+    print(banner("ops/bench/imagenet_job.py", given), flush=True)
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        rows = run(args, args.workdir)
+    else:
+        with tempfile.TemporaryDirectory(prefix="imagenet-job-") as tmp:
+            rows = run(args, Path(tmp))
+    print(table(rows))
+    print(f"\nload average at the end {os.getloadavg()[0]:.1f}; members {args.members}, "
+          f"task partitions {args.task_partitions}, peak RSS from VmHWM (controller, worker) "
+          f"and wait4's ru_maxrss (submit, results)")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

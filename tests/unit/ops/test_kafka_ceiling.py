@@ -1,0 +1,75 @@
+"""ops/bench/kafka_ceiling.py without a broker: its arguments, the sizes of the records it
+sends, reading the perf tools' summaries, and the ceiling worked out from them (the run itself
+needs a broker and the Kafka jars: `python ops/bench/kafka_ceiling.py --tasks 2000` takes
+under a minute)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "ops" / "bench"))
+
+import kafka_ceiling
+
+BENCH = Path(kafka_ceiling.__file__)
+
+PRODUCER_OUTPUT = """\
+13842 records sent, 2768.4 records/sec (4.95 MB/sec), 320.1 ms avg latency, 905.0 ms max.
+40000 records sent, 3112.745 records/sec (5.57 MB/sec), 291.29 ms avg latency, 905.00 ms max \
+latency, 280 ms 50th, 512 ms 95th, 704 ms 99th, 890 ms 99.9th.
+"""
+
+CONSUMER_OUTPUT = """\
+start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, \
+rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec
+2026-12-05 19:58:01:120, 2026-12-05 19:58:09:470, 170.7844, 20.4532, 40000, 4790.4192, \
+3105, 5245, 32.5614, 7626.3108
+"""
+
+
+def test_the_defaults_are_imagenet_s_tasks_of_the_controller_s_default_size() -> None:
+    args = kafka_ceiling.parse_args([])
+    assert args.chunk == 32 and args.tasks * args.chunk >= 1_281_167
+    assert args.result_txn_ms == 1 and args.result_producers >= 1
+    args = kafka_ceiling.parse_args(["--tasks", "2000", "--bootstrap", "127.0.0.1:9092",
+                                     "--inferstream-items-per-s", "3429"])
+    assert (args.tasks, args.bootstrap, args.inferstream_items_per_s) == (
+        2000, "127.0.0.1:9092", 3429.0)
+    usage = subprocess.run([sys.executable, str(BENCH), "--help"],
+                           capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "ceiling" in usage and "--result-txn-ms" in usage
+
+
+def test_records_are_the_avro_sizes_of_a_task_and_its_result() -> None:
+    small, typical = kafka_ceiling.record_sizes(1), kafka_ceiling.record_sizes(32)
+    assert typical.chunk == 32
+    # an item's path in the task, its path and five labelled predictions in the result
+    assert 40 < (typical.task - small.task) / 31 < 80
+    assert 100 < (typical.result - small.result) / 31 < 250
+    assert typical.result > typical.task > 32 * 50
+
+
+def test_the_perf_tools_summaries_are_read() -> None:
+    assert kafka_ceiling.parse_producer(PRODUCER_OUTPUT) == (3112.745, 5.57)
+    # the consumer's rate without its group's join
+    assert kafka_ceiling.parse_consumer(CONSUMER_OUTPUT) == (7626.3108, 32.5614)
+    for parse in (kafka_ceiling.parse_producer, kafka_ceiling.parse_consumer):
+        with pytest.raises(kafka_ceiling.BenchError, match="no"):
+            parse("Exception in thread main: TimeoutException\n")
+
+
+def test_the_ceiling_serves_the_four_streams_of_a_task_in_turn() -> None:
+    def stream(rate: float, broker_us: float) -> kafka_ceiling.Stream:
+        return kafka_ceiling.Stream("s", 100, rate, 1.0, broker_us)
+    streams = [stream(1000, 200), stream(4000, 50), stream(500, 800), stream(4000, 150)]
+    # a task: 1 ms + 0.25 ms + 2 ms + 0.25 ms = 3.5 ms for 35 items
+    assert kafka_ceiling.ceiling_items_per_s(35, streams) == pytest.approx(10_000)
+    assert kafka_ceiling.broker_us_per_item(32, streams) == pytest.approx(37.5)
+    table = kafka_ceiling.table(35, streams, 2500.0)
+    assert "ceiling, chunk 35: 10,000 items/s" in table
+    assert "inferstream 2,500 items/s = 0.25 of it" in table
+    assert "| s | 100 | 500 | 1.0 | 17,500 | 800 |" in table
