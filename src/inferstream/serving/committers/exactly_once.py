@@ -167,7 +167,7 @@ def quiet_fenced_futures(loop: asyncio.AbstractEventLoop) -> None:
     def handler(current: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         if isinstance(context.get("exception"), _FATAL) and "never retrieved" in str(
                 context.get("message", "")):
-            log.info("a fenced producer's error was left unretrieved by aiokafka: %r",
+            log.info("a fenced or refused producer's error was left unretrieved by aiokafka: %r",
                      context["exception"])
             return
         current.default_exception_handler(context)
