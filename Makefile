@@ -49,8 +49,9 @@ demo: $(STAMP) kafka-jars ## classify scikit-image's photos end to end on a loca
 	$(PY) ops/demo.py
 
 SEEDS ?= 3 4 6
-chaos: $(STAMP) kafka-jars ## full-size chaos scenario (20,000 items, 3-broker cluster) for each of SEEDS
-	set -e; for seed in $(SEEDS); do $(PY) -m tests.chaos.scenario --seed $$seed --items 20000; done
+SECURITY ?= plaintext
+chaos: $(STAMP) kafka-jars ## full-size chaos scenario (20,000 items, 3-broker cluster, SECURITY plaintext|sasl_ssl|ssl) for each of SEEDS
+	set -e; for seed in $(SEEDS); do $(PY) -m tests.chaos.scenario --seed $$seed --items 20000 --security $(SECURITY); done
 
 chaos-schedule: $(STAMP) kafka-jars ## issue 26's fault schedule (one controller, three workers, two worker kills, a pause, a broker kill) RUNS times (default 10)
 	$(PY) -m tests.chaos.schedule_runs --runs $(or $(RUNS),10)

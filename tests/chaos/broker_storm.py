@@ -26,7 +26,7 @@ from inferstream.client.client import Client
 from inferstream.config import Config
 from inferstream.kafka.topics import ensure_topics
 from tests.chaos.fleets import ChaosCluster, ClusterUnavailableError, WorkerFleet
-from tests.chaos.scenario import ProgressFollower
+from tests.chaos.progress import ProgressFollower
 from tests.integration.conftest import Processes
 
 ITEMS = 60_000

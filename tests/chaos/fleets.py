@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
@@ -14,7 +15,12 @@ import sys
 import time
 from pathlib import Path
 
-from tests.integration.conftest import CLUSTER, Processes
+from inferstream.config import Config, load_config
+from tests.integration.conftest import CLUSTER, INFERSTREAM, Processes
+
+#: The settings that say how to reach a cluster and who connects.
+CONNECTION = ("bootstrap_servers", "security_protocol", "sasl_mechanism", "sasl_username",
+              "sasl_password", "ssl_cafile", "ssl_certfile", "ssl_keyfile")
 
 
 class ClusterUnavailableError(Exception):
@@ -24,12 +30,16 @@ class ClusterUnavailableError(Exception):
 # -- the cluster ----------------------------------------------------------------------------
 class ChaosCluster:
     """A 3-broker cluster in `directory`, driven through `ops/kafka/cluster`; `settings`:
-    server.properties entries (KEY=VALUE) for `start --set`."""
+    server.properties entries (KEY=VALUE) for `start --set`; `security`: its `--security`
+    (on a secured cluster each role runs as the user of its name, with the ACLs `inferstream
+    acls` prints for it: `grant`, `principals`)."""
 
-    def __init__(self, directory: Path, brokers: int = 3, settings: tuple[str, ...] = ()) -> None:
+    def __init__(self, directory: Path, brokers: int = 3, settings: tuple[str, ...] = (),
+                 security: str = "plaintext") -> None:
         self.directory = directory
         self.brokers = brokers
         self.settings = settings
+        self.security = security
         self.bootstrap = ""
         self.restarting: dict[int, subprocess.Popen[str]] = {}
 
@@ -39,12 +49,44 @@ class ChaosCluster:
     def start(self) -> str:
         proc = subprocess.run(
             self._cmd("start", "--brokers", str(self.brokers), "--port", "auto",
+                      "--security", self.security,
                       *(f"--set={setting}" for setting in self.settings)),
             capture_output=True, text=True, timeout=600, check=False)
         if proc.returncode != 0:
             raise ClusterUnavailableError(f"cannot start Kafka: {proc.stderr.strip()[-2000:]}")
         self.bootstrap = proc.stdout.strip().splitlines()[-1]
         return self.bootstrap
+
+    def settings_file(self, user: str) -> Path:
+        """The settings file `start` wrote for `user` on a secured cluster."""
+        return self.directory / "clients" / f"{user}.toml"
+
+    def connect(self, config: Config, user: str = "admin") -> Config:
+        """`config` connecting to the cluster as `user` (on a plaintext one, as anyone)."""
+        if self.security == "plaintext":
+            return dataclasses.replace(config, bootstrap_servers=self.bootstrap)
+        own = load_config(environ={"INFERSTREAM_CONFIG": str(self.settings_file(user))})
+        return dataclasses.replace(config, **{name: getattr(own, name) for name in CONNECTION})
+
+    def principals(self, *roles: str) -> dict[str, Path]:
+        """The settings file each role's processes run with ({} on a plaintext cluster)."""
+        if self.security == "plaintext":
+            return {}
+        return {role: self.settings_file(role) for role in roles}
+
+    def grant(self, config: Config, *roles: str) -> None:
+        """As admin, give each role's user what `inferstream acls --role ROLE` prints for the
+        topic prefix of `config` (nothing to do on a plaintext cluster)."""
+        env = {**os.environ, "INFERSTREAM_CONFIG": str(self.settings_file("admin")),
+               "INFERSTREAM_TOPIC_PREFIX": config.topic_prefix}
+        started = {role: subprocess.Popen(  # at once: each mostly starts Python
+            [*INFERSTREAM, "acls", "--principal", f"User:{role}", "--role", role, "--apply"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for role in self.principals(*roles)}
+        for role, process in started.items():
+            _, err = process.communicate(timeout=120)
+            if process.returncode != 0:
+                raise RuntimeError(f"granting {role}'s ACLs failed: {err.strip()}")
 
     def kill(self, broker: int) -> None:
         subprocess.run(self._cmd("kill", str(broker)), capture_output=True, text=True,

@@ -2,10 +2,13 @@
 
     python -m tests.chaos.scenario --seed 7 --items 20000 [--workers 4] [--ms 2] [--dir DIR]
                                    [--controllers 2] [--faults KIND,KIND,...]
+                                   [--security plaintext|sasl_ssl|ssl]
 
-It starts a 3-broker KRaft cluster (RF 3, min ISR 2), two controller replicas and `--workers`
-workers on a `sim:` model, submits one job, and while the job runs injects the faults of a
-schedule drawn from `random.Random(seed)` at fractions of the job's done items (kill -9
+It starts a 3-broker KRaft cluster (RF 3, min ISR 2; with `--security sasl_ssl` or `ssl`,
+each role runs as its own user holding only the ACLs `inferstream acls` prints for it), two
+controller replicas and `--workers` workers on a `sim:` model, submits one job, and while the
+job runs injects the faults of a schedule drawn from `random.Random(seed)` at fractions of
+the job's done items (kill -9
 workers, which are replaced; SIGSTOP a worker past its session timeout, then SIGCONT; kill -9
 a broker and restart it; add two workers; SIGTERM one; kill -9 the controller replica that
 owns the job, replaced by a third; SIGSTOP the owning replica past its session timeout, then
@@ -24,22 +27,18 @@ import random
 import signal
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferstream.client.client import Client, JobStatus
 from inferstream.config import Config
-from inferstream.jobs.output import open_job_partition
-from inferstream.kafka.errors import PartitionReadError
-from inferstream.kafka.reader import PartitionReader
 from inferstream.kafka.settings import partition_for
 from inferstream.kafka.topics import ensure_topics
-from inferstream.schemas import Codec, SchemaError
 from tests.chaos.diagnose import render_evidence, source_fingerprint
 from tests.chaos.faults import KINDS, FaultInjector, FaultSchedule, Timeline, fault_kinds
 from tests.chaos.fleets import ChaosCluster, ClusterUnavailableError, ControllerFleet, WorkerFleet
+from tests.chaos.progress import ProgressFollower
 from tests.chaos.verifier import ResultsReader, VerificationReport, verify
 from tests.integration.conftest import Processes
 
@@ -63,6 +62,8 @@ class ScenarioOptions:
     session_timeout_ms: int = 6_000
     controllers: int = 2
     faults: tuple[str, ...] = ()  # a fixed schedule (FaultSchedule.spread); empty: drawn
+    #: the cluster's `--security`; secured, each role runs as its own least-privilege user
+    security: str = "plaintext"
     directory: Path | None = None
     #: give up waiting for the job after this long from submission
     job_timeout_s: float = 900.0
@@ -75,9 +76,10 @@ class ScenarioOptions:
 
     def replay(self) -> str:
         fixed = f" --faults {','.join(self.faults)}" if self.faults else ""
+        secured = f" --security {self.security}" if self.security != "plaintext" else ""
         return (f"python -m tests.chaos.scenario --seed {self.seed} --items {self.items} "
                 f"--workers {self.workers} --ms {self.ms:g} --kills {self.worker_kills} "
-                f"--controllers {self.controllers}{fixed}")
+                f"--controllers {self.controllers}{fixed}{secured}")
 
 
 @dataclass
@@ -106,7 +108,7 @@ class ScenarioResult:
         lines = [
             f"=== chaos scenario seed={opts.seed} items={opts.items} workers={opts.workers} "
             f"controllers={opts.controllers} model={opts.model} partitions={opts.partitions} "
-            f"session-timeout={opts.session_timeout_ms}ms ===",
+            f"session-timeout={opts.session_timeout_ms}ms security={opts.security} ===",
             f"schedule: {self.schedule.render()}",
             "timeline:", self.timeline.render(),
             f"job: {state} done={done}/{opts.items} after {self.job_seconds:.1f}s",
@@ -122,61 +124,6 @@ class ScenarioResult:
         lines += [f"FAILED: {p}" for p in self.problems]
         lines += [f"replay: {opts.replay()}", f"logs: {self.directory / 'logs'}"]
         return "\n".join(lines)
-
-
-class ProgressFollower:
-    """Follows the job's events on a thread; `status` is the latest one."""
-
-    def __init__(self, config: Config, job_id: str) -> None:
-        self.config = config
-        self.job_id = job_id
-        self.status: JobStatus | None = None
-        self.read_errors: list[str] = []
-        self._codec = Codec.for_config(config)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="job-events", daemon=True)
-
-    def start(self) -> ProgressFollower:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-    @property
-    def done_items(self) -> int:
-        return self.status.done_items if self.status else 0
-
-    def _run(self) -> None:
-        consumer, partition = None, 0
-        while consumer is None and not self._stop.is_set():
-            try:
-                consumer, partition = open_job_partition(
-                    self.config, self.config.topic("job-events"), self.job_id, follow=True)
-            except Exception as exc:  # a broker going away: note it, try again
-                self.read_errors.append(repr(exc))
-                time.sleep(1)
-        try:
-            while not self._stop.is_set():
-                try:
-                    for record in PartitionReader(consumer, [partition], follow=True,
-                                                  timeout_s=1.0):
-                        self._take(record.value)
-                except PartitionReadError as exc:  # a broker going away: note it, read on
-                    self.read_errors.append(str(exc))
-                    time.sleep(0.5)
-        finally:
-            if consumer is not None:
-                consumer.close()
-
-    def _take(self, value: bytes) -> None:
-        try:
-            event = self._codec.decode(value, expected="JobEvent")
-        except SchemaError:
-            return
-        if event["job_id"] == self.job_id:
-            self.status = JobStatus.from_event(event)
 
 
 def _names(items: int) -> list[str]:
@@ -291,19 +238,20 @@ def run_scenario(options: ScenarioOptions) -> ScenarioResult:
     print(f"chaos: seed={options.seed} dir={directory}\nchaos: schedule "
           f"{result.schedule.render()}\nchaos: replay with `{options.replay()}`", flush=True)
     source = source_fingerprint()
-    cluster = ChaosCluster(directory / "kafka")
+    cluster = ChaosCluster(directory / "kafka", security=options.security)
     procs: Processes | None = None
     fleet: WorkerFleet | None = None
     controllers: ControllerFleet | None = None
     during: ResultsReader | None = None
     try:
         timeline.add("cluster ready", cluster.start())
-        config = Config(bootstrap_servers=cluster.bootstrap, topic_prefix=f"chaos{options.seed}.",
-                        partitions=options.partitions, task_partitions=options.partitions,
-                        replication_factor=3)
+        config = cluster.connect(Config(
+            topic_prefix=f"chaos{options.seed}.", partitions=options.partitions,
+            task_partitions=options.partitions, replication_factor=3))
         topics = ensure_topics(config)
         assert topics.ok, topics.mismatched
-        procs = Processes(config, directory / "logs")
+        cluster.grant(config, "controller", "worker", "client")
+        procs = Processes(config, directory / "logs", cluster.principals("controller", "worker"))
         controllers = ControllerFleet(procs, ["--idle-exit", "900"])
         for _ in range(options.controllers):
             controllers.add()
@@ -314,7 +262,8 @@ def run_scenario(options: ScenarioOptions) -> ScenarioResult:
         listing = directory / "items.txt"
         listing.write_text("\n".join(_names(options.items)) + "\n")
         during = ResultsReader(config, name="results-verifier-during").start()
-        job = Client(config).submit(options.model, [f"@{listing}"], chunk_size=options.chunk_size)
+        job = Client(cluster.connect(config, "client")).submit(
+            options.model, [f"@{listing}"], chunk_size=options.chunk_size)
         timeline.add("job submitted", job.job_id)
         follower = ProgressFollower(config, job.job_id).start()
         injector = FaultInjector(rng, cluster, fleet, timeline, options.session_timeout_ms / 1000,
@@ -371,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--controllers", type=int, default=2, help="controller replicas")
     parser.add_argument("--faults", type=fault_kinds, default=(),
                         help=f"a fixed schedule, in this order: some of {','.join(KINDS)}")
+    parser.add_argument("--security", choices=("plaintext", "sasl_ssl", "ssl"),
+                        default="plaintext", help="the cluster's; secured, each role runs as "
+                        "its own user holding only its ACLs")
     parser.add_argument("--dir", type=Path, default=None, help="default: a new temporary dir")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -380,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     options = ScenarioOptions(seed=seed, items=args.items, workers=args.workers, ms=args.ms,
                               worker_kills=args.kills, partitions=args.partitions,
                               session_timeout_ms=args.session_timeout_ms,
-                              controllers=args.controllers, faults=args.faults, directory=args.dir)
+                              controllers=args.controllers, faults=args.faults,
+                              security=args.security, directory=args.dir)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         result = run_scenario(options)

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -106,17 +106,29 @@ def config_env(cfg: Config) -> dict[str, str]:
 
 
 class Processes:
-    """Starts inferstream processes for one test and stops whatever is left at teardown."""
+    """Starts inferstream processes for one test and stops whatever is left at teardown.
 
-    def __init__(self, cfg: Config, logdir: Path) -> None:
+    On a secured cluster, `principals` names the settings file (INFERSTREAM_CONFIG) each
+    command runs with, by its first word ("worker", "controller", ...).
+    """
+
+    def __init__(self, cfg: Config, logdir: Path,
+                 principals: Mapping[str, Path] | None = None) -> None:
         self.cfg = cfg
         self.logdir = logdir
+        self.principals = dict(principals or {})
         self.started: list[subprocess.Popen[bytes]] = []
+
+    def _env(self, command: str) -> dict[str, str]:
+        env = config_env(self.cfg)
+        if command in self.principals:
+            env["INFERSTREAM_CONFIG"] = str(self.principals[command])
+        return env
 
     def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
         with open(self.logdir / f"{name}.log", "wb") as log:  # the child keeps its own copy
             proc = subprocess.Popen([*INFERSTREAM, *args], stdout=log, stderr=subprocess.STDOUT,
-                                    env=config_env(self.cfg), cwd=self.logdir)
+                                    env=self._env(args[0]), cwd=self.logdir)
         self.started.append(proc)
         return proc
 
@@ -131,7 +143,7 @@ class Processes:
     def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """Run a client command to completion."""
         return subprocess.run([*INFERSTREAM, *args], capture_output=True, text=True,
-                              env=config_env(self.cfg), timeout=timeout, check=False)
+                              env=self._env(args[0]), timeout=timeout, check=False)
 
     def log(self, name: str) -> str:
         return (self.logdir / f"{name}.log").read_text(errors="replace")
