@@ -53,15 +53,14 @@ def photo_of(item: str) -> str:
 def cluster(sasl_ssl: Path) -> Path:
     """The SASL_SSL cluster with this file's topics, and each role's ACLs applied by admin."""
     admin = settings(sasl_ssl, "admin")
-    assert run(admin, "topics", "create").returncode == 0
     client = AdminClient(librdkafka(admin))  # held until the futures are done
     for future in client.create_topics(
             [NewTopic(t, 2, 1) for t in ("acls-in", "acls-out")]).values():
         future.result(timeout=30)
-    for role in ("controller", "sysinfo", "worker", "client", "stream"):
-        done = run(admin, "acls", "--principal", f"User:{role}", "--role", role,
-                   "--apply", *(STREAM if role == "stream" else ()))
-        assert done.returncode == 0, done.stderr
+    run_together(admin, ("topics", "create"), *(
+        ("acls", "--principal", f"User:{role}", "--role", role, "--apply",
+         *(STREAM if role == "stream" else ()))
+        for role in ("controller", "sysinfo", "worker", "client", "stream")))
     return sasl_ssl
 
 
@@ -74,6 +73,16 @@ def run(settings_file: Path, *args: str, timeout: float = 120
         ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*INFERSTREAM, *args], capture_output=True, text=True,
                           env=env_of(settings_file), timeout=timeout, check=False)
+
+
+def run_together(settings_file: Path, *commands: tuple[str, ...]) -> None:
+    """Run the commands at the same time (each mostly starts Python); each must succeed."""
+    started = [subprocess.Popen([*INFERSTREAM, *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env_of(settings_file))
+               for args in commands]
+    for args, process in zip(commands, started, strict=True):
+        _, err = process.communicate(timeout=120)
+        assert process.returncode == 0, (args, err)
 
 
 def start(settings_file: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
