@@ -120,8 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{d} holds secrets already: kept (--force makes new ones)", file=sys.stderr)
         return 0
     for name in MADE:
-        shutil.rmtree(d / name, ignore_errors=True) if (d / name).is_dir() else (
-            (d / name).unlink(missing_ok=True))
+        if (d / name).is_dir():
+            shutil.rmtree(d / name)
+        else:
+            (d / name).unlink(missing_ok=True)
     make(d)
     print(f"made the CA, certificates, passwords and settings files in {d}", file=sys.stderr)
     print(d)
