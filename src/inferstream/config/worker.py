@@ -108,6 +108,12 @@ class WorkerConfig:
     idle_exit_s: float | None = idle_exit("with nothing to do")
     revoke_grace_s: float = setting(
         10.0, "how long a revoked partition may take to commit its in-flight tasks")
+    commit_window_ms: float = setting(
+        10.0, "how long a partition's finished task waits for the tasks behind it to finish, "
+        "so that they commit in one transaction (the broker's cost is per transaction; a "
+        "failed one redoes all of its tasks; 0: commit what is finished at once)")
+    commit_max_tasks: int = setting(
+        32, "most tasks (stream: records) committed in one transaction (1: one each)")
     sysinfo_interval_s: float | None = setting(
         2.0, "seconds between system-information samples to the sysinfo topic (0: none)",
         flag="--sysinfo-interval", metavar="SECONDS")
@@ -146,11 +152,12 @@ def validate_worker(worker: WorkerConfig) -> None:
         if getattr(worker, name) not in allowed:
             raise ConfigError(f"worker.{name} {getattr(worker, name)!r} is not one of {allowed}")
     for name in ("max_batch", "decode_ahead", "max_item_bytes", "session_timeout_ms",
-                 "max_loaded_models", "members", "model_versions",
+                 "max_loaded_models", "members", "model_versions", "commit_max_tasks",
                  "heartbeat_interval_ms", "max_poll_interval_ms"):
         _at_least(f"worker.{name}", getattr(worker, name), 1)
     for name in ("torch_threads", "decode_threads",
                  "max_wait_ms", "http_timeout_s", "idle_exit_s", "revoke_grace_s",
+                 "commit_window_ms",
                  "sysinfo_interval_s", "announce_interval_s", "calibration_items",
                  "repository_poll_s",
                  "rebalance_threshold", "min_rebalance_interval_s", "policy_max_age_s"):

@@ -45,7 +45,7 @@ from inferstream.policy.membership import PoolMembership
 from inferstream.schemas import Codec
 from inferstream.schemas.records import ItemStatus
 from inferstream.serving.committers.at_least_once import AtLeastOnceCommitter
-from inferstream.serving.committers.base import PartitionCommitter, PendingTask
+from inferstream.serving.committers.base import CommitWindow, PartitionCommitter, PendingTask
 from inferstream.serving.committers.exactly_once import (
     TransactionalCommitter,
     quiet_fenced_futures,
@@ -171,9 +171,11 @@ class Worker:
 
     def _new_committer(self, tp: TopicPartition) -> PartitionCommitter:
         owner = GroupOwner(self.ownership, self.hooks.after_transaction_failed)
+        window = CommitWindow(self.options.commit_window_ms / 1000, self.options.commit_max_tasks)
         if self._shared_producer is not None:
-            return AtLeastOnceCommitter(tp, self.group_id, owner, self._shared_producer)
-        return TransactionalCommitter(self.config, self.clients, tp, self.group_id, owner)
+            return AtLeastOnceCommitter(tp, self.group_id, owner, self._shared_producer, window)
+        return TransactionalCommitter(self.config, self.clients, tp, self.group_id, owner,
+                                      window=window)
 
     # -- the consume loop -------------------------------------------------------------------
     async def _consume_loop(self) -> None:
@@ -231,7 +233,7 @@ class Worker:
         pending = PendingTask(record)
         committer.append(pending)
         if isinstance(admitted, list):
-            pending.outgoing = admitted
+            committer.finish(pending, admitted)
             self._schedule_commit(committer)
             return
         pending.run = TaskRun(admitted, on_done=lambda run: self._done(committer, pending))
@@ -240,7 +242,7 @@ class Worker:
     def _done(self, committer: PartitionCommitter, pending: PendingTask) -> None:
         """The task of `pending` is done: render what answers it, and commit."""
         assert pending.run is not None  # noqa: S101 - called by its run
-        pending.outgoing = self.source.render(pending.run, pending.record)
+        committer.finish(pending, self.source.render(pending.run, pending.record))
         self._schedule_commit(committer)
 
     # -- commits ----------------------------------------------------------------------------
@@ -278,6 +280,8 @@ class Worker:
                 ok = sum(1 for o in run.outcomes if o and o["status"] == ItemStatus.OK)
                 self.hooks.after_task(run.model, ok, len(run.outcomes) - ok)
         self.source.after_commit(committed)
+        if committer.has_ready:  # past the window's cap: the rest in the next transaction
+            self._schedule_commit(committer)
         self._wake.set()
 
     # -- stopping ---------------------------------------------------------------------------

@@ -23,21 +23,18 @@ from inferstream.worker.metrics import WorkerMetrics
 from tests.unit.promtool import check_metrics, sample
 from tests.unit.support.fencing import fenced_mid_commit
 from tests.unit.support.memory import CODEC, as_worker, make_config
-from tests.unit.support.records import JOB_ID, consumed, put_tasks, results, task_counts
+from tests.unit.support.records import JOB_ID, all_committed, put_tasks, results, task_counts
 from tests.unit.support.running import Running
 
 MakeWorker = Callable[..., Worker]
+#: Tasks committed as they finish, or gathered a window's worth (at most 3) a transaction.
+WINDOWS = pytest.mark.parametrize("window", [{}, {"commit_window_ms": 2000.0,
+                                                  "commit_max_tasks": 3}],
+                                  ids=["no-window", "window"])
 
 
 def transactional_id(config: Config, partition: int) -> str:
     return f"{config.topic_prefix}{config.pool}.{config.task_topic()}.{partition}"
-
-
-def all_committed(broker: MemoryBroker, config: Config) -> Callable[[], bool]:
-    def done() -> bool:
-        """every task's offset committed: its result is in, no task is left to redo"""
-        return consumed(broker, config.worker_group(), config.task_topic())
-    return done
 
 
 def test_a_fenced_worker_loses_only_its_uncommitted_results(
@@ -86,16 +83,17 @@ class StartsAnotherWorker(WorkerHooks):
             self.running.workers(self.other)
 
 
+@WINDOWS
 @pytest.mark.parametrize("grace_s", [10.0, 0.0], ids=["commits-in-flight", "abandons"])
 def test_a_rebalance_mid_batch_leaves_one_result_per_task(
         broker: MemoryBroker, make_worker: MakeWorker, running: Running,
-        caplog: pytest.LogCaptureFixture, grace_s: float) -> None:
+        caplog: pytest.LogCaptureFixture, grace_s: float, window: dict[str, float]) -> None:
     """A second worker joins while the first has a window of tasks in flight: the first
     commits those under way within its revoke grace (or abandons them) and leaves those not
     started to their next owner, which does them; each task once."""
     caplog.set_level("INFO", logger="inferstream.serving.ownership")
     config = make_config(worker={"models": ("sim:ms=1",), "revoke_grace_s": grace_s,
-                                 "max_batch": 1})
+                                 "max_batch": 1, **window})
     put_tasks(broker, config, 48)  # more items than the first worker takes in at once
     second = make_worker(as_worker(config, "w2"))
     running.workers(make_worker(config, hooks=StartsAnotherWorker(second, running)))
@@ -107,13 +105,14 @@ def test_a_rebalance_mid_batch_leaves_one_result_per_task(
     assert "tasks not started left to the next owner" in caplog.text
 
 
+@WINDOWS
 def test_at_least_once_redoes_a_task_whose_offset_was_never_committed(
         broker: MemoryBroker, clients: MemoryKafkaClients, make_worker: MakeWorker,
-        running: Running) -> None:
+        running: Running, window: dict[str, float]) -> None:
     """The worker is paused between sending results and committing the offset, past its
     session: the group gives its partitions to a new worker, which redoes those tasks. The
     results topic holds duplicates; the job's output has each item once."""
-    config = make_config(worker={"guarantee": "at-least-once"})
+    config = make_config(worker={"guarantee": "at-least-once", **window})
     put_tasks(broker, config, 10)
     group = config.worker_group()
     stall = threading.Event()

@@ -125,6 +125,13 @@ def consumed(broker: MemoryBroker, group: str, *topics: str) -> bool:
     return True
 
 
+def all_committed(broker: MemoryBroker, config: Config) -> Callable[[], bool]:
+    def done() -> bool:
+        """every task's offset committed: its result is in, no task is left to redo"""
+        return consumed(broker, config.worker_group(), config.task_topic())
+    return done
+
+
 def item_names(items: int) -> list[str]:
     """The absolute names of items `item-00`... as the client submits them from here."""
     return [os.path.abspath(f"item-{i:02d}") for i in range(items)]

@@ -20,6 +20,8 @@ from inferstream.kafka.clients import AsyncProducer, Outgoing
 from inferstream.kafka.errors import PartitionLostError
 from inferstream.serving.committers.base import (
     COMMIT_TIMEOUT_S,
+    NO_WINDOW,
+    CommitWindow,
     Owner,
     PartitionCommitter,
     retry_delay_s,
@@ -31,8 +33,9 @@ log = logging.getLogger(__name__)
 class AtLeastOnceCommitter(PartitionCommitter):
     """Sends results through a shared producer, then commits the consumer offset."""
 
-    def __init__(self, tp: Any, group_id: str, owner: Owner, producer: AsyncProducer) -> None:
-        super().__init__(tp, group_id, owner)
+    def __init__(self, tp: Any, group_id: str, owner: Owner, producer: AsyncProducer,
+                 window: CommitWindow = NO_WINDOW) -> None:
+        super().__init__(tp, group_id, owner, window=window)
         self._shared = producer
 
     async def start(self) -> None:

@@ -1,17 +1,20 @@
 """What every committer shares: the per-partition queue of tasks, in offset order, and the
 rule that a partition's tasks commit in that order, results together with the offset.
 
-`PartitionCommitter` holds the queue and the lock; its subclasses say how the records of one
-batch of finished tasks are committed with their offset (`exactly_once.TransactionalCommitter`,
-`at_least_once.AtLeastOnceCommitter`). A task carries the records it writes, rendered by the
-worker's source when its run is done; what a committer asks of the group member that owns its
-partition comes through `Owner`. The worker and `Ownership` see only this class.
+`PartitionCommitter` holds the queue and the lock, and gathers the tasks that finish within a
+short window into one commit (`CommitWindow`): the broker's cost is per transaction, not per
+task. Its subclasses say how the records of one batch of finished tasks are committed with
+their offset (`exactly_once.TransactionalCommitter`, `at_least_once.AtLeastOnceCommitter`).
+A task carries the records it writes, rendered by the worker's source when its run is done;
+what a committer asks of the group member that owns its partition comes through `Owner`. The
+worker and `Ownership` see only this class.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
@@ -42,6 +45,8 @@ class PendingTask:
     run: TaskRun | None = None
     #: the records to write with its offset, once rendered (None: not yet)
     outgoing: list[Outgoing] | None = None
+    #: when it was rendered (time.monotonic())
+    ready_at: float = 0.0
 
     @property
     def offset(self) -> int:
@@ -50,6 +55,23 @@ class PendingTask:
     @property
     def ready(self) -> bool:
         return self.outgoing is not None
+
+
+@dataclass(frozen=True)
+class CommitWindow:
+    """How many finished tasks of a partition one transaction takes.
+
+    A commit waits up to `wait_s` after its first task finished for the tasks behind it
+    to finish too, and takes at most `max_tasks`; a failed transaction redoes all of them.
+    The default (no wait, no cap) commits whatever is finished when the commit starts.
+    """
+
+    wait_s: float = 0.0
+    max_tasks: int | None = None
+
+
+#: Whatever is finished when a commit starts, in one transaction.
+NO_WINDOW = CommitWindow()
 
 
 class Owner(Protocol):
@@ -71,13 +93,17 @@ class Owner(Protocol):
 class PartitionCommitter(ABC):
     """Commits the finished tasks of one partition, in offset order, results with offsets."""
 
-    def __init__(self, tp: Any, group_id: str, owner: Owner, max_attempts: int = 8) -> None:
+    def __init__(self, tp: Any, group_id: str, owner: Owner, max_attempts: int = 8,
+                 window: CommitWindow = NO_WINDOW) -> None:
         self.tp = tp
         self.group_id = group_id
         self.owner = owner
         self.max_attempts = max_attempts
+        self.window = window
         self._pending: deque[PendingTask] = deque()
         self._lock = asyncio.Lock()
+        #: set whenever the queue changes in a way a commit's window waits for
+        self._changed = asyncio.Event()
         self.lost = False
 
     @abstractmethod
@@ -96,21 +122,61 @@ class PartitionCommitter(ABC):
     def append(self, pending: PendingTask) -> None:
         self._pending.append(pending)
 
+    def finish(self, pending: PendingTask, outgoing: list[Outgoing]) -> None:
+        """`pending` is answered by `outgoing`: it may commit."""
+        pending.outgoing = outgoing
+        pending.ready_at = time.monotonic()
+        self._changed.set()
+
+    @property
+    def has_ready(self) -> bool:
+        """The task at the head of the queue is finished: a commit has work."""
+        return not self.lost and bool(self._pending) and self._pending[0].ready
+
     @property
     def busy(self) -> bool:
         """Tasks wait to be committed, or a commit is under way."""
         return not self.lost and (bool(self._pending) or self._lock.locked())
 
     async def commit_ready(self) -> list[PendingTask]:
-        """Commit every finished task at the head of the queue in one go."""
+        """Commit the finished tasks at the head of the queue in one go, as the window says;
+        returns them (in offset order). Tasks left ready past the cap need another call."""
         async with self._lock:
+            await self._gather()
             ready: list[PendingTask] = []
-            while self._pending and self._pending[0].ready and not self.lost:
+            while (self._pending and self._pending[0].ready and not self.lost
+                   and len(ready) != self.window.max_tasks):
                 ready.append(self._pending.popleft())
             if ready:
                 records = [record for task in ready for record in task.outgoing or ()]
                 await self._commit(records, ready[-1].offset + 1)
             return ready
+
+    def _ready_at_head(self) -> int:
+        """The finished tasks at the head of the queue, counted up to the cap."""
+        count = 0
+        for task in self._pending:
+            if not task.ready or count == self.window.max_tasks:
+                break
+            count += 1
+        return count
+
+    async def _gather(self) -> None:
+        """Wait while tasks behind the finished head are under way, until the cap is met or
+        `window.wait_s` has passed since the head finished (a task waits that long at most)."""
+        if self.window.wait_s <= 0 or not self.has_ready:
+            return
+        deadline = self._pending[0].ready_at + self.window.wait_s
+        while not self.lost:
+            ready = self._ready_at_head()
+            left = deadline - time.monotonic()
+            if not 0 < ready < len(self._pending) or ready == self.window.max_tasks or left <= 0:
+                return
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), left)
+            except TimeoutError:
+                return
 
     def shed_unstarted(self) -> int:
         """Leave the tasks from the first one not under way yet to the partition's next owner:
@@ -126,6 +192,7 @@ class PartitionCommitter(ABC):
             task = self._pending.pop()
             if task.run is not None:
                 task.run.cancelled = True
+        self._changed.set()
         return shed
 
     def _mark_lost(self) -> None:
@@ -134,6 +201,7 @@ class PartitionCommitter(ABC):
             if task.run is not None:
                 task.run.cancelled = True
         self._pending.clear()
+        self._changed.set()
 
     async def close(self, wait_s: float = 10.0) -> None:
         """Drop what is not committed (the next owner redoes it) and stop the producer,

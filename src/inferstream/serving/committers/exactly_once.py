@@ -28,6 +28,8 @@ from inferstream.kafka.errors import PartitionLostError, TransactionalIdRefusedE
 from inferstream.kafka.settings import aiokafka_kwargs
 from inferstream.serving.committers.base import (
     COMMIT_TIMEOUT_S,
+    NO_WINDOW,
+    CommitWindow,
     Owner,
     PartitionCommitter,
     retry_delay_s,
@@ -41,11 +43,13 @@ _FATAL = (*_FENCED, TransactionalIdAuthorizationFailed)
 
 
 class TransactionalCommitter(PartitionCommitter):
-    """Commits a partition's finished tasks with their offset in one transaction each."""
+    """Commits a partition's finished tasks with their offset, a window's worth (`window`)
+    in each transaction."""
 
     def __init__(self, config: Config, clients: KafkaClients, tp: Any, group_id: str,
-                 owner: Owner, max_attempts: int = 8) -> None:
-        super().__init__(tp, group_id, owner, max_attempts)
+                 owner: Owner, max_attempts: int = 8, window: CommitWindow = NO_WINDOW
+                 ) -> None:
+        super().__init__(tp, group_id, owner, max_attempts, window)
         self.transactional_id = f"{config.worker_transactional_prefix()}{tp.topic}.{tp.partition}"
         self._config = config
         self._clients = clients
