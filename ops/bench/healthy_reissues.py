@@ -105,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="cases as MS:ITEMS, comma-separated")
     parser.add_argument("--partitions", type=int, default=16)
     parser.add_argument("--chunk", type=int, default=32, help="items per task")
+    parser.add_argument("--logs", type=Path, default=None,
+                        help="keep the processes' logs in this folder")
     parser.add_argument("--src", type=Path, action="append", default=[],
                         help="a source tree to run (its src folder); repeat to compare")
     args = parser.parse_args(argv)
@@ -114,11 +116,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="healthy-") as tmp:
         broker = start_broker(Path(tmp) / "kafka")
+        logs = args.logs or Path(tmp)
+        logs.mkdir(parents=True, exist_ok=True)
         try:
             for ms, items in cases:
                 for src in trees:
-                    row = run_case(broker.bootstrap, Path(tmp), src, ms, items,
-                                   args.partitions, args.chunk)
+                    row = run_case(broker.bootstrap, logs, src, ms, items, args.partitions,
+                                   args.chunk)
                     print(row, flush=True)
                     rows.append(row)
         finally:

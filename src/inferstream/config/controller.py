@@ -36,9 +36,8 @@ class ControllerConfig:
         20.0, "seconds added to every task's deadline (a worker's restart or rebalance)")
     migration_check_s: float = setting(1.0, "seconds between two checks for late tasks")
     speculation_floor_s: float = setting(
-        2.0, "a task of a healthy worker that its results show slow is issued again only "
-        "where it would finish this many seconds sooner (its time left there against the "
-        "other worker's queue and it)")
+        2.0, "a late task of a live, healthy worker (slower than its peers, or past its "
+        "deadline) is issued again only where it would finish this many seconds sooner")
     speculation_cap: float = setting(
         0.1, "share of a pool's slots (the task partitions its live workers own) that may "
         "hold a speculative copy (a task its worker may be running, issued again) at once; "

@@ -377,7 +377,7 @@ class Deadlines:
             finish = (queued + entry.items) * per_item
             partition = sorted(parts)[entry.task["task_id"] % len(parts)]
             if best is None or finish < best.finish_s:
-                best = Target(worker, partition, finish, per_item)
+                best = Target(worker, partition, finish)
         return best
 
     def _serves(self, worker: str, model: str, policy: WorkerPolicy | None) -> bool:

@@ -2,14 +2,14 @@
 
 LATE's rules (Zaharia et al., OSDI 2008) on `deadlines`' estimates. A worker is slow with a
 model when the median per-item time of its last `RECENT` results of it (after `MIN_RESULTS`:
-one result is not evidence) is `migration_slack` times both what a task was given and the
-median of its peers' medians: at tiny per-item times a whole pool reads 3-15x the first results
-(batches that waited for one process's GIL), and none is slower than its peers. A task of a
-slow worker, or one past its deadline on a live worker, is issued again only where it would
-finish `speculation_floor_s` sooner: its time left (the items ahead of it on its worker and its
-own, at the worker's median, or at the target's where the worker is not slow; at least as long
-as the worker has been silent) against the target's queue and it. A time, not a ratio, so
-per-item noise, which moves seconds only across thousands of items, never pays.
+a few results are not evidence) is `migration_slack` times both what a task was given and the
+median of its peers' medians: at tiny per-item times a whole pool reads 3-15x its first
+results (batches that waited for one process's GIL), and none is slower than its peers. A late
+task of a live worker is issued again only where it would finish `speculation_floor_s` sooner:
+its time left is as long as its worker has been silent, and, of a slow worker, at least the
+items ahead of it and its own at the worker's median; the target's is its queue and the task
+at its speed. A time, not a ratio, so per-item noise, which moves seconds only across thousands
+of items, never pays, and a worker that answers as fast as its peers keeps its tasks.
 
 A re-issued task that its worker may be running (the oldest outstanding one of its partition:
 a worker takes a partition's tasks in order, and skips a superseded attempt it has not taken
@@ -33,22 +33,21 @@ if TYPE_CHECKING:
     from inferstream.controller.deadlines import Outstanding
 
 #: Results per worker and model whose median is the worker's per-item time for speculation.
-RECENT = 9
+RECENT = 25
 #: Results of a model a worker must have sent before it counts as slow with it.
-MIN_RESULTS = 3
+MIN_RESULTS = 5
 #: Why a task is late: its worker is slower than its peers (speculation), it is past its
 #: deadline on a live worker (speculation), its worker is unhealthy or gone (not).
 SLOW, OVERDUE, LOST = "slow", "overdue", "lost"
 
 
 class Target(NamedTuple):
-    """Where a late task would go: a worker, a partition of it, when it would finish the
-    task there (seconds from now) and its seconds per item."""
+    """Where a late task would go: a worker, a partition of it, and when it would finish the
+    task there (seconds from now)."""
 
     worker: str
     partition: int
     finish_s: float
-    per_item_s: float
 
 
 class RecentTimes:
@@ -118,21 +117,19 @@ class Speculation:
               queue: tuple[int, bool] | None, held: dict[str, int], slots: int
               ) -> tuple[str, bool] | None:
         """What to add to the reason of issuing `entry` (late by `rule`) again on `target`,
-        and whether that makes a copy; None: not worth it at `at_ms`. Its time left is the
-        items ahead of it and its own at its worker's recent median (else what it was given;
-        of a worker not `SLOW`, at most the target's: it is no slower than its peers, so its
-        noise must not count against it), and at least as long as its worker has been
-        silent (since its last result, or since the task was issued): a worker that stopped
-        answering keeps the median it had. `queue`: `Queues`' figures of it; `held`: copies
-        outstanding by pool, counted on here; `slots`: the task partitions the pool's live
-        workers own."""
+        and whether that makes a copy; None: not worth it at `at_ms`. Its time left: as long
+        as its worker has been silent (since its last result, or since the task was issued),
+        and, of a `SLOW` worker, at least the items ahead of it and its own at the worker's
+        recent median. A worker that keeps answering and is no slower than its peers is
+        waited for: the deadline it passed was short (at tiny per-item times model time is
+        a fraction of a task's cost), and its queue drains as theirs do. `queue`: `Queues`'
+        figures of it; `held`: copies outstanding by pool, counted on here; `slots`: the
+        task partitions the pool's live workers own."""
         ahead, running = queue if queue is not None else (entry.items, True)
         pool, owner = entry.task["pool"], entry.owner or ""
-        per_item = self.recent.median(owner, task_ref(entry.task)) or entry.per_item_s or 0.0
-        if rule != SLOW:
-            per_item = min(per_item, target.per_item_s)
+        per_item = self.recent.median(owner, task_ref(entry.task)) if rule == SLOW else None
         silent_s = (at_ms - max(entry.issued_ms, self.recent.last_ms.get(owner, 0))) / 1000
-        saved = max(ahead * per_item, silent_s) - target.finish_s
+        saved = max(ahead * (per_item or 0.0), silent_s) - target.finish_s
         if saved < self.floor_s:
             return None
         if running:

@@ -80,6 +80,24 @@ def test_noise_at_tiny_per_item_times_never_reissues() -> None:
     assert moved == [], [late.reason for late in moved[:3]]
 
 
+def test_a_worker_as_fast_as_its_peers_keeps_its_tasks_past_their_deadlines() -> None:
+    """w0 holds four times the others' queue, all far past their deadlines (model time made
+    them short), but it answers every second as fast as its peers: it keeps them."""
+    deadlines, clock = table()
+    for worker in OWNERS:
+        results(deadlines, worker, 3.0)
+    for task_id in range(64):
+        partition = OWNERS["w0"][task_id % 2] if task_id < 32 else task_id % 16
+        deadlines.issued(task(task_id, 32), 0, partition, clock.ms)
+    moved = []
+    for _ in range(60):
+        clock.ms += 1000
+        for worker in OWNERS:
+            results(deadlines, worker, 3.0, count=1)
+        moved += deadlines.late(clock.ms)
+    assert moved == [], [late.reason for late in moved[:3]]
+
+
 def test_a_worker_eight_times_slower_has_its_queued_tasks_moved() -> None:
     """P4's straggler: 10 ms per item given, 80 ms shown, 25 tasks of 8 items queued on it
     (16 s there) while its peers hold one each: the tasks behind the first few go, the ones
