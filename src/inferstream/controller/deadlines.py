@@ -8,9 +8,9 @@ time per item of the worker's own results of that model, else the pool's median 
 model. The task is late once that work at that speed, times `migration_slack`, plus
 `migration_floor_s`, has passed; the speed is frozen when first known, so a worker that slows
 down does not stretch the deadlines of what it holds. It is also late when the worker that
-owns its partition now shows, in the median of its recent results, `migration_slack` times the
-seconds per item the task was given (a worker slowed down, or a slower one took the partition
-over). A late task is re-issued with attempt + 1 on a partition of the healthy worker that
+owns its partition now shows, in the median of its recent results, `migration_slack` times its
+peers' (or, where none has results, the seconds per item the task was given): a worker slowed
+down, or a slower one took the partition over. A late task is re-issued with attempt + 1 on a partition of the healthy worker that
 serves its model (its results or the policy say so; within the model's range of partitions,
 where the pool has ranges) and would finish it first, counting the tasks re-issued to it in
 the same pass, where `speculation` says that is worth it (a task of an unhealthy worker: at
@@ -231,18 +231,17 @@ class Deadlines:
     def _lateness(self, entry: Outstanding, unhealthy: set[str],
                   now_ms: int) -> tuple[str, str] | None:
         """Why `entry` is late and by which rule (see `speculation`): its worker is unhealthy
-        (`LOST`), runs `slack` times slower than the task was given and than its peers
-        (`SLOW`), or the deadline passed (`OVERDUE`; `LOST` where its worker is unknown)."""
+        (`LOST`), runs `slack` times slower than its peers (`SLOW`), or the deadline passed
+        (`OVERDUE`; `LOST` where its worker is unknown)."""
         if entry.owner is not None and entry.owner in unhealthy:
             return f"worker {entry.owner} is not healthy", LOST
         model = task_ref(entry.task)
         if entry.per_item_s is None:  # no estimate when it was issued: the first one
             entry.per_item_s = self._per_item_s(entry.task["pool"], entry.owner, model)
-        observed = self.speculation.slow(entry.owner, model, entry.per_item_s, self.slack,
-                                         self._members(entry.task["pool"]))
-        if observed is not None and entry.per_item_s:
-            return (f"worker {entry.owner} takes {observed * 1000:.0f} ms per item, "
-                    f"{observed / entry.per_item_s:.1f}x what the task was given"), SLOW
+        slow = self.speculation.slow(entry.owner, model, entry.per_item_s, self.slack,
+                                     self._members(entry.task["pool"]))
+        if slow is not None:
+            return f"worker {entry.owner} {slow}", SLOW
         deadline = entry.deadline_ms(self.slack, self.floor_s)
         if deadline is None and entry.owner is None:
             # Adopted with no speed known (no policy, no result yet): the task may be held

@@ -2,9 +2,11 @@
 
 LATE's rules (Zaharia et al., OSDI 2008) on `deadlines`' estimates. A worker is slow with a
 model when the median per-item time of its last `RECENT` results of it (after `MIN_RESULTS`:
-a few results are not evidence) is `migration_slack` times both what a task was given and the
-median of its peers' medians: at tiny per-item times a whole pool reads 3-15x its first
-results (batches that waited for one process's GIL), and none is slower than its peers. A late
+a few results are not evidence) is `migration_slack` times the median of its peers' medians
+(where no peer has one, what a task was given): at tiny per-item times a whole pool reads
+3-15x its first results (batches that waited for one process's GIL), and none is slower than
+its peers; and a worker known to be slow when its tasks were given its speed is still slower
+than the idle peers that would take them at the job's end. A late
 task of a live worker is issued again only where it would finish `speculation_floor_s` sooner:
 its time left is as long as its worker has been silent, and, of a slow worker, at least the
 items ahead of it and its own at the worker's median; the target's is its queue and the task
@@ -139,13 +141,16 @@ class Speculation:
         return f", {saved:.1f} s sooner on {target.worker}", running
 
     def slow(self, worker: str | None, model: str, given: float | None, slack: float,
-             members: Mapping[str, object] | None) -> float | None:
-        """`worker`'s recent median per-item time of `model` where that is more than `slack`
-        times both `given` and the median of its peers' (`members` but it); else None."""
+             members: Mapping[str, object] | None) -> str | None:
+        """How `worker` is slow with `model`, where its recent median per-item time is more
+        than `slack` times its peers' median (`members` but it), or, where no peer has
+        shown one, than what the task was `given`; else None."""
         observed = self.recent.median(worker or "", model)
-        if observed is None or given is None or observed <= slack * given:
-            return None  # the common case: no need to ask the peers
-        return observed if observed > slack * self.peers(worker, model, members) else None
+        peers = self.peers(worker, model, members)
+        usual, whose = (peers, "its peers'") if peers else (given, "what the task was given")
+        if observed is None or not usual or observed <= slack * usual:
+            return None
+        return f"takes {observed * 1000:.0f} ms per item, {observed / usual:.1f}x {whose}"
 
     def peers(self, worker: str | None, model: str,
               members: Mapping[str, object] | None) -> float:
