@@ -10,12 +10,13 @@ model. The task is late once that work at that speed, times `migration_slack`, p
 down does not stretch the deadlines of what it holds. It is also late when the worker that
 owns its partition now shows, in the median of its recent results, `migration_slack` times its
 peers' (or, where none has results, the seconds per item the task was given): a worker slowed
-down, or a slower one took the partition over. A late task is re-issued with attempt + 1 on a partition of the healthy worker that
-serves its model (its results or the policy say so; within the model's range of partitions,
-where the pool has ranges) and would finish it first, counting the tasks re-issued to it in
-the same pass, where `speculation` says that is worth it (a task of an unhealthy worker: at
-once); a task that has used `max_attempts` fails its items with the reason instead. The first
-committed result of a task wins (`JobState.record_result`); later ones are dropped and counted.
+down, or a slower one took the partition over. A late task is re-issued with attempt + 1 on a
+partition of the healthy worker that serves its model (its results or the policy say so;
+within the model's range of partitions, where the pool has ranges) and would finish it first,
+counting the tasks re-issued to it in the same pass, where `speculation` says that is worth it
+(a task of an unhealthy worker: at once); a task that has used `max_attempts` fails its items
+with the reason instead. The first committed result of a task wins (`JobState.record_result`);
+later ones are dropped and counted.
 
 A replica that takes a job over knows from the ledger which of its tasks are outstanding, not
 their partitions: `adopted` tracks them (their items cut again by the issuer) as if the pool's
