@@ -31,17 +31,32 @@ INFERSTREAM = [sys.executable, "-m", "inferstream"]
 def start_cluster(directory: Path, brokers: int = 1, *options: str) -> str:
     """Start a cluster in `directory` (with `start`'s further `options`); returns its
     bootstrap servers or fails/skips."""
-    proc = subprocess.run(
+    return cluster_ready(begin_cluster(directory, brokers, *options))
+
+
+def begin_cluster(directory: Path, brokers: int = 1, *options: str) -> subprocess.Popen[str]:
+    """Start a cluster as `start_cluster` does, in the background: `cluster_ready` waits."""
+    return subprocess.Popen(
         [sys.executable, str(CLUSTER), "start", "--brokers", str(brokers), "--dir",
          str(directory), "--port", "auto", *options],
-        capture_output=True, text=True, timeout=600, check=False,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    if proc.returncode != 0:
-        reason = f"cannot start Kafka: {proc.stderr.strip()[-2000:]}"
+
+
+def cluster_ready(starting: subprocess.Popen[str]) -> str:
+    """The bootstrap servers of the cluster `starting` brings up, once ready; or fails/skips."""
+    try:
+        out, err = starting.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        starting.kill()
+        starting.communicate()
+        raise
+    if starting.returncode != 0:
+        reason = f"cannot start Kafka: {err.strip()[-2000:]}"
         if os.environ.get("CI"):
             pytest.fail(reason)
         pytest.skip(reason)
-    return proc.stdout.strip().splitlines()[-1]
+    return out.strip().splitlines()[-1]
 
 
 def cluster_cmd(directory: Path, *args: str, timeout: float = 300) -> str:

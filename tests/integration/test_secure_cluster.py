@@ -4,6 +4,7 @@ user without ACLs and a client without a certificate are refused."""
 
 from __future__ import annotations
 
+import subprocess
 import tomllib
 import uuid
 from collections.abc import Iterator
@@ -13,14 +14,33 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.secure import inferstream, librdkafka, refused, secured_cluster, settings
+from tests.integration.conftest import begin_cluster, cluster_ready
+from tests.integration.secure import clean, inferstream, librdkafka, refused, settings
 
 pytestmark = pytest.mark.integration
 
 
+@pytest.fixture(scope="module", autouse=True)
+def mtls_starting(tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
+    """The mTLS cluster, started in the background as the module begins, so that it comes up
+    while the tests on the SASL_SSL one run."""
+    directory = tmp_path_factory.mktemp("ssl")
+    starting = begin_cluster(directory, 1, "--security", "ssl")
+    try:
+        yield directory, starting
+    finally:
+        if starting.poll() is None:  # not waited for: no test of it ran
+            starting.kill()
+            starting.communicate()
+        clean(directory)
+
+
 @pytest.fixture(scope="module")
-def mtls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    yield from secured_cluster(tmp_path_factory.mktemp("ssl"), "ssl")
+def mtls(mtls_starting: tuple[Path, subprocess.Popen[str]]) -> Path:
+    directory, starting = mtls_starting
+    cluster_ready(starting)
+    return directory
 
 
 def test_the_settings_files_are_the_owners_alone(sasl_ssl: Path) -> None:
