@@ -21,9 +21,12 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry, Gauge
 
 from inferstream.commands import COMMANDS
 from inferstream.config import Config
+from inferstream.controller.metrics import ControllerMetrics
+from inferstream.http import HEALTHZ, READYZ
 from inferstream.supervise.parent import GRACE_MARGIN_S
 from tests.unit.deploy.kustomize import KUSTOMIZATION, Resource, render
 from tests.unit.deploy.pods import Workload, container_config, workloads
@@ -194,9 +197,11 @@ def test_probes_ask_each_role_s_health_where_it_serves_metrics(
         probes = {kind: container[f"{kind}Probe"]["httpGet"]
                   for kind in ("startup", "liveness", "readiness")}
         assert {kind: probe["path"] for kind, probe in probes.items()} == {
-            "startup": "/healthz", "liveness": "/healthz", "readiness": "/readyz"}
+            "startup": HEALTHZ, "liveness": HEALTHZ, "readiness": READYZ}
+        scheme = "HTTPS" if config.http_tls_certfile else "HTTP"  # the server speaks one
         for probe in probes.values():
             assert ports.get(probe["port"], probe["port"]) == port, workload.name
+            assert probe.get("scheme", "HTTP") == scheme, workload.name
         annotations = workload.resource["spec"]["template"]["metadata"]["annotations"]
         assert annotations["prometheus.io/scrape"] == "true"
         assert int(annotations["prometheus.io/port"]) == port, workload.name
@@ -272,6 +277,12 @@ def test_gpu_workers_get_one_gpu_each_on_gpu_nodes(tmp_path: Path,
             workload.pod["tolerations"]
 
 
+def test_the_scaler_s_gauge_is_the_controller_s() -> None:
+    metrics = ControllerMetrics(CollectorRegistry())
+    (gauge,) = [m for m in vars(metrics).values() if isinstance(m, Gauge) and m._name == GAUGE]
+    assert gauge._labelnames == ("pool",)  # the one label the queries select on
+
+
 def test_keda_scales_each_pool_from_zero_on_its_desired_workers(
         overlay: list[Resource], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pools = {w.name: (w, config) for w, command, config
@@ -318,5 +329,9 @@ def test_on_the_secured_cluster_each_role_reads_its_own_credentials_from_secret_
             assert Path(path).is_file(), f"{workload.name}: {path} is in no mounted Secret"
         # read from the file (a password in the environment too is a ConfigError)
         assert config.sasl_password == Path(config.sasl_password_file).read_text()
+        if workload.resource["kind"] == "Deployment":  # it serves HTTP: a token guards it
+            assert config.http_token_file is not None, workload.name
+            assert Path(config.http_token_file).is_relative_to(root), workload.name
+            assert config.http_token == Path(config.http_token_file).read_text()
         users[workload.name] = config.sasl_username
     assert len(set(users.values())) == len(users), users  # a principal per role
