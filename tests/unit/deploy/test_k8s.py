@@ -327,6 +327,10 @@ def test_on_the_secured_cluster_each_role_reads_its_own_credentials_from_secret_
         for path in (config.sasl_password_file, config.ssl_cafile):
             assert path is not None and Path(path).is_relative_to(root), workload.name
             assert Path(path).is_file(), f"{workload.name}: {path} is in no mounted Secret"
+        secret_volumes = [v for v in workload.pod["volumes"] if "projected" in v or "secret" in v]
+        for volume in secret_volumes:  # the files: the pod's group reads them, no one else
+            mode = (volume.get("projected") or volume["secret"])["defaultMode"]
+            assert mode & 0o007 == 0 and workload.pod["securityContext"]["fsGroup"], volume
         # read from the file (a password in the environment too is a ConfigError)
         assert config.sasl_password == Path(config.sasl_password_file).read_text()
         if workload.resource["kind"] == "Deployment":  # it serves HTTP: a token guards it
