@@ -240,7 +240,7 @@ class Deadlines:
         if entry.per_item_s is None:  # no estimate when it was issued: the first one
             entry.per_item_s = self._per_item_s(entry.task["pool"], entry.owner, model)
         slow = self.speculation.slow(entry.owner, model, entry.per_item_s, self.slack,
-                                     self._members(entry.task["pool"]))
+                                     self._members(entry.task["pool"]), now_ms)
         if slow is not None:
             return f"worker {entry.owner} {slow}", SLOW
         deadline = entry.deadline_ms(self.slack, self.floor_s)

@@ -6,7 +6,7 @@ a few results are not evidence) is `migration_slack` times the median of its pee
 (where no peer has one, what a task was given): at tiny per-item times a whole pool reads
 3-15x its first results (batches that waited for one process's GIL), and none is slower than
 its peers; and a worker known to be slow when its tasks were given its speed is still slower
-than the idle peers that would take them at the job's end. A late
+than the idle peers that would take them at the job's end. It must stay slow `SLOW_FOR_S`. A late
 task of a live worker is issued again only where it would finish `speculation_floor_s` sooner:
 its time left is as long as its worker has been silent, and, of a slow worker, at least the
 items ahead of it and its own at the worker's median; the target's is its queue and the task
@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 RECENT = 25
 #: Results of a model a worker must have sent before it counts as slow with it.
 MIN_RESULTS = 5
+#: Seconds a worker must stay slow before its tasks go: on a loaded host a member that one
+#: process's GIL starves for a few seconds reads 3-4x its peers, and catches up.
+SLOW_FOR_S = 5.0
 #: Why a task is late: its worker is slower than its peers (speculation), it is past its
 #: deadline on a live worker (speculation), its worker is unhealthy or gone (not).
 SLOW, OVERDUE, LOST = "slow", "overdue", "lost"
@@ -110,6 +113,8 @@ class Speculation:
         self.copies = CopyBudget(cap)
         #: `peers`' answers in this pass, by worker and model
         self._peers: dict[tuple[str | None, str], float] = {}
+        #: since when each worker has been slow with each model, in ms
+        self._slow_since: dict[tuple[str | None, str], int] = {}
 
     def begin(self) -> None:
         """A pass over the outstanding tasks begins: the peers' medians are asked anew."""
@@ -141,14 +146,18 @@ class Speculation:
         return f", {saved:.1f} s sooner on {target.worker}", running
 
     def slow(self, worker: str | None, model: str, given: float | None, slack: float,
-             members: Mapping[str, object] | None) -> str | None:
-        """How `worker` is slow with `model`, where its recent median per-item time is more
-        than `slack` times its peers' median (`members` but it), or, where no peer has
-        shown one, than what the task was `given`; else None."""
+             members: Mapping[str, object] | None, at_ms: int) -> str | None:
+        """How `worker` is slow with `model`, where its recent median per-item time has been
+        more than `slack` times its peers' median (`members` but it), or, where no peer has
+        shown one, than what the task was `given`, for `SLOW_FOR_S` at `at_ms`; else None."""
         observed = self.recent.median(worker or "", model)
         peers = self.peers(worker, model, members)
         usual, whose = (peers, "its peers'") if peers else (given, "what the task was given")
         if observed is None or not usual or observed <= slack * usual:
+            self._slow_since.pop((worker, model), None)
+            return None
+        since = self._slow_since.setdefault((worker, model), at_ms)
+        if at_ms - since < SLOW_FOR_S * 1000:
             return None
         return f"takes {observed * 1000:.0f} ms per item, {observed / usual:.1f}x {whose}"
 

@@ -8,7 +8,7 @@ from collections import Counter
 
 from inferstream.controller.deadlines import Deadlines
 from inferstream.controller.declines import PoolView
-from inferstream.controller.speculation import MIN_RESULTS
+from inferstream.controller.speculation import MIN_RESULTS, SLOW_FOR_S
 from inferstream.policy.view import WorkerPolicy
 from inferstream.schemas.records import Task, TaskItem
 from tests.unit.support.policies import FixedPolicy
@@ -49,7 +49,9 @@ def where(table: Deadlines, tasks: int) -> Counter[str]:
     for _ in range(MIN_RESULTS):  # 40 ms per item, 4x the 10 it was given
         table.observe("slowing", MODEL, 10, 0.4)
     owner = {p: w for w, parts in OWNERS.items() for p in parts}
-    return Counter(owner[late.partition] for late in table.late(1) if late.partition is not None)
+    assert table.late(1) == []  # slow from now: its tasks go once it stays slow SLOW_FOR_S
+    return Counter(owner[late.partition] for late in table.late(1 + int(SLOW_FOR_S * 1000))
+                   if late.partition is not None)
 
 
 def test_one_pass_spreads_the_late_tasks_by_when_each_worker_would_finish() -> None:

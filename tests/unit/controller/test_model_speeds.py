@@ -15,7 +15,7 @@ from inferstream.controller.declines import PoolView
 from inferstream.controller.pacing import Pacing
 from inferstream.controller.replica import Controller
 from inferstream.controller.sizing import SizeSource, TaskSize, choose_task_size
-from inferstream.controller.speculation import MIN_RESULTS
+from inferstream.controller.speculation import MIN_RESULTS, SLOW_FOR_S
 from inferstream.kafka.topics import topic_specs
 from inferstream.policy.entries import pool_entries
 from inferstream.policy.strategies import StrategySettings, ThroughputStrategy, WorkerView
@@ -135,7 +135,8 @@ def test_results_of_one_model_do_not_make_another_models_tasks_late() -> None:
     assert deadlines.late(1_000) == []
     for _ in range(MIN_RESULTS):  # 50 ms per item: 10x what the task was given
         deadlines.observe("a", FAST, ITEMS, 0.5)
-    (late,) = deadlines.late(1_000)
+    assert deadlines.late(1_000) == []  # slow from now, for SLOW_FOR_S
+    (late,) = deadlines.late(1_000 + int(SLOW_FOR_S * 1000))
     assert "10.0x what the task was given" in late.reason
 
 

@@ -10,7 +10,7 @@ from collections import Counter
 
 from inferstream.controller.deadlines import Deadlines
 from inferstream.controller.declines import PoolView
-from inferstream.controller.speculation import MIN_RESULTS
+from inferstream.controller.speculation import MIN_RESULTS, SLOW_FOR_S
 from inferstream.policy.view import WorkerPolicy
 from inferstream.schemas.records import Task, TaskItem
 from tests.unit.support.policies import FixedPolicy
@@ -113,8 +113,13 @@ def test_a_worker_eight_times_slower_has_its_queued_tasks_moved() -> None:
         deadlines.issued(task(task_id, 8), 0, 2 + task_id - 25, start)
     for worker in OWNERS:
         results(deadlines, worker, 80.0 if worker == "w0" else 10.0, items=8)
-    clock.ms += 1000
-    moved = deadlines.late(clock.ms)
+    assert deadlines.late(clock.ms) == []  # slow from now: its tasks go after SLOW_FOR_S
+    moved = []
+    for _ in range(int(SLOW_FOR_S)):
+        clock.ms += 1000
+        for worker in OWNERS:
+            results(deadlines, worker, 80.0 if worker == "w0" else 10.0, count=1, items=8)
+        moved += deadlines.late(clock.ms)
     gone = sorted(late.outstanding.task["task_id"] for late in moved)
     assert {PARTITION_OWNER[late.partition or 0] for late in moved} <= set(OWNERS) - {"w0"}
     assert len(gone) >= 15 and set(gone) <= set(range(25)), gone
