@@ -147,6 +147,10 @@ class Measured:
 
     items: int
     seconds: float = 0.0
+    #: the job's own rate, acceptance to completion (its COMPLETED event)
+    job_rate: float = 0.0
+    #: `results JOB --output FILE` from start to exit
+    read_s: float = 0.0
     issued: int = 0
     reissued: dict[str, int] = field(default_factory=dict)
     logged_reissues: int = 0
@@ -218,7 +222,10 @@ def run_job(fleet: JobFleet, broker_pid: int, items: int, model: str) -> Measure
 
 
 def audit(fleet: JobFleet, measured: Measured, job_id: str, metrics_port: int) -> None:
-    """Re-issues from the controller's metrics and log; both output files checked."""
+    """The job's own rate, re-issues from the controller's metrics and log; both output
+    files checked."""
+    final = fleet.client.job(job_id).wait_final(timeout_s=120)
+    measured.job_rate = final.rate_items_per_s or 0.0
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics",
                                 timeout=30) as page:
         measured.issued, measured.reissued = reissue_counters(page.read().decode())
@@ -230,6 +237,7 @@ def audit(fleet: JobFleet, measured: Measured, job_id: str, metrics_port: int) -
     read = fleet.logdir / f"results-{measured.items}.jsonl"
     results = fleet.run_client("results", "results", job_id, "--output", str(read))
     measured.peak_mib["results"] = results.peak_mib
+    measured.read_s = results.seconds
     measured.checks["results"] = check_output(read, measured.items)
     read.unlink()
 
@@ -255,10 +263,11 @@ def measure_size(bootstrap: str, broker_pid: int, args: argparse.Namespace, logd
 
 def table(rows: list[Measured]) -> str:
     """The figures of each job, a Markdown table."""
-    lines = ["| items | s | items/s | tasks issued | re-issued (metrics, by reason) | "
-             "re-issued (log) | peak RSS MiB: controller, worker, submit, results | "
-             "CPU us per item: broker, controller, worker, submit | output checks | load |",
-             "|---:|---:|---:|---:|---|---:|---|---|---|---|"]
+    lines = ["| items | submit s | items/s | job items/s | results s | tasks issued | "
+             "re-issued (metrics, by reason) | re-issued (log) | peak RSS MiB: controller, "
+             "worker, submit, results | CPU us per item: broker, controller, worker, submit | "
+             "output checks | load |",
+             "|---:|---:|---:|---:|---:|---:|---|---:|---|---|---|---|"]
     for row in rows:
         reasons = ", ".join(f"{k} {v}" for k, v in sorted(row.reissued.items()) if v) or "0"
         share = sum(row.reissued.values()) / row.issued if row.issued else 0.0
@@ -268,8 +277,9 @@ def table(rows: list[Measured]) -> str:
                         for k in ("broker", "controller", "worker", "submit"))
         checks = "; ".join(f"{k} {'ok' if c.passed else c}" for k, c in row.checks.items())
         lines.append(f"| {row.items:,} | {row.seconds:.1f} | {row.items / row.seconds:,.0f} | "
-                     f"{row.issued:,} | {reasons} ({share:.2%}) | {row.logged_reissues} | "
-                     f"{peaks} | {cpu} | {checks} | {row.loads[0]:.1f} -> {row.loads[1]:.1f} |")
+                     f"{row.job_rate:,.0f} | {row.read_s:.1f} | {row.issued:,} | {reasons} "
+                     f"({share:.2%}) | {row.logged_reissues} | {peaks} | {cpu} | {checks} | "
+                     f"{row.loads[0]:.1f} -> {row.loads[1]:.1f} |")
     return "\n".join(lines)
 
 
@@ -349,8 +359,10 @@ def main(argv: list[str] | None = None) -> list[Measured]:
             rows = run(args, Path(tmp))
     print(table(rows))
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}; members {args.members}, "
-          f"task partitions {args.task_partitions}, peak RSS from VmHWM (controller, worker) "
-          f"and wait4's ru_maxrss (submit, results)")
+          f"task partitions {args.task_partitions}; submit s: submit --wait --output from "
+          f"start to exit (items/s over it), job items/s: the controller's, acceptance to "
+          f"completion; peak RSS from VmHWM (controller, worker) and wait4's ru_maxrss "
+          f"(submit, results)")
     return rows
 
 

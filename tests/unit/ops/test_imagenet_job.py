@@ -90,11 +90,12 @@ def test_peak_memory_and_cpu_are_read_from_proc() -> None:
 
 def test_the_table_shows_each_size_s_rate_share_re_issued_and_checks() -> None:
     row = imagenet_job.Measured(
-        100_000, seconds=40.0, issued=3125, reissued={"late": 25, "declined": 0},
-        logged_reissues=25, peak_mib={"controller": 80.0, "worker": 560.0, "submit": 90.0,
-                                      "results": 60.0},
+        100_000, seconds=40.0, job_rate=3001.5, read_s=12.25, issued=3125,
+        reissued={"late": 25, "declined": 0}, logged_reissues=25,
+        peak_mib={"controller": 80.0, "worker": 560.0, "submit": 90.0, "results": 60.0},
         cpu_s_per_item={"broker": 2e-4, "controller": 5e-5, "worker": 2e-4, "submit": 4e-5},
         checks={"submit": imagenet_job.OutputCheck(100_000, 100_000, 100_000)},
         loads=(12.0, 14.5))
-    assert ("| 100,000 | 40.0 | 2,500 | 3,125 | late 25 (0.80%) | 25 | 80, 560, 90, 60 | "
-            "200, 50, 200, 40 | submit ok | 12.0 -> 14.5 |") in imagenet_job.table([row])
+    assert ("| 100,000 | 40.0 | 2,500 | 3,002 | 12.2 | 3,125 | late 25 (0.80%) | 25 | "
+            "80, 560, 90, 60 | 200, 50, 200, 40 | submit ok | 12.0 -> 14.5 |"
+            ) in imagenet_job.table([row])
