@@ -8,7 +8,8 @@ on a fresh topic prefix of one local broker, side by side in one run:
 - `without`: the controller with `migration_slack = 0` (no migration): the slow worker's
   fifth of the partitions sets the job's time;
 - `with`: the default migration settings: the slow worker's queued tasks are issued again
-  elsewhere once its results show it 3x slower than they were given.
+  elsewhere once its results have shown it 3x slower than its peers for 5 s, those it would
+  finish at least 2 s later than a fast worker (`speculation_floor_s`).
 
 Time runs from submission to COMPLETED; the fast-only time is what the four fast workers need
 for the whole job. Every case audits the committed results (no item lost, no (task, attempt)

@@ -111,14 +111,14 @@ class Speculation:
         self.floor_s = floor_s
         self.recent = RecentTimes(clock)
         self.copies = CopyBudget(cap)
-        #: `peers`' answers in this pass, by worker and model
-        self._peers: dict[tuple[str | None, str], float] = {}
+        #: `medians`' answers in this pass, by worker and model
+        self._medians: dict[tuple[str | None, str], tuple[float | None, float]] = {}
         #: since when each worker has been slow with each model, in ms
         self._slow_since: dict[tuple[str | None, str], int] = {}
 
     def begin(self) -> None:
-        """A pass over the outstanding tasks begins: the peers' medians are asked anew."""
-        self._peers.clear()
+        """A pass over the outstanding tasks begins: the medians are worked out anew."""
+        self._medians.clear()
 
     def worth(self, entry: Outstanding, rule: str, at_ms: int, target: Target,
               queue: tuple[int, bool] | None, held: dict[str, int], slots: int
@@ -150,8 +150,7 @@ class Speculation:
         """How `worker` is slow with `model`, where its recent median per-item time has been
         more than `slack` times its peers' median (`members` but it), or, where no peer has
         shown one, than what the task was `given`, for `SLOW_FOR_S` at `at_ms`; else None."""
-        observed = self.recent.median(worker or "", model)
-        peers = self.peers(worker, model, members)
+        observed, peers = self.medians(worker, model, members)
         usual, whose = (peers, "its peers'") if peers else (given, "what the task was given")
         if observed is None or not usual or observed <= slack * usual:
             self._slow_since.pop((worker, model), None)
@@ -161,15 +160,18 @@ class Speculation:
             return None
         return f"takes {observed * 1000:.0f} ms per item, {observed / usual:.1f}x {whose}"
 
-    def peers(self, worker: str | None, model: str,
-              members: Mapping[str, object] | None) -> float:
-        """The median of the recent per-item medians of `model` of the pool's `members`
-        other than `worker`; 0 where none has shown one. Kept until the next `begin`."""
-        known = self._peers.get((worker, model))
+    def medians(self, worker: str | None, model: str, members: Mapping[str, object] | None
+                ) -> tuple[float | None, float]:
+        """`worker`'s recent median per-item time of `model` (None before `MIN_RESULTS`),
+        and the median of the pool's `members`' other than its (0 where none has one); kept
+        until the next `begin`: a pass asks for every task."""
+        known = self._medians.get((worker, model))
         if known is None:
             others = [self.recent.median(w, model) for w in members or () if w != worker]
-            medians = [m for m in others if m is not None]
-            known = self._peers[(worker, model)] = statistics.median(medians) if medians else 0.0
+            peers = [m for m in others if m is not None]
+            known = self._medians[(worker, model)] = (
+                self.recent.median(worker or "", model),
+                statistics.median(peers) if peers else 0.0)
         return known
 
 
