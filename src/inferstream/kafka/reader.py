@@ -30,6 +30,10 @@ from inferstream.kafka.settings import PARTITION_EOF, consumer_config
 #: shows as an empty fetch, which the broker holds this long (librdkafka's default, 500 ms,
 #: made every replay of the ledger and read of a job's results that much longer).
 READ_TO_END_FETCH_WAIT_MS = 10
+#: librdkafka's prefetch queue of a reader, in KiB. Its default (64 MiB) is most of what
+#: `submit --wait --output` and `results` grow by on a large job (148 MiB peak at 1.28 M items,
+#: 78 MiB with this; the same CPU: BENCHMARKS.md, the ImageNet-sized job).
+READER_PREFETCH_KB = 8192
 
 
 def reader_consumer(config: Config, clients: KafkaClients = REAL_CLIENTS,
@@ -37,7 +41,8 @@ def reader_consumer(config: Config, clients: KafkaClients = REAL_CLIENTS,
     """A consumer outside any group that reports reaching the end of each partition; one
     that does not `follow` (reads to the end, then stops) gets short fetch waits. Only
     `inferstream dump` reads uncommitted (what the log holds, aborted attempts too)."""
-    extra: dict[str, object] = {"enable.partition.eof": True}
+    extra: dict[str, object] = {"enable.partition.eof": True,
+                                "queued.max.messages.kbytes": READER_PREFETCH_KB}
     if not read_committed:
         extra["isolation.level"] = "read_uncommitted"
     if not follow:
