@@ -112,6 +112,19 @@ def labels_right(top1: dict[str, str]) -> None:
     assert not wrong, wrong
 
 
+def client_reads_its_job(cluster: Path, job_id: str, items: int) -> None:
+    """status, results and cancel (of a finished job: nothing to do) as User:client."""
+    client = settings(cluster, "client")
+    status = run(client, "status", job_id, "--json")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["state"] == "COMPLETED", status.stdout
+    results = run(client, "results", job_id)
+    assert results.returncode == 0, results.stderr
+    assert len(results.stdout.splitlines()) == items
+    cancel = run(client, "cancel", job_id)
+    assert cancel.returncode == 0 and "already completed" in cancel.stderr, cancel.stderr
+
+
 @pytest.mark.timeout(400)
 def test_each_role_runs_with_only_its_printed_acls(cluster: Path, tmp_path: Path) -> None:
     items = tmp_path / "items"
@@ -144,6 +157,7 @@ def test_each_role_runs_with_only_its_printed_acls(cluster: Path, tmp_path: Path
                   f"http://127.0.0.1:{port}")
         assert top.returncode == 0, top.stderr
         assert "acls-worker" in {w["worker"] for w in json.loads(top.stdout)["workers"]}
+        client_reads_its_job(cluster, done.stdout.split()[0], len(lines))
     finally:
         for process in (sysinfo, controller, worker):
             process.terminate()
