@@ -7,7 +7,8 @@ of one local broker takes one job per case, `sim:ms=M` for each M of `--ms`, in 
 speculation on noise. Each case runs once per source tree of `--src` (none: the tree this
 script is in), alternated, each on its own topic prefix; a tree's processes run with
 PYTHONPATH at its `src`. Re-issued tasks are counted from the controller's log ("re-issued as
-attempt"), the job's tasks from its COMPLETED event; the load average is read after each run.
+attempt"), with the results of superseded attempts it dropped, the job's tasks from its
+COMPLETED event; the load average is read after each run.
 Prints a Markdown table for BENCHMARKS.md.
 """
 
@@ -56,6 +57,7 @@ class Row:
     seconds: float
     tasks: int
     reissued: int
+    dropped: int
     reason: str
     load: float
 
@@ -93,7 +95,8 @@ def run_case(bootstrap: str, logdir: Path, src: Path, ms: int, items: int, parti
         seconds = time.time() - submitted
         controller_log = fleet.log_path("controller").read_text(errors="replace")
         reasons = re.findall(r"task \d+ (.*?): re-issued as attempt", controller_log)
-        return Row(src, ms, items, seconds, status.total_tasks or 0, len(reasons),
+        dropped = len(re.findall(r"duplicate result dropped", controller_log))
+        return Row(src, ms, items, seconds, status.total_tasks or 0, len(reasons), dropped,
                    reasons[0] if reasons else "", os.getloadavg()[0])
     finally:
         fleet.stop_all()
@@ -129,13 +132,13 @@ def main(argv: list[str] | None = None) -> int:
             broker.clean()
     lines = [f"healthy pool at {source_version()}: one worker process, --members {MEMBERS}, "
              f"{args.partitions} task partitions, tasks of {args.chunk}", "",
-             "| src | model | items | job s | items/s | tasks | re-issued | share | load |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| src | model | items | job s | items/s | tasks | re-issued | share | late results "
+             "dropped | load |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         share = row.reissued / row.tasks if row.tasks else 0.0
         lines.append(f"| {row.src} | sim:ms={row.ms} | {row.items} | {row.seconds:.1f} | "
                      f"{row.items / row.seconds:.0f} | {row.tasks} | {row.reissued} | "
-                     f"{share:.2%} | {row.load:.1f} |")
+                     f"{share:.2%} | {row.dropped} | {row.load:.1f} |")
     print("\n".join(lines))
     return 0
 
