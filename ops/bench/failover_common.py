@@ -20,6 +20,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -30,6 +31,7 @@ from p1_stack import INFERSTREAM, BenchError, Broker
 
 from inferstream.client.client import Client
 from inferstream.config import Config
+from inferstream.kafka.groups import describe_with
 from inferstream.kafka.settings import PARTITION_EOF, consumer_config
 from inferstream.kafka.topics import ensure_topics
 from inferstream.schemas import Codec, SchemaError
@@ -118,6 +120,23 @@ class Fleet:
             if code is not None:
                 tail = self.log_path(name).read_text(errors="replace")[-2000:]
                 raise BenchError(f"{name} exited with {code}:\n{tail}")
+
+    def wait_for_members(self, members: int, timeout_s: float, *alive: str) -> None:
+        """Block until the pool's group has `members` members, each owning a partition
+        (BenchError if one of the processes `alive` exits meanwhile, or at `timeout_s`)."""
+        describe = describe_with(partial(self.client.clients.admin,
+                                         self.config.confluent_config()))
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.check_alive(*alive)
+            try:
+                owned = describe(self.config.worker_group(self.config.pool))
+            except Exception:  # the group not formed yet
+                owned = {}
+            if len(owned) == members and all(owned.values()):
+                return
+            time.sleep(0.5)
+        raise BenchError(f"the {members} members never shared the partitions")
 
     def stop_all(self) -> None:
         """SIGCONT (a paused one cannot die otherwise), SIGKILL, reap."""

@@ -21,15 +21,11 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from failover_common import Fleet, source_version, start_broker, write_listing
-from p1_stack import BenchError
-
-from inferstream.kafka.groups import describe_with
 
 MEMBERS = 8
 HERE = Path(__file__).resolve().parents[2] / "src"
@@ -62,23 +58,6 @@ class Row:
     load: float
 
 
-def wait_for_members(fleet: TreeFleet, timeout_s: float) -> None:
-    """Block until the pool's group has all `MEMBERS` members, each owning a partition."""
-    config = fleet.config
-    describe = describe_with(partial(fleet.client.clients.admin, config.confluent_config()))
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        fleet.check_alive("controller", "w")
-        try:
-            owned = describe(config.worker_group("default"))
-        except Exception:  # the group not formed yet
-            owned = {}
-        if len(owned) == MEMBERS and all(owned.values()):
-            return
-        time.sleep(0.5)
-    raise BenchError(f"the {MEMBERS} members never shared the partitions")
-
-
 def run_case(bootstrap: str, logdir: Path, src: Path, ms: int, items: int, partitions: int,
              chunk: int) -> Row:
     tag = f"healthy-{abs(hash(str(src))) % 1000:03d}-ms{ms}"
@@ -87,7 +66,7 @@ def run_case(bootstrap: str, logdir: Path, src: Path, ms: int, items: int, parti
         fleet.create_topics()
         fleet.start("controller", "controller")
         fleet.worker("w", f"sim:ms={ms}", "--members", str(MEMBERS))
-        wait_for_members(fleet, timeout_s=300)
+        fleet.wait_for_members(MEMBERS, 300, "controller", "w")
         listing = write_listing(logdir / f"{tag}.txt", items, tag)
         submitted = time.time()
         status = fleet.client.submit(f"sim:ms={ms}", [f"@{listing}"],

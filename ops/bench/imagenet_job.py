@@ -32,7 +32,6 @@ import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -42,7 +41,6 @@ from p1_stack import INFERSTREAM, BenchError, free_port
 from secure_throughput import cpu_s
 
 from inferstream.client.client import Client
-from inferstream.kafka.groups import describe_with
 
 IMAGENET_TRAIN = 1_281_167
 _NAME_INDEX = re.compile(r"_(\d+)\.JPEG$")
@@ -170,22 +168,6 @@ class JobFleet(Fleet):
         self.config = replace(self.config, task_partitions=task_partitions)
         self.client = Client(self.config)
 
-    def wait_for_members(self, members: int, timeout_s: float) -> None:
-        """Block until the pool's group has `members` members, each owning a partition."""
-        describe = describe_with(partial(self.client.clients.admin,
-                                         self.config.confluent_config()))
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            self.check_alive("controller", "w")
-            try:
-                owned = describe(self.config.worker_group("default"))
-            except Exception:  # the group not formed yet
-                owned = {}
-            if len(owned) == members and all(owned.values()):
-                return
-            time.sleep(0.5)
-        raise BenchError(f"the {members} members never shared the partitions")
-
     def run_client(self, name: str, *args: str) -> ChildRun:
         """`inferstream ARGS` to its end; BenchError unless it exits 0."""
         out, log = self.log_path(f"{name}.out"), self.log_path(name)
@@ -252,7 +234,7 @@ def measure_size(bootstrap: str, broker_pid: int, args: argparse.Namespace, logd
         port = free_port()
         fleet.start("controller", "controller", "--metrics-port", str(port))
         fleet.worker("w", args.model, "--members", str(args.members))
-        fleet.wait_for_members(args.members, timeout_s=600)
+        fleet.wait_for_members(args.members, 600, "controller", "w")
         measured = run_job(fleet, broker_pid, items, args.model)
         job_id = fleet.log_path("submit.out").read_text().split()[0]
         audit(fleet, measured, job_id, port)
