@@ -55,14 +55,24 @@ def run_tasks(broker: MemoryBroker, running: Running, config: Config, tasks: int
     running.wait_for(lambda: len(results(broker, config)) == before + tasks)
 
 
-def test_the_worker_runs_the_policys_batch_size_and_its_own_again_when_it_goes(
-        broker: MemoryBroker, running: Running, make_worker: Callable[..., Worker]) -> None:
-    write(broker, slo_entry(3), entry("", 1.0))
+def run_with(policy: PolicyEntry, broker: MemoryBroker, running: Running,
+             make_worker: Callable[..., Worker]) -> tuple[Worker, Batches]:
+    """A worker started under `policy` (its entry) once it has read the entry, and the
+    sizes of its batches after 4 tasks of 10 items."""
+    write(broker, policy, entry("", 1.0))
     batches = Batches()
     worker = make_worker(CONFIG, hooks=batches)
     running.workers(worker)
-    running.wait_for(lambda: worker.membership.batch_size == (MODEL, 3))
+    running.wait_for(lambda: worker.membership.table.entry(CONFIG.pool, "w1") is not None)
+    running.wait_for(lambda: worker.membership.batch_size == (
+        None if policy["model"] is None else (policy["model"], policy["batch_size"])))
     run_tasks(broker, running, CONFIG, 4)
+    return worker, batches
+
+
+def test_the_worker_runs_the_policys_batch_size_and_its_own_again_when_it_goes(
+        broker: MemoryBroker, running: Running, make_worker: Callable[..., Worker]) -> None:
+    worker, batches = run_with(slo_entry(3), broker, running, make_worker)
     assert max(batches.sizes) == 3, batches.sizes
     batches.sizes.clear()
     write(broker, slo_entry(None), entry("", 1.0))
@@ -73,22 +83,12 @@ def test_the_worker_runs_the_policys_batch_size_and_its_own_again_when_it_goes(
 
 def test_a_recommendation_above_max_batch_stops_at_max_batch(
         broker: MemoryBroker, running: Running, make_worker: Callable[..., Worker]) -> None:
-    write(broker, slo_entry(64), entry("", 1.0))
-    batches = Batches()
-    worker = make_worker(CONFIG, hooks=batches)
-    running.workers(worker)
-    running.wait_for(lambda: worker.membership.batch_size == (MODEL, 64))
-    run_tasks(broker, running, CONFIG, 4)
+    _, batches = run_with(slo_entry(64), broker, running, make_worker)
     assert max(batches.sizes) == 8, batches.sizes
 
 
 def test_a_worker_of_several_models_keeps_its_max_batch(
         broker: MemoryBroker, running: Running, make_worker: Callable[..., Worker]) -> None:
-    write(broker, slo_entry(2, model=None), entry("", 1.0))
-    batches = Batches()
-    worker = make_worker(CONFIG, hooks=batches)
-    running.workers(worker)
-    running.wait_for(lambda: worker.membership.table.entry(CONFIG.pool, "w1") is not None)
-    run_tasks(broker, running, CONFIG, 4)
+    worker, batches = run_with(slo_entry(2, model=None), broker, running, make_worker)
     assert worker.membership.batch_size is None
     assert max(batches.sizes) == 8, batches.sizes
