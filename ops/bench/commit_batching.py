@@ -1,8 +1,8 @@
 """Benchmark: several tasks of a partition in one transaction (issue 30.4), old code beside new.
 
 On one local broker (started by ops/kafka/cluster), each run starts a controller and one
-worker process with `--members M` on `sim:ms=0` (no compute: what is left is the Kafka path)
-under a topic prefix of its own, and takes one job of `--items` items in tasks of
+worker process with `--members M` on `--model` (default `sim:ms=0`: no compute, what is left
+is the Kafka path) under a topic prefix of its own, and takes one job of `--items` items in tasks of
 `--chunk-size`. The variants alternate run by run, each round starting with the next one, so
 that the machine's load, shared with other sessions, falls on each alike, after a job of
 `--warmup-items` that is not counted (a fresh broker's first transactions and offset commits
@@ -42,8 +42,6 @@ from secure_throughput import cpu_s
 from tests.chaos.verifier import ResultsReader, verify
 
 from inferstream.client.client import Client
-
-MODEL = "sim:ms=0"
 
 
 @dataclass(frozen=True)
@@ -95,13 +93,13 @@ class CodeFleet(Fleet):
         return env
 
 
-def start_pool(fleet: CodeFleet, variant: Variant, members: int,
+def start_pool(fleet: CodeFleet, variant: Variant, model: str, members: int,
                timeout_s: float = 600) -> dict[str, int]:
     """Start the controller and the worker; wait until every member owns partitions.
     Returns the metrics port of each."""
     ports = {"controller": free_port(), "w": free_port()}
     fleet.start("controller", "controller", "--metrics-port", str(ports["controller"]))
-    fleet.worker("w", MODEL, "--members", str(members), "--metrics-port", str(ports["w"]),
+    fleet.worker("w", model, "--members", str(members), "--metrics-port", str(ports["w"]),
                  *variant.flags)
     deadline = time.monotonic() + timeout_s
     while members_owning(fleet, ["w"]) < members:
@@ -123,7 +121,7 @@ def run_job(fleet: CodeFleet, variant: Variant, broker_pid: int, ports: dict[str
     load = os.getloadavg()[0]
     cpu_before, txns_before = cpu_s(broker_pid), transactions(worker_port)
     started = time.monotonic()
-    job = fleet.client.submit(MODEL, [f"@{listing}"], chunk_size=args.chunk_size)
+    job = fleet.client.submit(args.model, [f"@{listing}"], chunk_size=args.chunk_size)
     status = job.wait(timeout_s=args.job_timeout_s)
     seconds = time.monotonic() - started
     cpu_after, txns_after = cpu_s(broker_pid), transactions(worker_port)
@@ -142,7 +140,7 @@ def one_run(bootstrap: str, broker_pid: int, variant: Variant, args: argparse.Na
     fleet = CodeFleet(bootstrap, args.task_partitions, workdir, f"cb{index}", variant.src)
     try:
         fleet.create_topics()
-        ports = start_pool(fleet, variant, args.members)
+        ports = start_pool(fleet, variant, args.model, args.members)
         return run_job(fleet, variant, broker_pid, ports, args)
     finally:
         fleet.stop_all()
@@ -152,6 +150,12 @@ def variants(args: argparse.Namespace) -> list[Variant]:
     found = [Variant("base", args.base_src)] if args.base_src else []
     return found + [Variant(f"window {ms:g} ms", None, ("--commit-window-ms", f"{ms:g}"))
                     for ms in args.windows_ms]
+
+
+def schedule(order: list[Variant], rounds: int) -> list[Variant]:
+    """Every variant once a round, each round starting with the next one."""
+    return [order[(start + i) % len(order)] for start in range(rounds)
+            for i in range(len(order))]
 
 
 def row(run: Run) -> str:
@@ -192,11 +196,10 @@ def run(args: argparse.Namespace, workdir: Path) -> list[Run]:
             print(f"(warm-up, not counted) {row(warm)}", flush=True)
         runs: list[Run] = []
         print(HEADER, flush=True)
-        for round_ in range(args.rounds):
-            for variant in order[round_ % len(order):] + order[:round_ % len(order)]:
-                runs.append(one_run(broker.bootstrap, broker_pid, variant, args, workdir,
-                                    len(runs) + 1))
-                print(row(runs[-1]), flush=True)
+        for variant in schedule(order, args.rounds):
+            runs.append(one_run(broker.bootstrap, broker_pid, variant, args, workdir,
+                                len(runs) + 1))
+            print(row(runs[-1]), flush=True)
         return runs
     finally:
         broker.clean()
@@ -209,6 +212,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the src/ folder of the code to compare with (empty: none)")
     parser.add_argument("--windows-ms", type=float, nargs="+", default=[10.0],
                         help="commit windows of this tree's worker, one variant each")
+    parser.add_argument("--model", default="sim:ms=0")
     parser.add_argument("--items", type=int, default=20_000)
     parser.add_argument("--chunk-size", type=int, default=16, help="items per task")
     parser.add_argument("--members", type=int, default=8)
