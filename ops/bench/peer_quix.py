@@ -8,8 +8,11 @@ loads it (`models.registry.load_model`, the same preprocessing), one record at a
 Quix `apply` does. Each is warm (one record through it) before the clock starts. Throughput:
 every record produced as fast as the producer goes, to the last output visible to a
 read_committed reader. Latency (produced -> output visible, p50 / p95) for `--seconds` at
-fractions of the Quix app's throughput, the same input rates for both. The sides alternate
-`--rounds` times; the fastest throughput run of each counts. Top-1 classes compared per record.
+fractions of the Quix app's throughput, the same input rates for both in a round. Start-up:
+from the process's launch to the warm-up record's output (the stream member's includes
+joining its group, and loading its compiled forward pass kept by an earlier start). The sides
+alternate `--rounds` times; the fastest throughput run of each counts. Top-1 classes compared
+per record.
 
 Quix runs in a venv of its own (`--quix-python`; see peer_ray_data.py for the .pth that lends
 it .venv's torch and inferstream): `var/peers/quix-venv/bin/pip install quixstreams`.
@@ -24,6 +27,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -138,11 +143,12 @@ class QuixCase(StreamCase):
         self.proc.wait(60)
 
 
-def measured(case: StreamCase, side: str, payloads: list[bytes], seconds: float,
-             at_saturation: float | None) -> tuple[Run, Latencies]:
-    """Warm `case` with one record, then P8's throughput and latency runs; the run (its
-    start-up: to the warm-up's output) and the latencies."""
+def measured(make_case: Callable[[], StreamCase], side: str, payloads: list[bytes],
+             seconds: float, at_saturation: float | None) -> tuple[Run, Latencies]:
+    """Launch a case and warm it with one record (its start-up: launch to that output), then
+    P8's throughput and latency runs; the run and the latencies."""
     started = time.monotonic()
+    case = make_case()
     try:
         case.outputs.wait_for(list(case.produce(payloads[:1])), 600)
         startup_s = time.monotonic() - started
@@ -156,47 +162,45 @@ def measured(case: StreamCase, side: str, payloads: list[bytes], seconds: float,
         case.close()
 
 
-def latency_rows(results: list[tuple[Run, Latencies]]) -> list[str]:
-    """Markdown rows: p50 / p95 of each side's fastest run at the same input rates."""
-    fastest: dict[str, tuple[Run, Latencies]] = {}
-    for run, latencies in results:
-        if run.side not in fastest or run.seconds < fastest[run.side][0].seconds:
-            fastest[run.side] = (run, latencies)
-    sides = list(fastest)
+def latency_rows(rounds: list[list[tuple[Run, Latencies]]]) -> list[str]:
+    """Markdown rows: p50 / p95 of each side in the round whose first side (Quix, which
+    set the round's input rates) was fastest."""
+    fastest = min(rounds, key=lambda results: results[0][0].seconds)
+    sides = [run.side for run, _ in fastest]
     rows = ["| input rate | records/s | " + " | ".join(f"{s} p50 / p95 ms" for s in sides) + " |",
             "|---|---:|" + "---:|" * len(sides)]
     for fraction in FRACTIONS:
-        rate = fastest[sides[0]][1][fraction][0]
-        cells = [f"{fastest[s][1][fraction][1] * 1000:.0f} / "
-                 f"{fastest[s][1][fraction][2] * 1000:.0f}" for s in sides]
+        rate = fastest[0][1][fraction][0]
+        cells = [f"{latencies[fraction][1] * 1000:.0f} / {latencies[fraction][2] * 1000:.0f}"
+                 for _, latencies in fastest]
         rows.append(f"| {fraction:.2f} x Quix's throughput | {rate:.1f} | "
                     + " | ".join(cells) + " |")
     return rows
 
 
 def bench(args: argparse.Namespace) -> int:
-    results: list[tuple[Run, Latencies]] = []
+    rounds: list[list[tuple[Run, Latencies]]] = []
     with tempfile.TemporaryDirectory(prefix="peers-") as tmp:
         payloads = [p.read_bytes() for p in make_images(Path(tmp) / "images", args.images)]
         broker = start_broker(Path(tmp) / "kafka")
         try:
             for _ in range(args.rounds):
-                quix = measured(QuixCase(broker.bootstrap, Path(tmp), args), "Quix Streams",
-                                payloads, args.seconds, None)
+                quix = measured(partial(QuixCase, broker.bootstrap, Path(tmp), args),
+                                "Quix Streams", payloads, args.seconds, None)
                 rate = args.images / quix[0].seconds
-                results.append(quix)
-                results.append(measured(stream_case(broker.bootstrap, Path(tmp), args.model),
-                                        "inferstream stream", payloads, args.seconds, rate))
+                rounds.append([quix, measured(
+                    partial(stream_case, broker.bootstrap, Path(tmp), args.model),
+                    "inferstream stream", payloads, args.seconds, rate)])
         finally:
             broker.clean()
-    runs = [run for run, _ in results]
+    runs = [run for results in rounds for run, _ in results]
     print(f"\nQuix Streams (exactly-once) against inferstream's stream mode at "
           f"{source_version()}: {args.images} JPEGs (ops/bench/p1_photos.py), {args.model}, "
           f"one process each, one local broker, 4 partitions, Quix commit interval "
           f"{args.quix_commit_interval:g} s, best of {args.rounds} alternating rounds\n")
     print("\n".join(ratio_table(runs, "inferstream stream", args.images)))
     print()
-    print("\n".join(latency_rows(results)))
+    print("\n".join(latency_rows(rounds)))
     return 0
 
 
