@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from failover_common import (
     CommittedResults,
     Fleet,
+    SeenResult,
     audit,
     source_version,
     start_broker,
@@ -74,27 +75,32 @@ def run_case(bootstrap: str, logdir: Path, name: str, args: argparse.Namespace
         small = submit(fleet, small_list, args, priority)
         jobs["small"] = (small, args.small, f"{name}-small")
         small.wait(timeout_s=3600)
-        seconds = time.time() - submitted
-        big_s = None
+        row: dict[str, object] = {"case": name, "small_s": time.time() - submitted,
+                                  "big_s": None}
         if with_big:
             jobs["big"][0].wait(timeout_s=3600)
-            big_s = time.time() - submitted + args.delay
+            row["big_s"] = time.time() - submitted + args.delay
         reader.read_to_end()
-        results = reader.snapshot()
+        audit_jobs(row, jobs, reader.snapshot())
         reader.stop()
-        row: dict[str, object] = {"case": name, "small_s": seconds, "big_s": big_s}
-        for key, (job, items, tag) in jobs.items():
-            expected = [f"{tag}-{i:07d}" for i in range(items)]
-            check = audit(results, job.job_id, expected)
-            output = sorted(str(line["item"]).rsplit("/", 1)[-1] for line in job.results())
-            row[f"{key}_lost"], row[f"{key}_dups"] = check["lost_items"], check[
-                "duplicate_records"]
-            row[f"{key}_exact"] = output == expected
         log = fleet.log_path("controller").read_text(errors="replace")
         row["taken_back"] = len(re.findall(r"taken back from partition", log))
         return row
     finally:
         fleet.stop_all()
+
+
+def audit_jobs(row: dict[str, object], jobs: dict[str, tuple[Any, int, str]],
+               results: list[SeenResult]) -> None:
+    """Each job's lost items, duplicate records and whether its output holds each item
+    once, into `row`."""
+    for key, (job, items, tag) in jobs.items():
+        expected = [f"{tag}-{i:07d}" for i in range(items)]
+        check = audit(results, job.job_id, expected)
+        output = sorted(str(line["item"]).rsplit("/", 1)[-1] for line in job.results())
+        row[f"{key}_lost"], row[f"{key}_dups"] = check["lost_items"], check[
+            "duplicate_records"]
+        row[f"{key}_exact"] = output == expected
 
 
 def table(rows: list[dict[str, object]], args: argparse.Namespace) -> list[str]:

@@ -29,12 +29,18 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from inferstream.controller.declines import PoolView
 from inferstream.controller.speculation import LOST, OVERDUE, SLOW, Queues, Speculation, Target
-from inferstream.policy.view import PolicyView, WorkerPolicy, model_figure, model_range
+from inferstream.policy.view import (
+    PolicyView,
+    WorkerPolicy,
+    median_rate,
+    model_figure,
+    model_range,
+)
 from inferstream.schemas.records import Task, now_ms, serves, task_ref
 
 log = logging.getLogger(__name__)
@@ -113,7 +119,7 @@ class Deadlines:
         return len(self._tasks)
 
     def issued(self, task: Task, home: int, partition: int, now_ms: int) -> None:
-        owners = self._owners(task["pool"])
+        owners = _owners(self._members(task["pool"]))
         owner = owners.get(partition) if owners else None
         entry = Outstanding(task, home, partition, owner, now_ms)
         self._add(entry)
@@ -223,7 +229,7 @@ class Deadlines:
 
     def _follow_owners(self) -> None:
         pools = {t.task["pool"] for t in self._tasks.values()}
-        owners = {pool: self._owners(pool) for pool in pools}
+        owners = {pool: _owners(self._members(pool)) for pool in pools}
         for entry in list(self._tasks.values()):
             now_owner = (owners[entry.task["pool"]] or {}).get(entry.partition)
             if now_owner is not None and now_owner != entry.owner:
@@ -269,12 +275,6 @@ class Deadlines:
         self._member_cache[pool] = (now, found)
         return found
 
-    def _owners(self, pool: str) -> dict[int, str] | None:
-        members = self._members(pool)
-        if members is None:
-            return None
-        return {p: worker for worker, parts in members.items() for p in parts}
-
     def observe(self, worker: str, model: str, items: int, inference_seconds: float) -> None:
         """A result of `worker` by `model` (a `model_ref`): its model time per item (what the
         sysinfo app's rates are made of too), smoothed, for pools without a policy."""
@@ -304,7 +304,7 @@ class Deadlines:
         observed = self.observed(worker, model) if worker is not None else None
         if observed is not None:
             return observed
-        rate = _median_rate(workers.values(), model)
+        rate = median_rate(workers.values(), model)
         if rate is not None:
             return 1.0 / rate
         seen = [s for s in (self.observed(w, model) for w in self._observed) if s is not None]
@@ -391,10 +391,5 @@ class Deadlines:
         return any(serves(m, model) for m in known)
 
 
-def _median_rate(workers: Collection[WorkerPolicy], model: str) -> float | None:
-    """The median items/s of `model` among `workers`: of those the policy measured it on,
-    else of every known capacity; None where neither is known."""
-    figures = [r for r in (model_figure(model, w.model_rates) for w in workers) if r]
-    capacities = [w.capacity_items_per_s for w in workers if w.capacity_items_per_s > 0]
-    rates = figures or capacities
-    return statistics.median(rates) if rates else None
+def _owners(members: dict[str, list[int]] | None) -> dict[int, str] | None:
+    return None if members is None else {p: w for w, parts in members.items() for p in parts}

@@ -13,7 +13,8 @@ Speeds and task sizes are per model where the policy measured the model: a model
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import statistics
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -90,3 +91,12 @@ class NoPolicy:
 
 
 NO_POLICY: PolicyView = NoPolicy()
+
+
+def median_rate(workers: Collection[WorkerPolicy], model: str) -> float | None:
+    """The median items/s of `model` among `workers`: of those the policy measured it on,
+    else of every known capacity; None where neither is known."""
+    figures = [r for r in (model_figure(model, w.model_rates) for w in workers) if r]
+    capacities = [w.capacity_items_per_s for w in workers if w.capacity_items_per_s > 0]
+    rates = figures or capacities
+    return statistics.median(rates) if rates else None
