@@ -131,7 +131,7 @@ class QuixCase(StreamCase):
                 [str(args.quix_python), __file__, "--model", args.model,
                  "--quix-commit-interval", str(args.quix_commit_interval),
                  "--quix-side", bootstrap, self.input, self.output],
-                stdout=log, stderr=subprocess.STDOUT)
+                stdout=log, stderr=subprocess.STDOUT, cwd=logdir)  # its state/ folder there
         self.producer = Producer(config.confluent_config(
             logger=LIBRDKAFKA_LOG, **{"linger.ms": 2, "message.max.bytes": 16 << 20}))
         self.outputs = LabelledOutputs(config, self.output).start()
