@@ -27,6 +27,7 @@ from confluent_kafka import Producer
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from failover_common import source_version, start_broker
+from p1_cpu import status_mib
 
 from inferstream.config import Config
 from inferstream.jobs.ids import new_job_id
@@ -118,9 +119,7 @@ def controller_rest_mib(config: Config, src: Path, log: Path) -> tuple[float, fl
         proc = subprocess.Popen(cmd, env=child_env(src), stdout=handle, stderr=handle)
     try:
         time.sleep(REST_S)
-        status = Path(f"/proc/{proc.pid}/status").read_text()
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+        return status_mib(proc.pid), status_mib(proc.pid, "VmHWM")
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -37,6 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from failover_common import Fleet, source_version, start_broker
+from p1_cpu import status_mib
 from p1_stack import INFERSTREAM, BenchError, free_port
 from secure_throughput import cpu_s
 
@@ -123,10 +124,7 @@ def reissue_counters(metrics_text: str) -> tuple[int, dict[str, int]]:
 
 def peak_rss_mib(pid: int) -> float:
     """The peak resident set of a live process so far, MiB (VmHWM)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise BenchError(f"no VmHWM for process {pid}")
+    return status_mib(pid, "VmHWM")
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from failover_common import Fleet, start_broker
 from p1_cpu import process_cpu_s as cpu_s
-
-
-def rss_mib(pid: int) -> float:
-    status = Path(f"/proc/{pid}/status").read_text()
-    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    return int(fields["VmRSS"].split()[0]) / 1024
+from p1_cpu import status_mib
 
 
 def settled_members(log: str, members: int) -> int:
@@ -49,7 +44,7 @@ def measure(fleet: Fleet, members: int, rest_s: float, timeout_s: float) -> dict
     before, at = cpu_s(proc.pid), time.monotonic()
     time.sleep(rest_s)
     cpu = (cpu_s(proc.pid) - before) / (time.monotonic() - at)
-    row = {"members": members, "rss_mib": rss_mib(proc.pid), "cpu_cores": cpu,
+    row = {"members": members, "rss_mib": status_mib(proc.pid), "cpu_cores": cpu,
            "joined_s": joined_s}
     fleet.stop_all()
     return row

@@ -23,6 +23,13 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
 
 
+def status_mib(pid: int, field: str = "VmRSS") -> float:
+    """A memory figure of /proc/PID/status in MiB: VmRSS (resident now) or VmHWM (its peak)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    return int(fields[field].split()[0]) / 1024
+
+
 def machine_cpu_s() -> tuple[float, float]:
     """(busy, total) CPU seconds of the whole machine since boot, all cores together."""
     values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
