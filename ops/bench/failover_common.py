@@ -4,7 +4,8 @@
 `ownership_events` reads the workers' `assigned partitions=` / `revoked partitions=` lines
 (with their log timestamps) so a benchmark can say when a partition changed hands.
 `CommittedResults` reads the results topic with `isolation.level=read_committed` on a
-background thread and stamps each TaskResult with the moment it became visible.
+background thread and stamps each TaskResult with the moment it became visible;
+`TaskPlacements` reads the task topic the same way, for the partition each task went to.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from pathlib import Path
+from typing import Self
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
@@ -35,6 +37,7 @@ from inferstream.kafka.groups import describe_with
 from inferstream.kafka.settings import PARTITION_EOF, consumer_config
 from inferstream.kafka.topics import ensure_topics
 from inferstream.schemas import Codec, SchemaError
+from inferstream.schemas.records import Task, read_record
 
 _OWNERSHIP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?"
                         r"(assigned|revoked) partitions=\[([\d, ]*)\]")
@@ -235,25 +238,25 @@ class SeenResult:
     names: tuple[str, ...]
 
 
-class CommittedResults:
-    """Reads every partition of `<prefix>results`, read_committed, from the beginning."""
+class _CommittedReader:
+    """Reads every partition of `topic`, read_committed, from the beginning, on a thread;
+    `_keep` takes each record's value and partition."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, topic: str) -> None:
         self.config = config
-        self.topic = config.topic("results")
+        self.topic = topic
         self.codec = Codec.for_config(config)
-        self.seen: list[SeenResult] = []
         self._end: dict[int, int] = {}
         self.failure: Exception | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="committed-results", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"read-{topic}", daemon=True)
 
     def _consumer(self) -> Consumer:
         return Consumer(consumer_config(self.config, f"bench-reader-{uuid.uuid4().hex[:6]}", **{
             "enable.partition.eof": True, "fetch.wait.max.ms": 50}))
 
-    def start(self) -> CommittedResults:
+    def start(self) -> Self:
         self._thread.start()
         return self
 
@@ -293,11 +296,41 @@ class CommittedResults:
                         with self._lock:
                             self._end[message.partition() or 0] = message.offset() or 0
                     continue
-                self._keep(message.value() or b"")
+                self._keep(message.value() or b"", message.partition() or 0)
         finally:
             consumer.close()
 
-    def _keep(self, value: bytes) -> None:
+    def _keep(self, value: bytes, partition: int) -> None:
+        raise NotImplementedError
+
+    def read_to_end(self, timeout_s: float = 120) -> None:
+        """Wait until the reader has passed every committed record written so far."""
+        probe = self._consumer()
+        try:
+            high = {p: probe.get_watermark_offsets(TopicPartition(self.topic, p), timeout=30)[1]
+                    for p in self._partitions(probe)}
+        finally:
+            probe.close()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.failure is not None:
+                raise BenchError(f"reader of {self.topic} failed: {self.failure!r}")
+            with self._lock:
+                if all(self._end.get(p, -1) >= h for p, h in high.items() if h > 0):
+                    return
+            time.sleep(0.1)
+        raise BenchError(f"reader of {self.topic} did not reach {high} in {timeout_s}s: "
+                         f"{self._end}")
+
+
+class CommittedResults(_CommittedReader):
+    """The TaskResults of `<prefix>results`, each stamped with when it became visible."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config, config.topic("results"))
+        self.seen: list[SeenResult] = []
+
+    def _keep(self, value: bytes, partition: int) -> None:
         seen_at = time.time()
         try:
             result = self.codec.decode(value, expected="TaskResult")
@@ -320,23 +353,28 @@ class CommittedResults:
         tasks = {r.task_id: len(r.names) for r in self.snapshot() if r.job_id == job_id}
         return sum(tasks.values())
 
-    def read_to_end(self, timeout_s: float = 120) -> None:
-        """Wait until the reader has passed every committed record written so far."""
-        probe = self._consumer()
+
+
+class TaskPlacements(_CommittedReader):
+    """The partition of `pool`'s task topic each (job, task, attempt) was issued to: a paced
+    task goes wherever its worker has room, not where `task_partition` would put it."""
+
+    def __init__(self, config: Config, pool: str | None = None) -> None:
+        super().__init__(config, config.task_topic(pool))
+        self._placed: dict[tuple[str, int, int], int] = {}
+
+    def _keep(self, value: bytes, partition: int) -> None:
         try:
-            high = {p: probe.get_watermark_offsets(TopicPartition(self.topic, p), timeout=30)[1]
-                    for p in self._partitions(probe)}
-        finally:
-            probe.close()
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.failure is not None:
-                raise BenchError(f"results reader failed: {self.failure!r}")
-            with self._lock:
-                if all(self._end.get(p, -1) >= h for p, h in high.items() if h > 0):
-                    return
-            time.sleep(0.1)
-        raise BenchError(f"results reader did not reach {high} in {timeout_s}s: {self._end}")
+            task = read_record(self.codec, value, Task)
+        except SchemaError:
+            return
+        with self._lock:
+            self._placed[(task["job_id"], task["task_id"], task["attempt"])] = partition
+
+    def partition_of(self, result: SeenResult) -> int | None:
+        """Where `result`'s task attempt was issued; None if not read yet."""
+        with self._lock:
+            return self._placed.get((result.job_id, result.task_id, result.attempt))
 
 
 def audit(results: list[SeenResult], job_id: str, expected: list[str]) -> dict[str, int]:

@@ -17,7 +17,7 @@ Per fault, from the moment of the signal (epoch clock of this process; worker lo
 replacement's first `assigned partitions` line); (b) every partition owned again: the first
 moment the survivors (and replacement) together own all task partitions; (c) the first
 committed result from a moved partition: when a read_committed reader sees a TaskResult,
-not from the victim, for a task on one of the victim's partitions.
+not from the victim, for a task issued to one of the victim's partitions.
 
     .venv/bin/python ops/bench/p7_failover.py [--repeats 3] [--session-timeout-ms 6000]
 
@@ -46,6 +46,7 @@ from failover_common import (
     CommittedResults,
     Fleet,
     Ownership,
+    TaskPlacements,
     audit,
     first_full_ownership,
     owners_at,
@@ -58,7 +59,6 @@ from failover_common import (
 from p1_stack import BenchError
 
 from inferstream.client.client import Job
-from inferstream.controller.placement import task_partition
 from inferstream.jobs.errors import JobTimeoutError
 
 KINDS = ("sigterm", "kill9", "sigstop", "static-restart")
@@ -77,8 +77,10 @@ duplicate (job, task, attempt) in `results` read with read_committed and no lost
   together own every task partition (`assigned partitions` lines are logged after the
   partition's transactional producer is initialised and the committed offset is read).
 * (c) first committed result from a moved partition: when the benchmark's read_committed
-  reader sees a TaskResult, not from the victim, of a task on one of the victim's partitions
-  (`finished_at` in the next column: when the worker finished that task).
+  reader sees a TaskResult, not from the victim, of a task issued to one of the victim's
+  partitions (read from the task topic: paced tasks go where a worker has room, not where
+  `task_partition` would put them; `finished_at` in the next column: when the worker
+  finished that task).
 * survivors rebalanced: whether any survivor revoked its partitions (for a static restart,
   "no" is the point of static membership).
 
@@ -133,10 +135,11 @@ class FailoverBench:
     """The pool under test: which workers are members, and how to hurt and heal it."""
 
     def __init__(self, args: argparse.Namespace, fleet: Fleet, reader: CommittedResults,
-                 listing: Path) -> None:
+                 placements: TaskPlacements, listing: Path) -> None:
         self.args = args
         self.fleet = fleet
         self.reader = reader
+        self.placements = placements
         self.listing = listing
         self.items = listing.read_text().split()
         self.dynamic: list[str] = []
@@ -218,7 +221,7 @@ class FailoverBench:
             owned = first_full_ownership(history, owners, n, fault_at)
             seen = self.reader.snapshot()
             firsts = [r for r in seen if r.seen_at > fault_at and r.worker != trial.victim
-                      and task_partition(r.job_id, r.task_id, n) in moved]
+                      and self.placements.partition_of(r) in moved]
             trial.detected_s = None if detected is None else detected - fault_at
             trial.owned_s = None if owned is None else owned - fault_at
             if detected is not None and owned is not None and firsts:
@@ -350,7 +353,8 @@ def run(args: argparse.Namespace) -> tuple[list[Trial], dict[str, Any]]:
         fleet = Fleet(broker.bootstrap, args.partitions, logdir, "p7")
         fleet.create_topics()
         reader = CommittedResults(fleet.config).start()
-        bench = FailoverBench(args, fleet, reader, listing)
+        placements = TaskPlacements(fleet.config).start()
+        bench = FailoverBench(args, fleet, reader, placements, listing)
         try:
             bench.start()
             for repeat in range(1, args.repeats + 1):
@@ -367,6 +371,7 @@ def run(args: argparse.Namespace) -> tuple[list[Trial], dict[str, Any]]:
         finally:
             fleet.stop_all()
             reader.stop()
+            placements.stop()
     finally:
         broker.clean()
     if source_version() != source:
