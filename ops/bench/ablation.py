@@ -38,10 +38,9 @@ from statistics import median
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from committed import CommittedResults, audit
 from failover_common import (
-    CommittedResults,
     Fleet,
-    audit,
     start_broker,
     wait_for_group,
     write_listing,

@@ -31,12 +31,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from committed import CommittedResults, SeenResult, audit
 from failover_common import (
-    CommittedResults,
     Fleet,
     Ownership,
-    SeenResult,
-    audit,
     first_full_ownership,
     owners_at,
     ownership_events,

@@ -28,10 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from committed import CommittedResults, audit
 from failover_common import (
-    CommittedResults,
     Fleet,
-    audit,
     source_version,
     start_broker,
     wait_for_group,

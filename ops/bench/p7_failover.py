@@ -42,12 +42,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from committed import CommittedResults, TaskPlacements, audit
 from failover_common import (
-    CommittedResults,
     Fleet,
     Ownership,
-    TaskPlacements,
-    audit,
     first_full_ownership,
     owners_at,
     ownership_events,

@@ -32,11 +32,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from committed import CommittedResults, SeenResult, audit
 from failover_common import (
-    CommittedResults,
     Fleet,
-    SeenResult,
-    audit,
     source_version,
     start_broker,
     wait_for_group,

@@ -153,6 +153,8 @@ class Study:
             return point
         finally:
             fleet.stop_all()
+            if not args.keep_topics:
+                fleet.delete_topics()
 
     def _run(self, fleet: Fleet, profile: str, nodes: int, run: str,
              packs: list[tuple[int, float]], kill: str | None, policy: bool) -> Point:
@@ -335,6 +337,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--probe", action=argparse.BooleanOptionalAction, default=True,
                         help="time one rebalance at the largest N (one more member joins)")
     parser.add_argument("--no-mix", action="store_true")
+    parser.add_argument("--keep-topics", action="store_true",
+                        help="leave each job's topics on the broker (until 2026-12-05 every "
+                        "run's were kept: a sweep's last N paid for every earlier N's)")
     parser.add_argument("--out", type=Path, default=REPO / "ops" / "bench" / "results")
     parser.add_argument("--replot", action="store_true",
                         help="run nothing: the table and the plot of every job in "
