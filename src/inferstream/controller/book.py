@@ -146,13 +146,7 @@ class JobBook:
             log.info("cancel of job %s ignored: %s", control["job_id"],
                      "not active" if state else "not a job of this replica's partitions")
             return
-        state.status = LedgerStatus.CANCELLED
-        out.event(state.event(JobEventType.CANCELLED, "cancelled on request"), partition)
-        out.ledger(*self.ledger.job_entry(state), state.partition)
-        out.control(state.partition, state.job_id, -1, 0, TaskControlReason.CANCELLED)
-        self.deadlines.forget_job(state.job_id)
-        self.waits.forget([state.job_id])
-        self.issuer.forget([state.job_id])
+        self._end(state, LedgerStatus.CANCELLED, out)
         log.info("job %s cancelled at %d/%s items", state.job_id, state.done_items,
                  state.total_items if state.total_items is not None else "?")
 
@@ -237,15 +231,23 @@ class JobBook:
                 out.ledger(*self.ledger.job_entry(state), state.partition)
 
     def _complete(self, state: JobState, out: Outbox) -> None:
-        state.status = LedgerStatus.COMPLETED
-        out.event(state.event(JobEventType.COMPLETED), state.partition)
-        out.control(state.partition, state.job_id, -1, 0, TaskControlReason.FINISHED)
+        self._end(state, LedgerStatus.COMPLETED, out)
+        log.info("job %s completed ok=%d error=%d", state.job_id, state.ok_items,
+                 state.error_items)
+
+    def _end(self, state: JobState, status: LedgerStatus, out: Outbox) -> None:
+        """The job ends with `status`: its event, workers told to skip the rest of its
+        tasks, what it keeps dropped, its task entries deleted from the ledger with the
+        JOB entry that carries its final counts (`LedgerCodec.final_entries`)."""
+        kind, reason, control = _ENDINGS[status]
+        done = state.end(status)
+        out.event(state.event(kind, reason), state.partition)
+        out.control(state.partition, state.job_id, -1, 0, control)
+        for key, value in self.ledger.final_entries(state, done):
+            out.ledger(key, value, state.partition)
         self.deadlines.forget_job(state.job_id)
         self.waits.forget([state.job_id])
         self.issuer.forget([state.job_id])
-        out.ledger(*self.ledger.job_entry(state), state.partition)
-        log.info("job %s completed ok=%d error=%d", state.job_id, state.ok_items,
-                 state.error_items)
 
     # -- output files -----------------------------------------------------------------------
     def outputs_due(self, homes: Container[int]) -> list[JobState]:
@@ -273,12 +275,12 @@ class JobBook:
         return any(state.status == LedgerStatus.ACTIVE or (
             state.output_due and not state.output_failed) for state in self.jobs.values())
 
-    def round_state(self, owned_partitions: int) -> RoundState:
+    def round_state(self, owned_partitions: int, standby_entries: int = 0) -> RoundState:
         by_state = Counter(str(state.status) for state in self.jobs.values())
         active = [JobProgress(state.job_id, state.done_items, state.total_items)
                   for state in self.jobs.values() if state.status == LedgerStatus.ACTIVE]
         return RoundState(dict(by_state), owned_partitions, active,
-                          self.backlog.figures(self.jobs.values()))
+                          self.backlog.figures(self.jobs.values()), standby_entries)
 
     def adopt(self, records: list[tuple[bytes, int]], now: int) -> None:
         """The jobs of some partitions from their ledger records (value, partition), in
@@ -312,6 +314,14 @@ class JobBook:
                        and not (s.output_due and not s.output_failed)
                        and s.last_event_ms < horizon]:
             del self.jobs[job_id]
+
+
+#: how a job ends: its event type and reason, and what workers are told of its tasks
+_ENDINGS = {
+    LedgerStatus.COMPLETED: (JobEventType.COMPLETED, None, TaskControlReason.FINISHED),
+    LedgerStatus.CANCELLED: (JobEventType.CANCELLED, "cancelled on request",
+                             TaskControlReason.CANCELLED),
+}
 
 
 def _job_id_of(key: bytes | None) -> str | None:

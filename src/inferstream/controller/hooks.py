@@ -14,7 +14,7 @@ from inferstream.controller.backlog import PoolBacklog
 
 #: What a round tallies, by (what, *labels): ("tasks_issued", pool), ("tasks_done", pool),
 #: ("tasks_reissued", pool, "migrated" | "declined"), ("items_done", "ok" | "error"),
-#: ("jobs_accepted",), ("late_results_dropped",), ("ledger_records",).
+#: ("jobs_accepted",), ("late_results_dropped",), ("ledger_records",) (tombstones too).
 Tally = Counter[tuple[str, ...]]
 
 
@@ -36,6 +36,8 @@ class RoundState:
     active: list[JobProgress] = field(default_factory=list)
     #: each pool's backlog at this replica (`backlog`), by pool
     backlog: dict[str, PoolBacklog] = field(default_factory=dict)
+    #: entries in its warm copy of the ledger, every partition (`replay.LedgerStandby`)
+    standby_entries: int = 0
 
 
 class ControllerHooks:

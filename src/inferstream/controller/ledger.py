@@ -4,6 +4,11 @@ The ledger lives in memory as `JobState`s and in Kafka as `LedgerEntry` records 
 compacted `controller-ledger` topic, in the same partition as the job. Entries are written
 in the controller's transactions together with the tasks, events and consumer offsets they
 describe, so replaying the partition rebuilds exactly the state those offsets belong to.
+
+A job that ends (completed, cancelled) keeps only its JOB entry, which then carries its
+final counts: its task entries are deleted (tombstones in the transaction of that entry,
+which compaction drops with them), so a finished job costs the ledger, its standby copies
+and the replica's memory the same whatever its size.
 """
 
 from __future__ import annotations
@@ -40,7 +45,9 @@ class JobState:
     issued_tasks: int = 0
     issued_items: int = 0
     expanded: bool = False
+    #: the tasks with a counted result, while the job is active (`end` releases it)
     done: set[int] = field(default_factory=set)
+    done_tasks: int = 0
     ok_items: int = 0
     error_items: int = 0
     #: where cutting the job's input into tasks stands; the issuer's (`issuing.cursor`)
@@ -87,7 +94,7 @@ class JobState:
     @property
     def complete(self) -> bool:
         return (self.status == LedgerStatus.ACTIVE and self.expanded
-                and len(self.done) == self.issued_tasks)
+                and self.done_tasks == self.issued_tasks)
 
     def rate_items_per_s(self) -> float | None:
         """Items per second since acceptance; None until the first item is done."""
@@ -112,14 +119,22 @@ class JobState:
 
     def record_result(self, task_id: int, ok: int, errors: int) -> bool:
         """Count a task's first result; False for a task already done (a duplicate)."""
-        if (task_id in self.done or task_id >= self.issued_tasks
-                or self.status != LedgerStatus.ACTIVE):
+        if (self.status != LedgerStatus.ACTIVE or task_id in self.done
+                or task_id >= self.issued_tasks):
             return False
         self.done.add(task_id)
+        self.done_tasks += 1
         self.ok_items += ok
         self.error_items += errors
         self.changed = True
         return True
+
+    def end(self, status: LedgerStatus) -> set[int]:
+        """The job ends with `status` (nothing counts after it); returns its done tasks,
+        which it no longer keeps (nor its cutting cursor)."""
+        self.status = status
+        done, self.done, self.expansion = self.done, set(), None
+        return done
 
 
 class LedgerCodec:
@@ -132,7 +147,7 @@ class LedgerCodec:
         entry = new_ledger_entry(state.job_id, -1, LedgerKind.JOB, state.status)
         entry["job"] = self._job_bytes(state)
         entry["issued_tasks"], entry["issued_items"] = state.issued_tasks, state.issued_items
-        entry["expanded"], entry["done_tasks"] = state.expanded, len(state.done)
+        entry["expanded"], entry["done_tasks"] = state.expanded, state.done_tasks
         entry["ok_items"], entry["error_items"] = state.ok_items, state.error_items
         entry["accepted_at"] = state.accepted_at_ms
         entry["output_written_at"] = state.output_written_at
@@ -153,13 +168,24 @@ class LedgerCodec:
         entry = new_ledger_entry(job_id, task_id, LedgerKind.TASK, status)
         entry["item_count"], entry["worker"], entry["attempts"] = ok + errors, worker, attempt
         entry["ok_items"], entry["error_items"] = ok, errors
-        return f"{job_id}/{task_id}".encode(), self.codec.encode("LedgerEntry", entry)
+        return _task_key(job_id, task_id), self.codec.encode("LedgerEntry", entry)
+
+    def final_entries(self, state: JobState,
+                      done: set[int]) -> list[tuple[bytes, bytes | None]]:
+        """What the ledger says of a job that ended (`JobState.end` gave `done`): a null
+        value (a tombstone) for each of its task entries, then its JOB entry."""
+        ended: list[tuple[bytes, bytes | None]] = [
+            (_task_key(state.job_id, task_id), None) for task_id in sorted(done)]
+        ended.append(self.job_entry(state))
+        return ended
 
     def rebuild(self, records: list[tuple[bytes, int]]) -> dict[str, JobState]:
         """JobStates from replayed (value, partition) ledger records, in offset order.
 
         Compaction keeps only a job's latest JOB entry, which may come after the DONE
-        entries of its early tasks, so done tasks are collected first and merged last.
+        entries of its early tasks, so done tasks are collected first and merged last. An
+        ended job keeps its JOB entry's counts, with or without its task entries (they are
+        deleted as it ends; a replay before compaction still reads them).
         """
         states: dict[str, JobState] = {}
         done: dict[str, dict[int, tuple[int, int]]] = {}
@@ -171,10 +197,13 @@ class LedgerCodec:
                 counts = (entry["ok_items"], entry["error_items"])
                 done.setdefault(entry["job_id"], {})[entry["task_id"]] = counts
         for job_id, state in states.items():
+            if state.status != LedgerStatus.ACTIVE:
+                continue
             # The counts come from the same entries as the set of done tasks: a JOB entry
             # is written less often than DONE entries, so its counts may be older.
             tasks = done.get(job_id, {})
             state.done = set(tasks)
+            state.done_tasks = len(tasks)
             state.ok_items = sum(ok for ok, _ in tasks.values())
             state.error_items = sum(errors for _, errors in tasks.values())
         return states
@@ -191,8 +220,14 @@ class LedgerCodec:
         state.issued_tasks = entry["issued_tasks"]
         state.issued_items = entry["issued_items"]
         state.expanded = entry["expanded"]
+        state.done_tasks = entry["done_tasks"]
+        state.ok_items, state.error_items = entry["ok_items"], entry["error_items"]
         state.output_written_at = entry["output_written_at"]
         state.max_attempt = entry["max_attempt"]
         state.model_version = entry["model_version"]
         state.last_event_ms = entry["updated_at"]
         state.changed = False
+
+
+def _task_key(job_id: str, task_id: int) -> bytes:
+    return f"{job_id}/{task_id}".encode()

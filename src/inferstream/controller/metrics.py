@@ -43,7 +43,7 @@ class ControllerMetrics(ControllerHooks):
                              "Items of the counted results, by status", ["status"],
                              registry=registry)
         self.ledger = Counter("inferstream_controller_ledger_records_total",
-                              "Ledger entries committed", registry=registry)
+                              "Ledger entries committed (tombstones too)", registry=registry)
         self.round = Histogram("inferstream_controller_round_duration_seconds",
                                "One round: consume, decide, commit", buckets=_ROUND_BUCKETS,
                                registry=registry)
@@ -52,6 +52,10 @@ class ControllerMetrics(ControllerHooks):
                                 registry=registry)
         self.owned = Gauge("inferstream_controller_owned_partitions",
                            "Job partitions this replica owns", registry=registry)
+        self.standby = Gauge(
+            "inferstream_controller_ledger_standby_entries",
+            "Entries in this replica's warm copy of the whole ledger: one per job, plus one "
+            "per done task of the active jobs", registry=registry)
         self._count_work_held(registry)
         for state in JOB_STATES:
             self.jobs.labels(state.value)
@@ -102,6 +106,7 @@ class ControllerMetrics(ControllerHooks):
     def after_round(self, seconds: float, state: RoundState) -> None:
         self.round.observe(seconds)
         self.owned.set(state.owned_partitions)
+        self.standby.set(state.standby_entries)
         for pool, backlog in state.backlog.items():
             self.backlog.labels(pool).set(backlog.seconds)
             self.desired.labels(pool).set(backlog.desired_workers)

@@ -96,14 +96,16 @@ class Outbox:
     def __len__(self) -> int:
         return sum(map(len, self.records.values()))
 
-    def add(self, home: int, topic: str, partition: int, key: bytes, value: bytes) -> None:
+    def add(self, home: int, topic: str, partition: int, key: bytes,
+            value: bytes | None) -> None:
         self.append(home, Outgoing(topic, partition, key, value))
 
     def append(self, home: int, record: Outgoing) -> None:
         self.records.setdefault(home, []).append(record)
 
-    def ledger(self, key: bytes, value: bytes, home: int) -> None:
-        """A ledger entry, on the ledger partition of its job's home partition."""
+    def ledger(self, key: bytes, value: bytes | None, home: int) -> None:
+        """A ledger entry (None: its key deleted), on the ledger partition of its job's
+        home partition."""
         self.add(home, self.topics.ledger, home, key, value)
         self.count(home, ("ledger_records",))
 

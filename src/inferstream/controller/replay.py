@@ -14,6 +14,7 @@ from inferstream.kafka.follower import TopicFollower
 from inferstream.kafka.reader import (
     PartitionReader,
     ReadRecord,
+    Tombstone,
     reader_consumer,
     topic_partitions,
 )
@@ -46,7 +47,9 @@ def read_ledger(config: Config, topic: str, partitions: list[int],
 class LedgerStandby(TopicFollower):
     """Every partition of the ledger, followed on a thread of its own: the warm copy from
     which a replica that is assigned a partition rebuilds its jobs, reading only what was
-    written since (`records`). It keeps the latest value per key, in the order written."""
+    written since (`records`). It keeps the latest value per key, in the order written, and
+    drops a key at its tombstone (the task entries of a job that ended), as compaction
+    does."""
 
     def __init__(self, config: Config, topic: str, clients: KafkaClients = REAL_CLIENTS) -> None:
         super().__init__(config, topic, "ledger-standby", clients)
@@ -64,6 +67,16 @@ class LedgerStandby(TopicFollower):
             values.pop(key, None)  # the latest of a key goes last, as compaction keeps it
             values[key] = record.value
             self._next[record.partition] = record.offset + 1
+
+    def apply_tombstone(self, tombstone: Tombstone) -> None:
+        with self._lock:
+            self._values.get(tombstone.partition, {}).pop(tombstone.key or b"", None)
+            self._next[tombstone.partition] = tombstone.offset + 1
+
+    def held(self) -> int:
+        """How many entries the copy holds, every partition together."""
+        with self._lock:
+            return sum(map(len, self._values.values()))
 
     def records(self, partitions: list[int]) -> tuple[list[tuple[bytes, int]], dict[int, int]]:
         """The (value, partition) records held for `partitions`, and the offset of each

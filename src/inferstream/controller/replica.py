@@ -172,7 +172,8 @@ class Controller:
         self.outputs.start(self.book.outputs_due(self.producers.owned))
         self.book.forget_finished(now_ms())
         self.hooks.after_round(time.monotonic() - started,
-                               self.book.round_state(len(self.producers.owned)))
+                               self.book.round_state(len(self.producers.owned),
+                                                     self.standby.held()))
         return bool(messages) or bool(len(out))
 
     def _check_allowed(self, message: Message) -> None:

@@ -27,7 +27,8 @@ class Outgoing(NamedTuple):
     topic: str
     partition: int
     key: bytes | None
-    value: bytes
+    #: None: a tombstone (on a compacted topic, the key is deleted)
+    value: bytes | None
     headers: Headers = ()
 #: A confluent-kafka on_assign / on_revoke callback: (consumer, partitions).
 RebalanceCallback = Callable[[Any, list[Any]], None]

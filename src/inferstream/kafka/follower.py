@@ -22,6 +22,7 @@ from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
 from inferstream.kafka.reader import (
     PartitionReader,
     ReadRecord,
+    Tombstone,
     reader_consumer,
     topic_partitions,
 )
@@ -54,6 +55,10 @@ class TopicFollower(ABC):
     def apply_record(self, record: ReadRecord) -> None:
         """Take one record with where it came from; by default, `apply` its key and value."""
         self.apply(record.key, record.value)
+
+    def apply_tombstone(self, tombstone: Tombstone) -> None:
+        """Take a record of null value (a key deleted); by default, ignore it."""
+        return
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=f"inferstream-{self.name}",
@@ -94,7 +99,10 @@ class TopicFollower(ABC):
             consumer.close()
 
     def _take(self, reader: PartitionReader) -> None:
-        for record in reader:
-            self.apply_record(record)
+        for record in reader.with_tombstones():
+            if isinstance(record, Tombstone):
+                self.apply_tombstone(record)
+            else:
+                self.apply_record(record)
             if self._stop.is_set():
                 return

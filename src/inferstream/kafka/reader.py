@@ -79,6 +79,15 @@ class ReadRecord:
     key: bytes | None = None
 
 
+@dataclass(frozen=True)
+class Tombstone:
+    """A record of null value: on a compacted topic, `key` deleted."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+
+
 class PartitionReader:
     """Iterates the records of `partitions` (already assigned to `consumer`), in offset
     order within each partition, tombstones skipped.
@@ -99,11 +108,17 @@ class PartitionReader:
         self.on_idle = on_idle
 
     def __iter__(self) -> Iterator[ReadRecord]:
+        for record in self.with_tombstones():
+            if isinstance(record, ReadRecord):
+                yield record
+
+    def with_tombstones(self) -> Iterator[ReadRecord | Tombstone]:
+        """The records, tombstones included."""
         for message in self.messages():
-            value = message.value()
-            if value is not None:
-                yield ReadRecord(message.partition() or 0, message.offset() or 0, value,
-                                 message.key())
+            partition, offset, value = message.partition() or 0, message.offset() or 0, \
+                message.value()
+            yield (ReadRecord(partition, offset, value, message.key()) if value is not None
+                   else Tombstone(partition, offset, message.key()))
 
     def messages(self) -> Iterator[Message]:
         """The records as the consumer gives them (headers, timestamps, tombstones), without

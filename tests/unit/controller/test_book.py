@@ -59,10 +59,11 @@ def make_job(items: int = 4, chunk_size: int = 2, **fields: Any) -> Job:
 
 
 def written(out: Outbox, topic: str, kind: type[R]) -> list[tuple[int, R]]:
-    """The records on `topic` in the outbox, with their partitions, in the order written."""
+    """The records on `topic` in the outbox, with their partitions, in the order written
+    (tombstones left out)."""
     return [(record.partition, read_record(CODEC, record.value, kind))
             for home in sorted(out.records) for record in out.records[home]
-            if record.topic == topic]
+            if record.topic == topic and record.value is not None]
 
 
 def events(book: JobBook, out: Outbox) -> list[JobEvent]:
