@@ -3,7 +3,9 @@
 Items are fetched and preprocessed in parallel on `decode_threads` threads, in arrival
 order, at most `decode_ahead` batches ahead of the model: decoding overlaps with the forward
 pass of the batch before, and fills its gaps instead of taking the cores in a burst when a
-task arrives. The batch loop takes items in arrival order, up to `max_batch` items or
+task arrives. Items that decode in microseconds (a `sim:` model's) go to the pool several at a
+time: a thread hop costs the event loop more than such an item's whole decode. The batch loop
+takes items in arrival order, up to `max_batch` items or
 `max_wait_s` after the first one, and runs the model on a single inference thread (with
 `torch_threads` intra-op threads) so that the event loop (and with it the Kafka heartbeats)
 never waits for a forward pass. Thread counts: `models.threads`.
@@ -42,6 +44,10 @@ from inferstream.serving.hooks import WorkerHooks
 from inferstream.serving.tuning import LatencyTuner
 
 log = logging.getLogger(__name__)
+
+#: A decode job takes as many items as decode in about this long (at least one): a job per
+#: item costs the event loop about 20 us of thread hop, more than a fast item's decode.
+DECODE_JOB_S = 0.001
 
 @dataclass
 class TaskRun:
@@ -125,6 +131,8 @@ class BatchingPipeline:
         #: items decoding or decoded that no batch has taken yet, and how many may be
         self._ahead = 0
         self._ahead_limit = max(1, options.decode_ahead) * options.max_batch
+        #: seconds one item takes to decode, a moving average (None: none decoded yet)
+        self._decode_item_s: float | None = None
         self.items_in_flight = 0
 
     def limit_batch(self, size: int | None) -> None:
@@ -168,10 +176,39 @@ class BatchingPipeline:
         decoding."""
         loop = asyncio.get_running_loop()
         while self._undecoded and self._ahead < self._ahead_limit:
-            slot, item = self._undecoded.popleft()
-            decoding = loop.run_in_executor(self._decoders, self._decode, slot.run, item)
-            decoding.add_done_callback(functools.partial(_settle, slot.decoded))
-            self._ahead += 1
+            size = min(self._job_items(), self._ahead_limit - self._ahead, len(self._undecoded))
+            job = [self._undecoded.popleft() for _ in range(size)]
+            decoding = loop.run_in_executor(self._decoders, self._decode_all, job)
+            decoding.add_done_callback(functools.partial(self._settle, [s for s, _ in job]))
+            self._ahead += size
+
+    def _job_items(self) -> int:
+        """How many items the next decode job takes: one until an item's decode time is
+        known, then about `DECODE_JOB_S` worth, at most a batch's share of each thread."""
+        if self._decode_item_s is None:
+            return 1
+        most = max(1, self.batch_limit // self.threads.decode_threads)
+        return max(1, min(most, int(DECODE_JOB_S / max(self._decode_item_s, 1e-7))))
+
+    def _decode_all(self, job: list[tuple[_Slot, TaskItem]]
+                    ) -> list[tuple[torch.Tensor | str, float]]:
+        return [self._decode(slot.run, item) for slot, item in job]
+
+    def _settle(self, slots: list[_Slot],
+                decoding: asyncio.Future[list[tuple[torch.Tensor | str, float]]]) -> None:
+        """Give each slot of a decode job its outcome; learn how long an item takes."""
+        if not decoding.cancelled() and decoding.exception() is None:
+            outcomes = decoding.result()
+            took = sum(seconds for _, seconds in outcomes) / len(outcomes)
+            known = self._decode_item_s
+            self._decode_item_s = took if known is None else 0.8 * known + 0.2 * took
+            for slot, outcome in zip(slots, outcomes, strict=True):
+                if not slot.decoded.done():
+                    slot.decoded.set_result(outcome)
+            return
+        for slot in slots:
+            if not slot.decoded.done():
+                _fail(slot.decoded, decoding)
 
     def _decode(self, run: TaskRun, item: TaskItem) -> tuple[torch.Tensor | str, float]:
         """Fetch and preprocess one item; a bad item becomes its error reason (a str), and
@@ -293,17 +330,15 @@ class BatchingPipeline:
         self._inference.shutdown(wait=False, cancel_futures=True)
 
 
-def _settle(target: asyncio.Future[tuple[torch.Tensor | str, float]],
-            source: asyncio.Future[tuple[torch.Tensor | str, float]]) -> None:
-    """Give `target` the outcome of `source`."""
-    if target.done():
-        return
-    if source.cancelled():
+def _fail(target: asyncio.Future[tuple[torch.Tensor | str, float]],
+          source: asyncio.Future[list[tuple[torch.Tensor | str, float]]]) -> None:
+    """End `target` as its decode job `source` ended: cancelled (the pool shut down) or
+    with its error."""
+    error = None if source.cancelled() else source.exception()
+    if error is None:
         target.cancel()
-    elif (error := source.exception()) is not None:
-        target.set_exception(error)
     else:
-        target.set_result(source.result())
+        target.set_exception(error)
 
 
 def output_fields(output: ItemOutput) -> OutputFields:

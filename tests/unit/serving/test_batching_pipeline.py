@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 import struct
+import threading
 import time
 from typing import Any
 
@@ -220,3 +221,53 @@ def test_items_are_decoded_at_most_decode_ahead_batches_ahead_of_the_model() -> 
     assert model.decoded == model.forwarded == 48
     # one batch ahead, and the one the batch loop has taken but not yet passed on
     assert model.most_waiting <= 2 * 4, model.most_waiting
+
+
+class SlowDecodeModel(SimModel):
+    """A sim model whose items take 5 ms each to decode (a photo's order of magnitude),
+    counting the decodes running at once."""
+
+    def __init__(self) -> None:
+        super().__init__("sim:ms=0", SimParams(ms=0))
+        self.running = 0
+        self.most_running = 0
+        self._lock = threading.Lock()
+
+    def preprocess(self, data: bytes) -> torch.Tensor:
+        with self._lock:
+            self.running += 1
+            self.most_running = max(self.most_running, self.running)
+        time.sleep(0.005)
+        with self._lock:
+            self.running -= 1
+        return super().preprocess(data)
+
+
+def test_slow_items_still_decode_on_every_decode_thread() -> None:
+    model = SlowDecodeModel()
+    tasks = [task(t, [f"photo-{t}-{i}" for i in range(8)]) for t in range(4)]
+    done = asyncio.run(run_tasks(model, tasks, WorkerHooks(), max_batch=8))
+    assert all(o is not None and o["status"] == "OK" for r in done for o in r.outcomes)
+    assert model.most_running == 2  # decode_threads=2
+
+
+def test_fast_items_decoded_several_to_a_job_each_keep_their_own_outcome() -> None:
+    """Items that decode in microseconds go to the decode threads in groups; every item
+    still gets its own prediction, in its task's order, and one decode hook."""
+    hooks = Recorder()
+    model = PickyModel("sim:ms=0", SimParams(ms=0))
+    tasks = [task(t, [f"bad-{t}" if i == 5 else f"item-{t}-{i}" for i in range(32)])
+             for t in range(8)]
+    done = asyncio.run(run_tasks(model, tasks, hooks, max_batch=32))
+    reference = SimModel("sim:ms=0", SimParams(ms=0))
+    for run in sorted(done, key=lambda r: r.task["task_id"]):
+        names = [item["name"] for item in run.task["items"]]
+        assert [o["name"] for o in run.outcomes] == names  # type: ignore[index]
+        for name, outcome in zip(names, run.outcomes, strict=True):
+            assert outcome is not None
+            if name.startswith("bad"):
+                assert outcome["error"] == "not an image"
+                continue
+            expected = reference.predict(reference.preprocess(name.encode())[None], 3)[0]
+            assert [p["class_id"] for p in outcome["top_k"]] == [c for c, _, _ in expected]
+    assert len(hooks.decoded) == 256 and hooks.decoded.count(False) == 8
