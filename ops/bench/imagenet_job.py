@@ -12,11 +12,15 @@ lines), peak RSS of the controller and the worker (VmHWM of /proc/PID/status, re
 job) and of the client (`submit`'s and `results`'s ru_maxrss from wait4), CPU seconds per item
 of the broker's JVM, the controller, the worker and submit (/proc/PID/stat utime + stime across
 the job; the client's from wait4), and a check of submit's output file and of
-`inferstream results JOB --output FILE` (every item exactly once, all ok). The load average
-is printed at the start and the end: other sessions may share the machine.
+`inferstream results JOB --output FILE` (every item exactly once, all ok), and the entries of
+the controller's ledger after it (what compaction leaves, and a standby copy holds). With
+`--one-fleet` the jobs run one after another on one controller and worker: what a replica
+keeps across jobs. The load average is printed at the start and the end: other sessions may
+share the machine.
 
     .venv/bin/python ops/bench/imagenet_job.py [--items 1281167] [--members 8]
-        [--bootstrap HOST:PORT] [--task-partitions 120] [--workdir DIR]
+        [--bootstrap HOST:PORT] [--task-partitions 120] [--workdir DIR] [--one-fleet]
+        [--chunk-size N]
 """
 
 from __future__ import annotations
@@ -36,12 +40,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from failover_common import Fleet, source_version, start_broker
 from p1_cpu import status_mib
 from p1_stack import INFERSTREAM, BenchError, free_port
 from secure_throughput import cpu_s
 
 from inferstream.client.client import Client
+from inferstream.kafka.reader import PartitionReader, reader_consumer, topic_partitions
 
 IMAGENET_TRAIN = 1_281_167
 _NAME_INDEX = re.compile(r"_(\d+)\.JPEG$")
@@ -154,6 +160,8 @@ class Measured:
     cpu_s_per_item: dict[str, float] = field(default_factory=dict)
     checks: dict[str, OutputCheck] = field(default_factory=dict)
     loads: tuple[float, float] = (0.0, 0.0)
+    #: entries of the controller's ledger after the job (`ledger_entries`)
+    ledger_entries: int = 0
 
 
 class JobFleet(Fleet):
@@ -181,7 +189,8 @@ class JobFleet(Fleet):
                         usage.ru_maxrss / 1024, out.read_text())  # ru_maxrss: KiB on Linux
 
 
-def run_job(fleet: JobFleet, broker_pid: int, items: int, model: str) -> Measured:
+def run_job(fleet: JobFleet, broker_pid: int, items: int, model: str,
+            chunk_size: int | None = None) -> Measured:
     """Submit one job of `items` items with --wait --output, then read it with `results`."""
     measured = Measured(items, loads=(os.getloadavg()[0], 0.0))
     listing = write_imagenet_listing(fleet.logdir / f"items-{items}.txt", items)
@@ -190,12 +199,14 @@ def run_job(fleet: JobFleet, broker_pid: int, items: int, model: str) -> Measure
     before = {name: cpu_s(pid) for name, pid in pids.items()}
     output = fleet.logdir / f"submit-{items}.jsonl"
     submit = fleet.run_client("submit", "submit", "--model", model, "--input", f"@{listing}",
+                              *(["--chunk-size", str(chunk_size)] if chunk_size else []),
                               "--wait", "--output", str(output))
     measured.cpu_s_per_item = {name: (cpu_s(pid) - before[name]) / items
                                for name, pid in pids.items()}
     measured.cpu_s_per_item["submit"] = submit.cpu_s / items
     measured.seconds = submit.seconds
     measured.peak_mib = {name: peak_rss_mib(pids[name]) for name in ("controller", "worker")}
+    measured.peak_mib["controller now"] = status_mib(pids["controller"], "VmRSS")
     measured.peak_mib["submit"] = submit.peak_mib
     measured.loads = (measured.loads[0], os.getloadavg()[0])
     return measured
@@ -220,34 +231,67 @@ def audit(fleet: JobFleet, measured: Measured, job_id: str, metrics_port: int) -
     measured.read_s = results.seconds
     measured.checks["results"] = check_output(read, measured.items)
     read.unlink()
+    measured.ledger_entries = ledger_entries(fleet)
 
 
-def measure_size(bootstrap: str, broker_pid: int, args: argparse.Namespace, logdir: Path,
-                 items: int) -> Measured:
-    """One job of `items` items on a controller and worker of its own."""
+def ledger_entries(fleet: JobFleet) -> int:
+    """The entries of the fleet's controller ledger: the latest value of each key, less the
+    keys deleted (tombstones), as compaction leaves them and a standby copy holds them."""
+    topic = fleet.config.topic("controller-ledger")
+    consumer = reader_consumer(fleet.config)
+    live: set[tuple[int, bytes]] = set()
+    try:
+        partitions = topic_partitions(consumer, topic)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        for message in PartitionReader(consumer, partitions, timeout_s=300).messages():
+            key = (message.partition() or 0, message.key() or b"")
+            (live.discard if message.value() is None else live.add)(key)  # None: deleted
+    finally:
+        consumer.close()
+    return len(live)
+
+
+def measure_fleet(bootstrap: str, broker_pid: int, args: argparse.Namespace, logdir: Path,
+                  sizes: list[int]) -> list[Measured]:
+    """One job of each of `sizes`, one after another, on one controller and worker."""
     fleet = JobFleet(bootstrap, args.partitions, args.task_partitions, logdir,
-                     f"imagenet{items}")
+                     f"imagenet{sizes[0]}")
     try:
         fleet.create_topics()
         port = free_port()
         fleet.start("controller", "controller", "--metrics-port", str(port))
         fleet.worker("w", args.model, "--members", str(args.members))
         fleet.wait_for_members(args.members, 600, "controller", "w")
-        measured = run_job(fleet, broker_pid, items, args.model)
-        job_id = fleet.log_path("submit.out").read_text().split()[0]
-        audit(fleet, measured, job_id, port)
-        return measured
+        rows: list[Measured] = []
+        for items in sizes:
+            measured = run_job(fleet, broker_pid, items, args.model, args.chunk_size)
+            job_id = fleet.log_path("submit.out").read_text().split()[0]
+            audit(fleet, measured, job_id, port)
+            rows.append(since_last(measured, rows))
+            print(table(rows[-1:]), file=sys.stderr, flush=True)
+        return rows
     finally:
         fleet.stop_all()
+
+
+def since_last(measured: Measured, earlier: list[Measured]) -> Measured:
+    """`measured` with the controller's counters (cumulative on one fleet) less those of the
+    jobs before it."""
+    for row in earlier:
+        measured.issued -= row.issued
+        measured.logged_reissues -= row.logged_reissues
+        for reason, count in row.reissued.items():
+            measured.reissued[reason] = measured.reissued.get(reason, 0) - count
+    return measured
 
 
 def table(rows: list[Measured]) -> str:
     """The figures of each job, a Markdown table."""
     lines = ["| items | submit s | items/s | job items/s | results s | tasks issued | "
              "re-issued (metrics, by reason) | re-issued (log) | peak RSS MiB: controller, "
-             "worker, submit, results | CPU us per item: broker, controller, worker, submit | "
-             "output checks | load |",
-             "|---:|---:|---:|---:|---:|---:|---|---:|---|---|---|---|"]
+             "worker, submit, results | controller RSS MiB after | ledger entries | "
+             "CPU us per item: broker, controller, worker, submit | output checks | load |",
+             "|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---:|---|---|---|"]
     for row in rows:
         reasons = ", ".join(f"{k} {v}" for k, v in sorted(row.reissued.items()) if v) or "0"
         share = sum(row.reissued.values()) / row.issued if row.issued else 0.0
@@ -258,7 +302,9 @@ def table(rows: list[Measured]) -> str:
         checks = "; ".join(f"{k} {'ok' if c.passed else c}" for k, c in row.checks.items())
         lines.append(f"| {row.items:,} | {row.seconds:.1f} | {row.items / row.seconds:,.0f} | "
                      f"{row.job_rate:,.0f} | {row.read_s:.1f} | {row.issued:,} | {reasons} "
-                     f"({share:.2%}) | {row.logged_reissues} | {peaks} | {cpu} | {checks} | "
+                     f"({share:.2%}) | {row.logged_reissues} | {peaks} | "
+                     f"{row.peak_mib.get('controller now', 0):.0f} | {row.ledger_entries:,} | "
+                     f"{cpu} | {checks} | "
                      f"{row.loads[0]:.1f} -> {row.loads[1]:.1f} |")
     return "\n".join(lines)
 
@@ -286,6 +332,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--bootstrap", default="",
                         help="a running broker's bootstrap HOST:PORT on this machine "
                         "(default: start one with ops/kafka/cluster)")
+    parser.add_argument("--one-fleet", action="store_true",
+                        help="run the jobs one after another on one controller and worker "
+                        "(default: a controller and worker for each)")
+    parser.add_argument("--chunk-size", type=int, default=None,
+                        help="items per task (default: the controller's task size)")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="where the logs, lists and outputs go (default: a temporary "
                         "folder, deleted at the end)")
@@ -310,11 +361,9 @@ def run(args: argparse.Namespace, workdir: Path) -> list[Measured]:
         broker_pid = broker.pid() if broker else listening_pid(bootstrap)
         if broker_pid is None:
             raise BenchError("the broker has no process")
-        rows = []
-        for items in args.items:
-            rows.append(measure_size(bootstrap, broker_pid, args, workdir, items))
-            print(table(rows[-1:]), file=sys.stderr, flush=True)
-        return rows
+        fleets = [args.items] if args.one_fleet else [[items] for items in args.items]
+        return [row for sizes in fleets
+                for row in measure_fleet(bootstrap, broker_pid, args, workdir, sizes)]
     finally:
         if broker:
             broker.clean()
@@ -342,7 +391,8 @@ def main(argv: list[str] | None = None) -> list[Measured]:
           f"task partitions {args.task_partitions}; submit s: submit --wait --output from "
           f"start to exit (items/s over it), job items/s: the controller's, acceptance to "
           f"completion; peak RSS from VmHWM (controller, worker) and wait4's ru_maxrss "
-          f"(submit, results)")
+          f"(submit, results), the controller's after each job from VmRSS"
+          f"{'; one controller and worker for all jobs' if args.one_fleet else ''}")
     return rows
 
 

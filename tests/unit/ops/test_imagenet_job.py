@@ -92,10 +92,23 @@ def test_the_table_shows_each_size_s_rate_share_re_issued_and_checks() -> None:
     row = imagenet_job.Measured(
         100_000, seconds=40.0, job_rate=3001.5, read_s=12.25, issued=3125,
         reissued={"late": 25, "declined": 0}, logged_reissues=25,
-        peak_mib={"controller": 80.0, "worker": 560.0, "submit": 90.0, "results": 60.0},
+        peak_mib={"controller": 80.0, "worker": 560.0, "submit": 90.0, "results": 60.0,
+                  "controller now": 78.0},
         cpu_s_per_item={"broker": 2e-4, "controller": 5e-5, "worker": 2e-4, "submit": 4e-5},
         checks={"submit": imagenet_job.OutputCheck(100_000, 100_000, 100_000)},
-        loads=(12.0, 14.5))
+        loads=(12.0, 14.5), ledger_entries=1)
     assert ("| 100,000 | 40.0 | 2,500 | 3,002 | 12.2 | 3,125 | late 25 (0.80%) | 25 | "
-            "80, 560, 90, 60 | 200, 50, 200, 40 | submit ok | 12.0 -> 14.5 |"
+            "80, 560, 90, 60 | 78 | 1 | 200, 50, 200, 40 | submit ok | 12.0 -> 14.5 |"
             ) in imagenet_job.table([row])
+
+
+def test_one_fleet_rows_count_each_job_s_own_tasks_not_the_controller_s_running_total(
+        ) -> None:
+    args = imagenet_job.parse_args(["--items", "100,100", "--one-fleet", "--chunk-size", "4"])
+    assert args.one_fleet and args.chunk_size == 4
+    first = imagenet_job.Measured(100, issued=25, reissued={"migrated": 1})
+    second = imagenet_job.since_last(
+        imagenet_job.Measured(100, issued=50, reissued={"migrated": 3, "declined": 0},
+                              logged_reissues=3), [first])
+    assert (second.issued, second.reissued, second.logged_reissues) == (
+        25, {"migrated": 2, "declined": 0}, 3)
