@@ -131,9 +131,13 @@ class JobState:
 
     def end(self, status: LedgerStatus) -> set[int]:
         """The job ends with `status` (nothing counts after it); returns its done tasks,
-        which it no longer keeps (nor its cutting cursor)."""
+        which it no longer keeps, nor its cutting cursor and inputs (an inline job's items:
+        its ledger entry stays as long as the ledger)."""
         self.status = status
         done, self.done, self.expansion = self.done, set(), None
+        if self.job["inputs"] or self.job["inline_items"]:
+            self.job = Job(**{**self.job, "inputs": [], "inline_items": []})
+            self.job_bytes = None
         return done
 
 

@@ -9,11 +9,14 @@ import pytest
 from inferstream.controller.book import JobBook
 from inferstream.controller.outbox import Outbox
 from inferstream.schemas.records import (
+    Job,
     JobEventType,
+    LedgerEntry,
     LedgerStatus,
     TaskControl,
     TaskControlReason,
     now_ms,
+    read_record,
 )
 from tests.unit.controller.test_book import (
     HOME,
@@ -24,6 +27,7 @@ from tests.unit.controller.test_book import (
     make_job,
     result_of,
 )
+from tests.unit.support.memory import CODEC
 
 JOB_ID = make_job()["job_id"]
 
@@ -79,6 +83,9 @@ def test_a_completed_job_deletes_its_task_entries_with_its_final_entry(
     assert (state.status, state.done, state.done_tasks, state.ok_items) == (
         LedgerStatus.COMPLETED, set(), 3, 6)
     assert after_compaction(log) == [(last_value, HOME)]  # the job's one entry
+    final = read_record(CODEC, last_value, LedgerEntry)
+    ended = read_record(CODEC, final["job"] or b"", Job)
+    assert ended["inline_items"] == [] and ended["job_id"] == JOB_ID  # its items go too
 
 
 @pytest.mark.parametrize("output_path", [None, "/tmp/out.jsonl"])
