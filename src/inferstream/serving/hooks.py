@@ -74,32 +74,47 @@ class WorkerHooks:
         record, `latency_s` after the record's timestamp (None: it has none)."""
 
 
-def _forward(name: str) -> Callable[..., None]:
-    def forward(self: HookChain, *args: Any, **kwargs: Any) -> None:
-        for hooks in self.chain:
-            getattr(hooks, name)(*args, **kwargs)
+def _nothing(*_args: Any, **_kwargs: Any) -> None:
+    """What a chain calls for a hook that none of its hooks objects implement."""
 
-    forward.__name__ = name
+
+def _does_something(hooks: WorkerHooks, name: str) -> bool:
+    """Whether `hooks` does more for hook `name` than `WorkerHooks`' no-op."""
+    method = getattr(hooks, name)
+    return method is not _nothing and getattr(method, "__func__", None) is not vars(
+        WorkerHooks)[name]
+
+
+def _calling(methods: list[Callable[..., None]]) -> Callable[..., None]:
+    """One callable that calls each of `methods` in order."""
+    if not methods:
+        return _nothing
+    if len(methods) == 1:
+        return methods[0]
+
+    def forward(*args: Any, **kwargs: Any) -> None:
+        for method in methods:
+            method(*args, **kwargs)
+
     return forward
 
 
-def _forwarding(cls: type[HookChain]) -> type[HookChain]:
-    """Give `cls` a method per hook of `WorkerHooks` that calls it on every chained hooks."""
-    for name, hook in vars(WorkerHooks).items():
-        if callable(hook) and not name.startswith("_"):
-            method = _forward(name)
-            method.__qualname__ = f"{cls.__qualname__}.{name}"
-            setattr(cls, name, method)
-    return cls
+_HOOK_NAMES = tuple(name for name, hook in vars(WorkerHooks).items()
+                    if callable(hook) and not name.startswith("_"))
 
 
-@_forwarding
 class HookChain(WorkerHooks):
     """Calls every hook of `chain` in order: the worker's own and the caller's.
 
-    Each hook method of `WorkerHooks` is forwarded (the methods are made when the class is),
-    so a hook added there reaches every chained hooks object with no change here.
+    Each hook method of `WorkerHooks` is bound when the chain is made, to the methods of the
+    chained hooks objects that implement it (a hook added there reaches every chained hooks
+    object with no change here): the data path calls some hooks once per item, and a call
+    that went through every object's no-op cost it several microseconds each time. A hooks
+    object's methods are looked up once, here.
     """
 
     def __init__(self, *chain: WorkerHooks) -> None:
         self.chain = chain
+        for name in _HOOK_NAMES:
+            setattr(self, name, _calling([getattr(hooks, name) for hooks in chain
+                                          if _does_something(hooks, name)]))

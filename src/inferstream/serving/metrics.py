@@ -49,6 +49,7 @@ class ServingMetrics(WorkerHooks):
             "inferstream_decode_duration_seconds", "Fetch and preprocess time per item",
             ["model"], buckets=_SECONDS_BUCKETS, registry=registry,
         )
+        self._decode_by_model: dict[str, Any] = {}
         self.commit = Histogram(
             "inferstream_commit_duration_seconds",
             "Time of one partition's commit (results and offset in one transaction)",
@@ -131,7 +132,10 @@ class ServingMetrics(WorkerHooks):
         self._take_children()
 
     def after_decode(self, model: str, seconds: float, ok: bool) -> None:
-        self.decode.labels(model).observe(seconds)
+        child = self._decode_by_model.get(model)
+        if child is None:  # labels() takes a lock and builds a key: once per item was a lot
+            child = self._decode_by_model[model] = self.decode.labels(model)
+        child.observe(seconds)
 
     def after_batch(self, model: str, size: int, seconds: float,
                     version: str | None = None) -> None:
