@@ -30,6 +30,9 @@ from inferstream.serving.versions import RepositoryWatch
 
 log = logging.getLogger(__name__)
 
+#: The most task models `find` remembers its answer for (tasks name a handful).
+_MOST_FOUND = 256
+
 
 class ServedModels:
     """The loaded models and their pipelines, by `served_ref`; `close()` stops every pipeline.
@@ -45,6 +48,8 @@ class ServedModels:
         self.pipelines: OrderedDict[str, BatchingPipeline] = OrderedDict()
         #: versions taken out of service, unloaded once idle (`unload_idle`)
         self.retiring: set[str] = set()
+        #: `find`'s answer (a pipeline's ref) by task model, until the models served change
+        self._found: dict[str, str | None] = {}
         self._loops: dict[str, asyncio.Task[None]] = {}
         self._loading: dict[str, asyncio.Future[BatchingPipeline]] = {}
         self._unloadable: dict[str, str] = {}
@@ -89,10 +94,15 @@ class ServedModels:
     def find(self, task_model: str) -> BatchingPipeline | None:
         """The loaded pipeline that serves `task_model` (a `model_ref`: the newest version in
         service where it names none), marked as recently used."""
-        found = [ref for ref in self.references if serves(ref, task_model)]
-        if not found:
+        if task_model not in self._found:  # asked twice a task: sorting them each time told
+            found = [ref for ref in self.references if serves(ref, task_model)]
+            if len(self._found) >= _MOST_FOUND:
+                self._found.clear()
+            self._found[task_model] = max(found, key=lambda r: split_ref(r)[1] or 0) \
+                if found else None
+        ref = self._found[task_model]
+        if ref is None:
             return None
-        ref = max(found, key=lambda r: split_ref(r)[1] or 0)
         self.pipelines.move_to_end(ref)
         return self.pipelines[ref]
 
@@ -161,6 +171,7 @@ class ServedModels:
         pipeline = BatchingPipeline(model, model_settings(self.settings, model), self.hooks)
         pipeline.limit_batch(self._batch_sizes.get(model.name))
         self.pipelines[ref] = pipeline
+        self._found.clear()
         self._start(ref)
         if split_ref(ref)[1] is not None:
             self.hooks.after_versions_changed(self.versions())
@@ -181,6 +192,7 @@ class ServedModels:
         if not retired:
             return
         self.retiring |= retired
+        self._found.clear()
         log.info("model %s out of service: unloaded once its tasks in flight are done",
                  ", ".join(sorted(retired)))
         self.hooks.after_versions_changed(self.versions())
@@ -194,6 +206,7 @@ class ServedModels:
                 self.retiring.discard(ref)
                 self._loops.pop(ref).cancel()
                 self.pipelines.pop(ref).close()
+                self._found.clear()
 
     def look_again(self) -> None:
         """Look at the model repository now (SIGHUP); thread-safe."""
@@ -211,6 +224,7 @@ class ServedModels:
                 self.retiring.discard(name)
                 self._loops.pop(name).cancel()
                 self.pipelines.pop(name).close()
+                self._found.clear()
 
     def start(self) -> None:
         """Start the batch loop of every loaded model and the repository's watch (inside the
