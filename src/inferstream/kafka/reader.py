@@ -90,7 +90,7 @@ class Tombstone:
 
 class PartitionReader:
     """Iterates the records of `partitions` (already assigned to `consumer`), in offset
-    order within each partition, tombstones skipped.
+    order within each partition, tombstones skipped (`with_tombstones` keeps them).
 
     Stops once every partition reached its end, or with `follow` keeps waiting for new
     records; either way stops at `timeout_s`. `on_idle` is called after each fetch that
@@ -115,8 +115,8 @@ class PartitionReader:
     def with_tombstones(self) -> Iterator[ReadRecord | Tombstone]:
         """The records, tombstones included."""
         for message in self.messages():
-            partition, offset, value = message.partition() or 0, message.offset() or 0, \
-                message.value()
+            partition, offset = message.partition() or 0, message.offset() or 0
+            value = message.value()
             yield (ReadRecord(partition, offset, value, message.key()) if value is not None
                    else Tombstone(partition, offset, message.key()))
 

@@ -1,10 +1,20 @@
-"""A reader's librdkafka settings: its prefetch queue is bounded (memory of results/submit)."""
+"""A reader's librdkafka settings: its prefetch queue is bounded (memory of results/submit);
+tombstones reach only the readers that ask for them (the ledger standby)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from inferstream.kafka.reader import READER_PREFETCH_KB, reader_consumer
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from inferstream.kafka.reader import (
+    READER_PREFETCH_KB,
+    PartitionReader,
+    ReadRecord,
+    Tombstone,
+    reader_consumer,
+)
+from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from tests.unit.support.memory import make_config
 
 
@@ -24,3 +34,21 @@ def test_a_reader_prefetches_a_bounded_amount() -> None:
     reader_consumer(make_config(), clients)  # type: ignore[arg-type]
     assert clients.asked["queued.max.messages.kbytes"] == READER_PREFETCH_KB <= 16384
     assert clients.asked["enable.partition.eof"] is True
+
+
+def test_a_reader_gives_tombstones_only_to_whoever_asks_for_them(
+        broker: MemoryBroker, clients: MemoryKafkaClients) -> None:
+    broker.create_topic("t.table", 1)
+    broker.produce("t.table", 0, b"a", b"1")
+    broker.produce("t.table", 0, b"a", None)  # "a" deleted
+    broker.produce("t.table", 0, b"b", b"2")
+
+    def read(tombstones: bool) -> list[ReadRecord | Tombstone]:
+        consumer = reader_consumer(make_config(), clients)
+        consumer.assign([TopicPartition("t.table", 0, OFFSET_BEGINNING)])
+        reader = PartitionReader(consumer, [0], timeout_s=10)
+        return list(reader.with_tombstones() if tombstones else reader)
+
+    assert read(tombstones=False) == [ReadRecord(0, 0, b"1", b"a"), ReadRecord(0, 2, b"2", b"b")]
+    assert read(tombstones=True) == [ReadRecord(0, 0, b"1", b"a"), Tombstone(0, 1, b"a"),
+                                     ReadRecord(0, 2, b"2", b"b")]
