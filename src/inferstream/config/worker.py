@@ -67,6 +67,11 @@ class WorkerConfig:
         "auto", "graph mode of the forward pass: auto (compiled with AOTInductor, kept where "
         "it runs at least as fast as eager, timed when compiled), on (compiled wherever it "
         "compiles), off (eager); a model that does not compile runs eager", choices=AUTO_ON_OFF)
+    compile_background: str = setting(
+        "on", "where no compiled forward pass is kept (a first start), serve eager at once "
+        "and compile in a child process meanwhile, switching between two batches when it is "
+        "ready (and, under compile auto, measured faster); off: the worker starts serving "
+        "once it has compiled", choices=SWITCH)
     compile_cache_dir: str = setting(
         "", "where compiled forward passes are kept between starts, so that a restart loads "
         "one in seconds instead of compiling it again (empty: TORCHINDUCTOR_CACHE_DIR, else "
@@ -147,7 +152,7 @@ class WorkerConfig:
 def validate_worker(worker: WorkerConfig) -> None:
     for name, allowed in (("guarantee", GUARANTEES), ("assignor", ASSIGNORS),
                           ("compile", AUTO_ON_OFF), ("decode_on_device", AUTO_ON_OFF),
-                          ("precision", PRECISIONS),
+                          ("precision", PRECISIONS), ("compile_background", SWITCH),
                           ("channels_last", SWITCH)):
         if getattr(worker, name) not in allowed:
             raise ConfigError(f"worker.{name} {getattr(worker, name)!r} is not one of {allowed}")

@@ -22,13 +22,18 @@ and logged in one line:
   torch.compile's own caches cannot hold a CPU graph with oneDNN-packed weights. `auto` times
   one batch compiled against eager when the package is built and keeps the faster (the cache
   keeps the figures); a model that does not compile (no C++ compiler, an operator Inductor or
-  torch.export lacks) runs eager, and the line says why.
+  torch.export lacks) runs eager, and the line says why. A worker's first start does not wait
+  for it (`background`): the model serves eager while the package is built in a child
+  process, and the chosen forward pass is swapped in between two batches, in a second line.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -120,9 +125,13 @@ def native_bf16_cpu() -> bool:
 
 def prepare_forward(model: LoadedModel, *, precision: str = "auto", channels_last: bool = True,
                     compile_mode: str = "auto", max_batch: int = 32, torch_threads: int = 0,
-                    cache_dir: str = "", compiler: Compiler | None = None) -> ForwardReport:
+                    cache_dir: str = "", compiler: Compiler | None = None,
+                    background: Callable[[ForwardReport], None] | None = None
+                    ) -> ForwardReport:
     """Set `model`'s precision, memory format and forward (compiled or eager); blocks for the
-    compile (seconds to minutes the first time, a second or two from the cache in `cache_dir`).
+    compile (seconds to minutes the first time, a second or two from the cache in `cache_dir`)
+    unless `background` is given: then a package not in the cache is built on a thread while
+    the model serves eager, and `background` gets the report of its choice, from that thread.
     `torch_threads` > 0 is set on the calling thread first: a package is kept per thread count,
     which Inductor's CPU kernels are compiled for."""
     if not isinstance(model, TorchModel):
@@ -142,8 +151,9 @@ def prepare_forward(model: LoadedModel, *, precision: str = "auto", channels_las
     if compile_mode == "off":
         return ForwardReport(model.name, chosen, channels_last, False, "compile = off")
     job = _Job(compile_mode, chosen, channels_last, max_batch, _use_cache_dir(cache_dir))
-    report = partial(ForwardReport, model.name, chosen, channels_last)
-    return _compile(model, job, compiler or AotiCompiler(), report)
+    compilation = Compilation(model, job, compiler or AotiCompiler(),
+                              partial(ForwardReport, model.name, chosen, channels_last))
+    return compilation.now() if background is None else compilation.soon(background)
 
 
 def prepare_device_decode(model: LoadedModel, setting: str, decode_threads: int,
@@ -179,40 +189,135 @@ def warm_up_sizes(max_batch: int) -> list[int]:
     return [*sizes, 1]
 
 
-def _compile(model: TorchModel, job: _Job, compiler: Compiler,
-             report: Callable[..., ForwardReport]) -> ForwardReport:
-    """The compiled forward pass from the cache, else compiled, warmed up and kept there;
-    `auto` keeps it where it measured as fast as eager. `report` completes the model's
-    ForwardReport from `compiled` and `why` on."""
-    eager = model.forward
-    cache = PackageCache(job.root, partial(_checked_load, compiler, model))
-    try:
-        key = package_key(model.module, model.name, model.device, precision=job.precision,
-                          channels_last=job.channels_last, max_batch=job.max_batch)
-        with cache.locked(key):  # a second worker starting at once waits for the package
-            compiled = cache.read(key) or _build(model, job, compiler, cache, key)
-    except Exception as exc:  # any failure to compile leaves the model eager
-        model.forward = eager
+class Compilation:
+    """One model's compiled forward pass, from the cache or built, and the choice of it;
+    `report` completes the model's ForwardReport from `compiled` and `why` on."""
+
+    def __init__(self, model: TorchModel, job: _Job, compiler: Compiler,
+                 report: Callable[..., ForwardReport]) -> None:
+        self.model, self.job, self.compiler, self.report = model, job, compiler, report
+        self.eager = model.forward
+        self.cache = PackageCache(job.root, partial(_checked_load, compiler, model))
+
+    def now(self) -> ForwardReport:
+        """Read or build the package (blocks for the build), then choose."""
+        try:
+            key = self._key()
+            with self.cache.locked(key):  # a second worker starting at once waits for it
+                compiled = self.cache.read(key) or self._build(key)
+            forward, report = self._choose(key, compiled)
+        except Exception as exc:  # any failure to compile leaves the model eager
+            forward, report = self.eager, self._failed(exc)
+        self.model.forward = forward
+        return report
+
+    def soon(self, done: Callable[[ForwardReport], None]) -> ForwardReport:
+        """The package from the cache where it is there, as `now`; else eager at once and
+        the package read or built on a thread, swapped in between two batches when chosen,
+        and `done` told from that thread."""
+        try:
+            key = self._key()
+            with self.cache.locked(key, wait=False) as free:  # taken: another is building
+                compiled = self.cache.read(key) if free else None
+            if compiled is not None:
+                forward, report = self._choose(key, compiled)
+                self.model.forward = forward
+                return report
+        except Exception as exc:
+            self.model.forward = self.eager
+            return self._failed(exc)
+        counted = CountedForward(self.eager)
+        self.model.forward = counted
+        threading.Thread(target=self._later, args=(key, counted, done), daemon=True,
+                         name=f"inferstream-compile-{self.model.name}").start()
+        return self.report(False, "compiling in the background")
+
+    def _later(self, key: PackageKey, counted: CountedForward,
+               done: Callable[[ForwardReport], None]) -> None:
+        started = time.perf_counter()
+        try:
+            with self.cache.locked(key):
+                compiled = self.cache.read(key) or self._build(key)
+            forward, report = self._choose(key, compiled)
+        except Exception as exc:
+            forward, report = self.eager, self._failed(exc)
+        batches = counted.batches
+        if self.model.forward is counted:  # else prepared again meanwhile: that one stays
+            self.model.forward = forward
+        after = (f"compiled from batch {batches + 1}" if forward is not self.eager
+                 else "eager stays")
+        report = dataclasses.replace(report, why=(
+            f"{report.why}; eager while compiling ({time.perf_counter() - started:.1f} s, "
+            f"{batches} batches), {after}"))
+        log.info("%s", report.describe())
+        done(report)
+
+    def _key(self) -> PackageKey:
+        job = self.job
+        return package_key(self.model.module, self.model.name, self.model.device,
+                           precision=job.precision, channels_last=job.channels_last,
+                           max_batch=job.max_batch)
+
+    def _failed(self, exc: Exception) -> ForwardReport:
         first_line = (str(exc).strip().splitlines() or [""])[0][:160]
-        return report(False, f"does not compile: {type(exc).__name__}: {first_line}")
-    load_s = compiled.load_s
-    how = (f"{compiled.timings.compile_s:.1f} s to compile" if load_s is None
-           else f"from the cache, {load_s:.1f} s to load")
-    done = partial(report, compile_s=compiled.timings.compile_s if load_s is None else 0.0,
-                   cached=load_s is not None, load_s=load_s or 0.0)
-    if job.mode == "on":
-        model.forward = compiled.forward
-        return done(True, f"compile = on; {how}")
-    timings, timed_again = _timings(model, job, compiled, eager)
-    if timed_again:  # the next start reads these
-        cache.record(key, timings)
-    eager_ms, compiled_ms = timings.eager_ms_per_item or 0.0, timings.compiled_ms_per_item or 0.0
-    when = " when compiled" if not timed_again and load_s is not None else ""
-    figures = f"{compiled_ms:.1f} ms/item against {eager_ms:.1f} eager{when}; {how}"
-    slower = compiled_ms > eager_ms * COMPILED_TOLERANCE
-    model.forward = eager if slower else compiled.forward
-    return done(not slower, f"compiled ran slower: {figures}" if slower else figures,
-                eager_ms_per_item=eager_ms, compiled_ms_per_item=compiled_ms)
+        return self.report(False, f"does not compile: {type(exc).__name__}: {first_line}")
+
+    def _choose(self, key: PackageKey, compiled: CompiledForward
+                ) -> tuple[Forward, ForwardReport]:
+        """The forward pass to serve and its report: compiled under `on`; under `auto` the
+        one that measured faster (a tie goes to compiled)."""
+        load_s, job = compiled.load_s, self.job
+        how = (f"{compiled.timings.compile_s:.1f} s to compile" if load_s is None
+               else f"from the cache, {load_s:.1f} s to load")
+        done = partial(self.report, compile_s=compiled.timings.compile_s if load_s is None
+                       else 0.0, cached=load_s is not None, load_s=load_s or 0.0)
+        if job.mode == "on":
+            return compiled.forward, done(True, f"compile = on; {how}")
+        timings, timed_again = _timings(self.model, job, compiled, self.eager)
+        if timed_again:  # the next start reads these
+            self.cache.record(key, timings)
+        eager_ms = timings.eager_ms_per_item or 0.0
+        compiled_ms = timings.compiled_ms_per_item or 0.0
+        when = " when compiled" if not timed_again and load_s is not None else ""
+        figures = f"{compiled_ms:.1f} ms/item against {eager_ms:.1f} eager{when}; {how}"
+        slower = compiled_ms > eager_ms * COMPILED_TOLERANCE
+        report = done(not slower, f"compiled ran slower: {figures}" if slower else figures,
+                      eager_ms_per_item=eager_ms, compiled_ms_per_item=compiled_ms)
+        return (self.eager if slower else compiled.forward), report
+
+    def _build(self, key: PackageKey) -> CompiledForward:
+        """Compile the model's package, run every size class through it, time it (`auto`)
+        and keep it in the cache; `load_s` None: built, not loaded."""
+        model, job = self.model, self.job
+        log.info("compiling the forward pass of %s for %s, batch sizes %s (the first time can "
+                 "take minutes; kept in %s for the next start)", model.name, model.device,
+                 ", ".join(map(str, warm_up_sizes(job.max_batch))), self.cache.root)
+        started = time.perf_counter()
+        with self.cache.staging(key) as staging:
+            # A batch of 1 would make export take the batch dimension for a constant.
+            example = collate([model.synthetic_item()] * max(2, job.max_batch), model.device)
+            self.compiler.build(model.module, model.to_inputs(example), staging / PACKAGE)
+            forward = self.compiler.load(staging / PACKAGE, model.device)
+            _warm_up(model, forward, job.max_batch)
+            compile_s = time.perf_counter() - started
+            timings = Timings(compile_s)
+            if job.mode != "on":
+                timings = Timings(compile_s,
+                                  *_time_both(model, self.eager, forward, job.max_batch))
+            self.cache.publish(key, staging, timings)
+        return CompiledForward(forward, timings, None)
+
+
+class CountedForward:
+    """The eager forward pass while the compiled one is built, counting its batches."""
+
+    def __init__(self, forward: Forward) -> None:
+        self.forward = forward
+        self.batches = 0
+
+    def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
+        self.batches += 1
+        return self.forward(inputs)
 
 
 def _timings(model: TorchModel, job: _Job, compiled: CompiledForward,
@@ -230,30 +335,6 @@ def _timings(model: TorchModel, job: _Job, compiled: CompiledForward,
                    *_time_both(model, eager, compiled.forward, job.max_batch)), True
 
 
-def _build(model: TorchModel, job: _Job, compiler: Compiler, cache: PackageCache,
-           key: PackageKey) -> CompiledForward:
-    """Compile `model`'s package, run every size class through it, time it (`auto`) and keep
-    it in the cache; `load_s` None: built, not loaded."""
-    log.info("compiling the forward pass of %s for %s, batch sizes %s (the first time can take "
-             "minutes; kept in %s for the next start)", model.name, model.device,
-             ", ".join(map(str, warm_up_sizes(job.max_batch))), cache.root)
-    eager = model.forward
-    started = time.perf_counter()
-    with cache.staging(key) as staging:
-        # A batch of 1 would make export take the batch dimension for a constant.
-        example = collate([model.synthetic_item()] * max(2, job.max_batch), model.device)
-        compiler.build(model.module, model.to_inputs(example), staging / PACKAGE)
-        forward = compiler.load(staging / PACKAGE, model.device)
-        _warm_up(model, forward, job.max_batch)
-        compile_s = time.perf_counter() - started
-        timings = Timings(compile_s)
-        if job.mode != "on":
-            timings = Timings(compile_s, *_time_both(model, eager, forward, job.max_batch))
-        model.forward = eager
-        cache.publish(key, staging, timings)
-    return CompiledForward(forward, timings, None)
-
-
 def _checked_load(compiler: Compiler, model: TorchModel, path: Path) -> Forward:
     """The package at `path`, which has run one item (a package that loads but fails at
     its first batch is to be built again, not served)."""
@@ -266,24 +347,30 @@ def _checked_load(compiler: Compiler, model: TorchModel, path: Path) -> Forward:
 def _warm_up(model: TorchModel, forward: Forward, max_batch: int) -> None:
     """Run every size class through `predict`, the way batches will come, before the package
     is kept: one that fails at some batch size is not kept, and the model runs eager."""
-    model.forward = forward
+    serving = _serving(model, forward)
     item = model.synthetic_item()
     for size in warm_up_sizes(max_batch):
-        model.predict(collate([item] * size, model.device), 1)
+        serving.predict(collate([item] * size, model.device), 1)
 
 
 def _time_both(model: TorchModel, eager: Forward, compiled: Forward,
                max_batch: int) -> tuple[float, float]:
-    """ms per item of a batch of `max_batch`, eager then compiled (`model.forward` is left
-    at `compiled`)."""
+    """ms per item of a batch of `max_batch`, eager then compiled."""
     batch = collate([model.synthetic_item()] * max_batch, model.device)
     return _ms_per_item(model, eager, batch), _ms_per_item(model, compiled, batch)
 
 
 def _ms_per_item(model: TorchModel, forward: Forward, batch: torch.Tensor) -> float:
-    """`model.predict` on `batch` with `forward`, in ms per item (`best_seconds`)."""
-    model.forward = forward
-    return 1000 * best_seconds(lambda: model.predict(batch, 1)) / len(batch)
+    """`predict` with `forward` on `batch`, in ms per item (`best_seconds`)."""
+    serving = _serving(model, forward)
+    return 1000 * best_seconds(lambda: serving.predict(batch, 1)) / len(batch)
+
+
+def _serving(model: TorchModel, forward: Forward) -> TorchModel:
+    """`model` with `forward` (a shallow copy: the model itself may be serving meanwhile)."""
+    serving = copy.copy(model)
+    serving.forward = forward
+    return serving
 
 
 def _use_cache_dir(directory: str) -> Path:

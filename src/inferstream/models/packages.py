@@ -25,6 +25,8 @@ import logging
 import os
 import platform
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -33,6 +35,8 @@ from pathlib import Path
 from typing import Protocol
 
 import torch
+
+from inferstream.models.errors import ModelError
 
 log = logging.getLogger(__name__)
 
@@ -58,16 +62,18 @@ class Compiler(Protocol):
 
 class AotiCompiler:
     """AOTInductor: `torch.export` with a dynamic batch dimension, compiled with frozen
-    weights into a `.pt2` package that loads without compiling."""
+    weights into a `.pt2` package that loads without compiling. The build runs in a child
+    process (`models.package_build`): torch.export keeps module-level state that is not for
+    threads (pytorch#195099), tracing and Inductor hold the GIL for seconds that serving
+    threads want, and the compiler's memory goes with the child."""
 
     def build(self, module: torch.nn.Module, example: torch.Tensor, path: Path) -> None:
-        from torch._inductor import aoti_compile_and_package
-        from torch.export import Dim, export
-
-        with torch.no_grad():  # Inductor freezes the weights of inference graphs only
-            program = export(module, (example,), dynamic_shapes=({0: Dim("batch", min=1)},))
-            aoti_compile_and_package(program, package_path=str(path),
-                                     inductor_configs={"freezing": True})
+        inputs = path.with_name(f"{path.name}.inputs")
+        torch.save((module, example), inputs)
+        try:
+            _build_in_child(inputs, path)
+        finally:
+            inputs.unlink(missing_ok=True)
 
     def load(self, path: Path, device: torch.device) -> Forward:
         from torch._inductor import aoti_load_package
@@ -77,6 +83,27 @@ class AotiCompiler:
             index = torch.cuda.current_device() if device.index is None else device.index
         forward: Forward = aoti_load_package(str(path), device_index=index)
         return forward
+
+
+class BuildError(ModelError):
+    """The child process that builds a package failed; the message is its last words."""
+
+
+def _build_in_child(inputs: Path, path: Path) -> None:
+    """Run `models.package_build` on `inputs`, with this thread's torch threads and this
+    process's import path; BuildError where it fails."""
+    command = [sys.executable, "-m", "inferstream.models.package_build", str(inputs),
+               str(path), str(torch.get_num_threads())]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
+    # our own interpreter and module, on paths this process made
+    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,  # noqa: S603
+                          stderr=subprocess.PIPE, env=env) as child:
+        assert child.stderr is not None  # noqa: S101 - stderr=PIPE
+        errors = child.stderr.read().decode(errors="replace")
+        if child.wait() != 0:
+            lines = [line for line in errors.splitlines() if line.strip()] or [
+                f"exited with {child.returncode}"]
+            raise BuildError(lines[-1].strip())
 
 
 @dataclass(frozen=True)
@@ -184,12 +211,17 @@ class PackageCache:
         self._load = load
 
     @contextlib.contextmanager
-    def locked(self, key: PackageKey) -> Iterator[None]:
-        """Hold `key`'s lock: a second worker waits for the first's package, then reads it."""
+    def locked(self, key: PackageKey, *, wait: bool = True) -> Iterator[bool]:
+        """Hold `key`'s lock: a second worker waits for the first's package, then reads it.
+        Yields whether it is held: without `wait`, False where another holds it."""
         self.root.mkdir(parents=True, exist_ok=True)
         with (self.root / f"{key.entry_name()}.lock").open("a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            yield
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # another worker is building the package
+                yield False
+                return
+            yield True
 
     def read(self, key: PackageKey) -> CompiledForward | None:
         """The entry of `key` loaded, None where there is none; one that cannot be read (a

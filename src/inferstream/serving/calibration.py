@@ -4,13 +4,16 @@ After the models load and before the worker joins its group, and for a model or 
 loaded later before it is sampled, one warm-up batch and then one timed batch of synthetic
 items (the model's input shape) go through collate and predict, as a batch does in the
 pipeline. A `sim:ms=N` model sleeps N ms per item, so it calibrates at about 1000 / N
-items/s.
+items/s. A model calibrated while it served eager and compiled in the background
+(`models.forward`) is calibrated again once the compiled forward pass is swapped in
+(`outdated`): its items take another time from then on.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import weakref
 
 from inferstream.models import LoadedModel
 from inferstream.models.collate import collate
@@ -18,11 +21,21 @@ from inferstream.schemas.records import Calibration, now_ms
 
 log = logging.getLogger(__name__)
 
+#: the forward pass each model was last calibrated with
+_calibrated: weakref.WeakKeyDictionary[LoadedModel, object] = weakref.WeakKeyDictionary()
+
+
+def outdated(model: LoadedModel) -> bool:
+    """Whether `model` runs another forward pass than the one it was last calibrated with
+    (one compiled in the background, swapped in since)."""
+    return model in _calibrated and _calibrated[model] is not getattr(model, "forward", None)
+
 
 def calibrate(model: LoadedModel, items: int) -> Calibration | None:
     """Items/s of `model` on a batch of `items` synthetic items (after one warm-up batch);
     None where the model has no synthetic input or the batch fails. Blocks: run it on a
     thread."""
+    _calibrated[model] = getattr(model, "forward", None)
     try:
         item = model.synthetic_item()
         # Warm-up at the same shape: lazy init, allocator caches, per-shape kernel choice.

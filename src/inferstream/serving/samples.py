@@ -27,6 +27,7 @@ from inferstream.kafka.clients import AsyncConsumer, AsyncProducer, KafkaClients
 from inferstream.kafka.settings import aiokafka_kwargs
 from inferstream.schemas import Codec, SchemaError
 from inferstream.schemas.records import Calibration, SysInfoSample, now_ms
+from inferstream.serving.calibration import outdated
 from inferstream.serving.collectors import (
     Collector,
     PerformanceWindows,
@@ -109,14 +110,14 @@ class SysInfoPublisher:
         return next(iter(self.calibrations.values()), None)
 
     async def _calibrate(self) -> None:
-        """Calibrate each served model and version not calibrated yet, on its pipeline's
-        inference thread; forget those no longer served."""
+        """Calibrate each served model and version not calibrated yet or `outdated` since,
+        on its pipeline's inference thread; forget those no longer served."""
         items = self.config.worker.calibration_items
         pipelines = dict(self._served.pipelines) if self._served and items else {}
         for ref in set(self.calibrations) - set(pipelines):
             del self.calibrations[ref]
         for ref, pipeline in pipelines.items():
-            if ref not in self.calibrations:
+            if ref not in self.calibrations or outdated(pipeline.model):
                 self.calibrations[ref] = await pipeline.calibrate(items)
 
     async def _run(self) -> None:

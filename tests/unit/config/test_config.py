@@ -243,6 +243,8 @@ def test_help_shows_each_default(capsys: pytest.CaptureFixture[str]) -> None:
     ({"INFERSTREAM_WORKER_MAX_BATCH": "0"}, "worker.max_batch must be >= 1, got 0"),
     ({"INFERSTREAM_WORKER_MAX_BATCH": "big"}, "worker.max_batch must be an integer, got 'big'"),
     ({"INFERSTREAM_WORKER_GUARANTEE": "maybe"}, "worker.guarantee 'maybe' is not one of"),
+    ({"INFERSTREAM_WORKER_COMPILE_BACKGROUND": "auto"},
+     "worker.compile_background 'auto' is not one of"),
     ({"INFERSTREAM_WORKER_RANDOM_WEIGHTS": "perhaps"},
      "worker.random_weights must be true or false"),
     ({"INFERSTREAM_WORKER_HEARTBEAT_INTERVAL_MS": "20000"},

@@ -13,6 +13,7 @@ import pytest
 
 from inferstream.config import Config, WorkerConfig
 from inferstream.models import LoadedModel, get_model_spec
+from inferstream.models.names import parse_sim_name
 from inferstream.models.sim import SimModel
 from inferstream.schemas.records import SysInfoSample, read_record, split_ref
 from inferstream.serving.collectors import PerformanceWindows, ServedModel
@@ -126,3 +127,22 @@ def test_a_calibration_of_a_model_unloaded_meanwhile_is_none_and_nothing_else() 
     first, waiting, closed = asyncio.run(scenario())
     assert isinstance(first, dict) and first["version"] == "2"
     assert waiting is None and closed is None
+
+
+
+def test_a_model_whose_compiled_forward_is_swapped_in_is_calibrated_again(
+        broker: MemoryBroker, running: Running, make_worker: Callable[..., Worker]) -> None:
+    """A worker that served eager while it compiled (`models.forward`, background): the
+    samples after the swap report the compiled speed, not the eager one it started with."""
+    config = make_config(models=("sim:ms=30",))
+    model = SimModel("sim:ms=30", parse_sim_name("sim:ms=30"))
+    model.forward = "eager"  # type: ignore[attr-defined]
+    worker = make_worker(config, model)
+    running.workers(worker)
+    running.wait_for(lambda: len(samples(broker, config)) > 1)
+    eager = calibrated(samples(broker, config)[-1])[("sim:ms=30", "sim")]
+
+    model.params = parse_sim_name("sim:ms=2")  # the compiled forward pass swapped in
+    model.forward = "compiled"  # type: ignore[attr-defined]
+    running.wait_for(
+        lambda: calibrated(samples(broker, config)[-1])[("sim:ms=30", "sim")] > 3 * eager)
