@@ -91,19 +91,21 @@ class BuildError(ModelError):
 
 def _build_in_child(inputs: Path, path: Path) -> None:
     """Run `models.package_build` on `inputs`, with this thread's torch threads and this
-    process's import path; BuildError where it fails."""
+    process's import path; BuildError where it fails. Its stderr goes to a file beside the
+    package: a thread blocked reading a pipe would abort this process's exit."""
     command = [sys.executable, "-m", "inferstream.models.package_build", str(inputs),
                str(path), str(torch.get_num_threads())]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
+    errors = path.with_name(f"{path.name}.stderr")
     # our own interpreter and module, on paths this process made
-    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,  # noqa: S603
-                          stderr=subprocess.PIPE, env=env) as child:
-        assert child.stderr is not None  # noqa: S101 - stderr=PIPE
-        errors = child.stderr.read().decode(errors="replace")
-        if child.wait() != 0:
-            lines = [line for line in errors.splitlines() if line.strip()] or [
-                f"exited with {child.returncode}"]
-            raise BuildError(lines[-1].strip())
+    with errors.open("wb") as sink, subprocess.Popen(  # noqa: S603
+            command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=sink,
+            env=env) as child:
+        code = child.wait()
+    if code != 0:
+        lines = [line for line in errors.read_text(errors="replace").splitlines()
+                 if line.strip()] or [f"exited with {code}"]
+        raise BuildError(lines[-1].strip())
 
 
 @dataclass(frozen=True)
