@@ -24,7 +24,8 @@ and logged in one line:
   keeps the figures); a model that does not compile (no C++ compiler, an operator Inductor or
   torch.export lacks) runs eager, and the line says why. A worker's first start does not wait
   for it (`background`): the model serves eager while the package is built in a child
-  process, and the chosen forward pass is swapped in between two batches, in a second line.
+  process at a lower priority, and the chosen forward pass is swapped in between two
+  batches, in a second line.
 """
 
 from __future__ import annotations
@@ -67,6 +68,9 @@ _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 #: compiled, which leaves the GIL to the decode threads and the event loop
 COMPILED_TOLERANCE = 1.05
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+#: nice increment of a background build: serving eager keeps the cores it wants, the build
+#: takes the rest (a build the worker waits for runs at the worker's own priority)
+BACKGROUND_NICE = 10
 
 
 @dataclass(frozen=True)
@@ -151,7 +155,8 @@ def prepare_forward(model: LoadedModel, *, precision: str = "auto", channels_las
     if compile_mode == "off":
         return ForwardReport(model.name, chosen, channels_last, False, "compile = off")
     job = _Job(compile_mode, chosen, channels_last, max_batch, _use_cache_dir(cache_dir))
-    compilation = Compilation(model, job, compiler or AotiCompiler(),
+    compiler = compiler or AotiCompiler(nice=0 if background is None else BACKGROUND_NICE)
+    compilation = Compilation(model, job, compiler,
                               partial(ForwardReport, model.name, chosen, channels_last))
     return compilation.now() if background is None else compilation.soon(background)
 

@@ -1,12 +1,11 @@
 """The child process that builds a compiled forward pass (`models.packages.AotiCompiler`).
 
-    python -m inferstream.models.package_build INPUTS PACKAGE THREADS
+    python -m inferstream.models.package_build INPUTS PACKAGE THREADS NICE
 
 reads the module and an example batch `torch.save`d to INPUTS, compiles them into the
-AOTInductor package PACKAGE with THREADS torch threads, and exits 0; anything else is a
-failure, its reason the last line of stderr. It runs at a lower priority than the worker
-(`BUILD_NICE`), so that a worker serving eager while it compiles keeps the cores it wants,
-and it exits when its parent does (its stdin, a pipe the parent never writes, closes).
+AOTInductor package PACKAGE with THREADS torch threads at nice NICE, and exits 0; anything
+else is a failure, its reason the last line of stderr. It exits when its parent does (its
+stdin, a pipe the parent never writes, closes).
 """
 
 from __future__ import annotations
@@ -17,9 +16,6 @@ import threading
 from pathlib import Path
 
 import torch
-
-#: nice increment of the build: serving eager comes first, the build takes the rest
-BUILD_NICE = 10
 
 
 def export_and_package(module: torch.nn.Module, example: torch.Tensor, path: Path) -> None:
@@ -42,9 +38,9 @@ def _exit_with_parent() -> None:
 
 
 def main(argv: list[str]) -> int:
-    inputs, package, threads = argv
+    inputs, package, threads, nice = argv
     threading.Thread(target=_exit_with_parent, daemon=True).start()
-    os.nice(BUILD_NICE)
+    os.nice(int(nice))
     torch.set_num_threads(int(threads))
     module, example = torch.load(inputs, weights_only=False)  # written by our own parent
     export_and_package(module, example, Path(package))

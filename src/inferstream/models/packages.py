@@ -63,15 +63,18 @@ class Compiler(Protocol):
 class AotiCompiler:
     """AOTInductor: `torch.export` with a dynamic batch dimension, compiled with frozen
     weights into a `.pt2` package that loads without compiling. The build runs in a child
-    process (`models.package_build`): torch.export keeps module-level state that is not for
-    threads (pytorch#195099), tracing and Inductor hold the GIL for seconds that serving
-    threads want, and the compiler's memory goes with the child."""
+    process (`models.package_build`) at `nice`: torch.export keeps module-level state that
+    is not for threads (pytorch#195099), tracing and Inductor hold the GIL for seconds that
+    serving threads want, and the compiler's memory goes with the child."""
+
+    def __init__(self, nice: int = 0) -> None:
+        self.nice = nice
 
     def build(self, module: torch.nn.Module, example: torch.Tensor, path: Path) -> None:
         inputs = path.with_name(f"{path.name}.inputs")
         torch.save((module, example), inputs)
         try:
-            _build_in_child(inputs, path)
+            _build_in_child(inputs, path, self.nice)
         finally:
             inputs.unlink(missing_ok=True)
 
@@ -89,12 +92,12 @@ class BuildError(ModelError):
     """The child process that builds a package failed; the message is its last words."""
 
 
-def _build_in_child(inputs: Path, path: Path) -> None:
+def _build_in_child(inputs: Path, path: Path, nice: int) -> None:
     """Run `models.package_build` on `inputs`, with this thread's torch threads and this
     process's import path; BuildError where it fails. Its stderr goes to a file beside the
     package: a thread blocked reading a pipe would abort this process's exit."""
     command = [sys.executable, "-m", "inferstream.models.package_build", str(inputs),
-               str(path), str(torch.get_num_threads())]
+               str(path), str(torch.get_num_threads()), str(nice)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
     errors = path.with_name(f"{path.name}.stderr")
     # our own interpreter and module, on paths this process made
