@@ -227,6 +227,9 @@ def run_inferstream(bootstrap: str, logdir: Path, images: list[Path], model: str
                 if line["status"] == "ok"}
         print(f"inferstream {mode}: {seconds:.1f} s, first result at {first[0]:.1f} s, "
               f"load {os.getloadavg()[0]:.1f}", flush=True)
+        for line in fleet.log_path("w1").read_text(errors="replace").splitlines():
+            if "forward of" in line:  # compiled or eager, and when
+                print(f"  {line[line.index('forward of'):]}", flush=True)
         return Run(f"inferstream {mode}", seconds, top1, first[0])
     finally:
         fleet.stop_all()
