@@ -188,8 +188,8 @@ class LedgerCodec:
 
         Compaction keeps only a job's latest JOB entry, which may come after the DONE
         entries of its early tasks, so done tasks are collected first and merged last. An
-        ended job keeps its JOB entry's counts, with or without its task entries (they are
-        deleted as it ends; a replay before compaction still reads them).
+        ended job keeps its JOB entry's counts, with or without its task entries (deleted as
+        it ends; a ledger written before they were still holds them).
         """
         states: dict[str, JobState] = {}
         done: dict[str, dict[int, tuple[int, int]]] = {}

@@ -352,9 +352,9 @@ class Controller:
         """The jobs of `indexes` forgotten, then read again from the standby's copy of the
         ledger and what was committed after it."""
         self.book.forget(indexes)
-        held, start = self.standby.records(sorted(indexes))
-        records = held + read_ledger(self.config, self.topics.ledger, sorted(indexes),
-                                     self.clients, start=start)
+        held, start = self.standby.copy(sorted(indexes))
+        records = read_ledger(self.config, self.topics.ledger, sorted(indexes), self.clients,
+                              start=start, onto=held)
         self.book.adopt(records, now_ms())
 
     def _drop(self, indexes: set[int]) -> None:

@@ -33,19 +33,22 @@ def test_held_records_and_the_tail_after_them_replay_the_ledger(
     standby.start()
     try:
         assert standby.caught_up.wait(10)
-        running.wait_for(lambda: standby.records([0, 1])[1] == {0: 4, 1: 1}, timeout_s=10)
+        running.wait_for(lambda: standby.copy([0, 1])[1] == {0: 4, 1: 1}, timeout_s=10)
         broker.produce(LEDGER, 0, b"job-a", b"a3")  # after the copy was taken: the tail
-        held, start = standby.records([0])
-        assert held == [(b"a2", 0), (b"done-0", 0)] and start == {0: 4}
-        tail = read_ledger(CONFIG, LEDGER, [0], clients, start=start)
-        assert tail == [(b"a3", 0)]
+        held, start = standby.copy([0])
+        assert held.records([0]) == [(b"a2", 0), (b"done-0", 0)] and start == {0: 4}
+        assert read_ledger(CONFIG, LEDGER, [0], clients, start=start) == [(b"a3", 0)]
+        assert read_ledger(CONFIG, LEDGER, [0], clients, start=start, onto=held) == [
+            (b"done-0", 0), (b"a3", 0)]
+        assert read_ledger(CONFIG, LEDGER, [0], clients) == [(b"done-0", 0), (b"a3", 0)]
     finally:
         standby.stop()
 
 
 def test_before_its_first_catch_up_the_standby_holds_nothing() -> None:
     standby = LedgerStandby(CONFIG, LEDGER, MemoryKafkaClients(MemoryBroker()))
-    assert standby.records([0, 1]) == ([], {})
+    held, start = standby.copy([0, 1])
+    assert (held.records([0, 1]), start) == ([], {})
 
 
 def test_a_tombstone_drops_its_key_from_the_standby(
@@ -58,13 +61,33 @@ def test_a_tombstone_drops_its_key_from_the_standby(
     standby = LedgerStandby(CONFIG, LEDGER, clients)
     standby.start()
     try:
-        running.wait_for(lambda: standby.records([0])[1] == {0: 5}, timeout_s=10)
-        assert standby.records([0]) == ([(b"a-completed", 0)], {0: 5})
+        running.wait_for(lambda: standby.copy([0])[1] == {0: 5}, timeout_s=10)
+        assert standby.copy([0])[0].records([0]) == [(b"a-completed", 0)]
         assert standby.held() == 1
         broker.produce(LEDGER, 0, b"job-b/0", b"done-b0")
         broker.produce(LEDGER, 0, b"job-b/0", None)  # the last record: where a takeover reads on
-        running.wait_for(lambda: standby.records([0])[1] == {0: 7}, timeout_s=10)
+        running.wait_for(lambda: standby.copy([0])[1] == {0: 7}, timeout_s=10)
         assert standby.held() == 1
+    finally:
+        standby.stop()
+
+
+def test_a_replay_honours_the_tombstones_of_its_tail_and_before_compaction(
+        broker: MemoryBroker, clients: MemoryKafkaClients, running: Running) -> None:
+    """A job id run again after it ended (a retry after a cancel): the task entries of its
+    first run are gone from every replay, whether the standby's copy holds them or the log."""
+    broker.produce(LEDGER, 0, b"job-a/0", b"first-run-done-0")
+    standby = LedgerStandby(CONFIG, LEDGER, clients)
+    standby.start()
+    try:
+        running.wait_for(lambda: standby.copy([0])[1] == {0: 1}, timeout_s=10)
+        held, start = standby.copy([0])
+        broker.produce(LEDGER, 0, b"job-a/0", None)  # the first run cancelled, after the copy
+        broker.produce(LEDGER, 0, b"job-a", b"a-cancelled")
+        broker.produce(LEDGER, 0, b"job-a", b"a-active-again")
+        again = [(b"a-active-again", 0)]
+        assert read_ledger(CONFIG, LEDGER, [0], clients, start=start, onto=held) == again
+        assert read_ledger(CONFIG, LEDGER, [0], clients) == again
     finally:
         standby.stop()
 
