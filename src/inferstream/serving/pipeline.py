@@ -48,6 +48,10 @@ log = logging.getLogger(__name__)
 #: item costs the event loop about 20 us of thread hop, more than a fast item's decode.
 DECODE_JOB_S = 0.001
 
+#: The decode outcome of an item of a task given up (its partition revoked)
+_NOT_DECODED: tuple[torch.Tensor | str, float] = ("cancelled", 0.0)
+
+
 @dataclass
 class TaskRun:
     """One task going through the data path, with the outcome of each item so far."""
@@ -175,8 +179,10 @@ class BatchingPipeline:
         `max_batch` (`batch_limit` is no more), so every item it waits for has started
         decoding."""
         loop = asyncio.get_running_loop()
+        startable = min(len(self._undecoded), self._ahead_limit - self._ahead)
         while self._undecoded and self._ahead < self._ahead_limit:
-            size = min(self._job_items(), self._ahead_limit - self._ahead, len(self._undecoded))
+            size = min(self._job_items(startable), self._ahead_limit - self._ahead,
+                       len(self._undecoded))
             job = [self._undecoded.popleft() for _ in range(size)]
             decoding = loop.run_in_executor(self._decoders, self._decode_all, job)
             decoding.add_done_callback(self._learn)
@@ -184,12 +190,15 @@ class BatchingPipeline:
                 slot.job, slot.place = decoding, place
             self._ahead += size
 
-    def _job_items(self) -> int:
+    def _job_items(self, startable: int) -> int:
         """How many items the next decode job takes: one until an item's decode time is
-        known, then about `DECODE_JOB_S` worth, at most a batch's share of each thread."""
+        known, then about `DECODE_JOB_S` worth, at most a batch's share of each thread and
+        each thread's share of the `startable` items (an item slower than the average, a
+        download, then still leaves no decode thread idle)."""
         if self._decode_item_s is None:
             return 1
-        most = max(1, self.batch_limit // self.threads.decode_threads)
+        threads = self.threads.decode_threads
+        most = max(1, min(self.batch_limit // threads, -(-startable // threads)))
         return max(1, min(most, int(DECODE_JOB_S / max(self._decode_item_s, 1e-7))))
 
     def _decode_all(self, job: list[tuple[_Slot, TaskItem]]
@@ -201,16 +210,18 @@ class BatchingPipeline:
         """Learn how long an item takes to decode from a decode job that ended."""
         if decoding.cancelled() or decoding.exception() is not None:
             return  # (the pool shut down; the batch loop that awaits it ends)
-        outcomes = decoding.result()
-        took = sum(seconds for _, seconds in outcomes) / len(outcomes)
-        known = self._decode_item_s
-        self._decode_item_s = took if known is None else 0.8 * known + 0.2 * took
+        # the items of a task given up took no time: they were not decoded at all
+        took = [outcome[1] for outcome in decoding.result() if outcome is not _NOT_DECODED]
+        if not took:
+            return
+        mean, known = sum(took) / len(took), self._decode_item_s
+        self._decode_item_s = mean if known is None else 0.8 * known + 0.2 * mean
 
     def _decode(self, run: TaskRun, item: TaskItem) -> tuple[torch.Tensor | str, float]:
         """Fetch and preprocess one item; a bad item becomes its error reason (a str), and
         an item of a task given up (its partition revoked) is not decoded at all."""
         if run.cancelled:
-            return "cancelled", 0.0
+            return _NOT_DECODED
         started = time.perf_counter()
         try:
             data = self.model.fetch(

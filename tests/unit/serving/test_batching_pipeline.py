@@ -271,3 +271,58 @@ def test_fast_items_decoded_several_to_a_job_each_keep_their_own_outcome() -> No
             expected = reference.predict(reference.preprocess(name.encode())[None], 3)[0]
             assert [p["class_id"] for p in outcome["top_k"]] == [c for c, _, _ in expected]
     assert len(hooks.decoded) == 256 and hooks.decoded.count(False) == 8
+
+
+class FetchesSomeModel(SlowDecodeModel):
+    """Items named `remote-*` take 15 ms to fetch (a download); the others decode at once."""
+
+    def preprocess(self, data: bytes) -> torch.Tensor:
+        if data.startswith(b"remote"):
+            return super().preprocess(data)
+        return SimModel.preprocess(self, data)
+
+    def fetch(self, name: str, data: bytes | None = None, **_: object) -> bytes:
+        if name.startswith("remote"):
+            time.sleep(0.015)
+        return super().fetch(name, data)
+
+
+async def decode_after(model: Any, first: list[dict[str, Any]], cancelled: bool,
+                       then: list[str]) -> int:
+    """Run the tasks `first` (given up at once where `cancelled`), then a task of the items
+    `then`, on 4 decode threads: how many of its items decoded at once at most."""
+    pipeline = BatchingPipeline(model, WorkerConfig(max_batch=32, max_wait_ms=5,
+                                                       decode_threads=4), WorkerHooks())
+    done: list[TaskRun] = []
+    loop = asyncio.create_task(pipeline.run_forever())
+    try:
+        for spec in first:
+            pipeline.submit(run := TaskRun(spec, on_done=done.append))
+            run.cancelled = cancelled
+        while pipeline.items_in_flight:
+            await asyncio.sleep(0.01)
+        model.most_running = 0
+        pipeline.submit(TaskRun(task(9, then), on_done=done.append))
+        while pipeline.items_in_flight:
+            await asyncio.sleep(0.01)
+    finally:
+        loop.cancel()
+        pipeline.close()
+    assert [o["status"] for o in done[-1].outcomes] == ["OK"] * len(then)  # type: ignore[index]
+    return int(model.most_running)
+
+
+def test_a_few_slow_items_after_fast_ones_still_decode_on_every_decode_thread() -> None:
+    """A download after many microsecond items does not wait for the other downloads
+    of its task on one thread."""
+    fast = [task(t, [f"item-{t}-{i}" for i in range(32)]) for t in range(4)]
+    remote = [f"remote-{i}" for i in range(8)]
+    assert asyncio.run(decode_after(FetchesSomeModel(), fast, False, remote)) == 4
+
+
+def test_items_of_a_task_given_up_do_not_count_as_decoded_in_no_time() -> None:
+    """Photos after a revoked task's items (not decoded at all) still decode one to a
+    thread: the revoked items did not make photos look like microsecond items."""
+    revoked = [task(t, [f"photo-{t}-{i}" for i in range(32)]) for t in range(4)]
+    photos = [f"photo-{i}" for i in range(8)]
+    assert asyncio.run(decode_after(SlowDecodeModel(), revoked, True, photos)) == 4
