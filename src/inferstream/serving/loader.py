@@ -15,8 +15,8 @@ A model whose compiled forward pass is not in the cache serves eager at once and
 meanwhile (`[worker] compile_background`); a second line says what it chose, and when:
 
     forward of efficientnet_lite0: eager (compiling in the background), fp32, channels-last
-    forward of efficientnet_lite0: compiled (6.1 ms/item against 8.8 eager; 44.0 s to
-    compile; eager while compiling (46.2 s, 37 batches), compiled from batch 38), ...
+    forward of efficientnet_lite0: compiled (C ms/item against E eager; S s to compile;
+    eager while compiling (T s, N batches), compiled from batch N+1), fp32, channels-last
 """
 
 from __future__ import annotations
