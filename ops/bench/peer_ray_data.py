@@ -35,9 +35,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+if TYPE_CHECKING:  # imported where used: Ray's side of this script runs without inferstream
+    from failover_common import Fleet
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER_ARGS = ["--max-batch", "32", "--max-wait-ms", "10", "--sysinfo-interval", "0"]
@@ -194,7 +197,7 @@ def run_inferstream(bootstrap: str, logdir: Path, images: list[Path], model: str
     its group before the clock starts), restart (launched with the clock, its compiled forward
     pass kept by an earlier start) or cold (launched with the clock, compiling into an empty
     cache: in the background while it serves eager, where the code has that)."""
-    from failover_common import Fleet, wait_for_group
+    from failover_common import Fleet
 
     from inferstream.client import JobStatus
 
@@ -204,14 +207,9 @@ def run_inferstream(bootstrap: str, logdir: Path, images: list[Path], model: str
         fleet.start("controller", "controller")
         cache = tempfile.mkdtemp(dir=logdir) if mode == "cold" else str(logdir / "compiled")
         worker_args = [*WORKER_ARGS, "--compile-cache-dir", cache]
+        if mode == "warm":
+            start_compiled(fleet, model, worker_args)
         started = time.monotonic()
-        if mode == "warm":  # compiled before it joins: it waits for its compile (an env
-            # setting, which code from before compile_background ignores)
-            os.environ["INFERSTREAM_WORKER_COMPILE_BACKGROUND"] = "off"
-            fleet.worker("w1", model, *worker_args)
-            del os.environ["INFERSTREAM_WORKER_COMPILE_BACKGROUND"]
-            wait_for_group(fleet, ["w1"], timeout_s=600)
-            started = time.monotonic()
         job = fleet.client.submit(model, [str(p) for p in images], top_k=1)
         if mode != "warm":
             fleet.worker("w1", model, *worker_args)
@@ -227,12 +225,28 @@ def run_inferstream(bootstrap: str, logdir: Path, images: list[Path], model: str
                 if line["status"] == "ok"}
         print(f"inferstream {mode}: {seconds:.1f} s, first result at {first[0]:.1f} s, "
               f"load {os.getloadavg()[0]:.1f}", flush=True)
-        for line in fleet.log_path("w1").read_text(errors="replace").splitlines():
-            if "forward of" in line:  # compiled or eager, and when
-                print(f"  {line[line.index('forward of'):]}", flush=True)
+        print_forward_lines(fleet.log_path("w1"))
         return Run(f"inferstream {mode}", seconds, top1, first[0])
     finally:
         fleet.stop_all()
+
+
+def start_compiled(fleet: Fleet, model: str, worker_args: list[str]) -> None:
+    """Start worker w1 compiled and in its group: it waits for its compile (an environment
+    setting, which code from before compile_background ignores)."""
+    from failover_common import wait_for_group
+
+    os.environ["INFERSTREAM_WORKER_COMPILE_BACKGROUND"] = "off"
+    fleet.worker("w1", model, *worker_args)
+    del os.environ["INFERSTREAM_WORKER_COMPILE_BACKGROUND"]
+    wait_for_group(fleet, ["w1"], timeout_s=600)
+
+
+def print_forward_lines(log: Path) -> None:
+    """The worker's `forward of` lines: compiled or eager, and from when."""
+    for line in log.read_text(errors="replace").splitlines():
+        if "forward of" in line:
+            print(f"  {line[line.index('forward of'):]}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

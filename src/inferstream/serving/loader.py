@@ -30,7 +30,7 @@ from inferstream.config import WorkerConfig
 from inferstream.models import DEFAULT_MAX_PIXELS, LoadedModel, load_model
 from inferstream.models.forward import ForwardReport, prepare_device_decode, prepare_forward
 from inferstream.models.names import version_ref
-from inferstream.models.repository import open_repository
+from inferstream.models.repository import Repository, open_repository
 from inferstream.models.repository.check import check_names, load_checked
 from inferstream.models.repository.model import RepositoryModel
 from inferstream.models.threads import plan_threads
@@ -59,16 +59,7 @@ def model_loader(settings: WorkerConfig, device: str,
 
     def load(reference: str) -> LoadedModel:
         started = time.perf_counter()
-        name, version = split_ref(reference)
-        if repository is not None and name in repository:
-            model: LoadedModel = load_checked(repository, name, device,
-                                              allow_python=settings.allow_python_models,
-                                              max_pixels=DEFAULT_MAX_PIXELS, number=version)
-        else:
-            weights = settings.weights if settings.models and name == settings.models[0] \
-                else None
-            model = load_model(name, device=device, weights=weights,
-                               random_weights=settings.random_weights)
+        model = _load_weights(settings, repository, reference, device)
         options = model_settings(settings, model)
 
         def compiled(report: ForwardReport) -> None:  # a background compile's choice
@@ -89,6 +80,19 @@ def model_loader(settings: WorkerConfig, device: str,
         return model
 
     return load
+
+
+def _load_weights(settings: WorkerConfig, repository: Repository | None, reference: str,
+                  device: str) -> LoadedModel:
+    """The model `reference` names, from the repository when it has it, else built in (with
+    `--weights` for the first `--model`); its forward pass not prepared yet."""
+    name, version = split_ref(reference)
+    if repository is not None and name in repository:
+        return load_checked(repository, name, device, allow_python=settings.allow_python_models,
+                            max_pixels=DEFAULT_MAX_PIXELS, number=version)
+    weights = settings.weights if settings.models and name == settings.models[0] else None
+    return load_model(name, device=device, weights=weights,
+                      random_weights=settings.random_weights)
 
 
 def served_ref(model: LoadedModel) -> str:
