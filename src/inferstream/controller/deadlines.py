@@ -30,9 +30,9 @@ import logging
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from inferstream.controller.declines import PoolView
+from inferstream.controller.outstanding import Late, Outstanding
 from inferstream.controller.speculation import LOST, OVERDUE, SLOW, Queues, Speculation, Target
 from inferstream.policy.view import (
     PolicyView,
@@ -51,47 +51,6 @@ MEMBERS_TTL_S = 2.0
 OBSERVED_ALPHA = 0.2
 #: The partition of a task that an earlier owner of its job issued: not known here.
 UNKNOWN_PARTITION = -1
-
-@dataclass
-class Outstanding:
-    """An issued task this controller waits for."""
-
-    task: Task
-    home: int
-    partition: int
-    owner: str | None
-    issued_ms: int
-    #: items queued on its worker when it was issued, its own included
-    backlog_items: int = 0
-    #: the worker's seconds per item as first known (then frozen: a worker that slows
-    #: down must not stretch the deadlines of what it already holds)
-    per_item_s: float | None = None
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return self.task["job_id"], self.task["task_id"]
-
-    @property
-    def items(self) -> int:
-        return len(self.task["items"])
-
-    def deadline_ms(self, slack: float, floor_s: float) -> int | None:
-        if self.per_item_s is None:
-            return None
-        return self.issued_ms + int((self.backlog_items * self.per_item_s * slack + floor_s)
-                                    * 1000)
-
-
-@dataclass(frozen=True)
-class Late:
-    """A task to issue again (on `partition`) or, with `partition` None, to fail; or, where
-    `unplaced`, to place as a declined task is (no worker is known to serve its model)."""
-
-    outstanding: Outstanding
-    reason: str
-    partition: int | None
-    unplaced: bool = False
-
 
 class Deadlines:
     """The outstanding tasks of the jobs this controller owns, by (job id, task id)."""
@@ -114,6 +73,7 @@ class Deadlines:
         self._member_cache: dict[str, tuple[float, dict[str, list[int]] | None]] = {}
         #: seconds per item each worker's results showed, smoothed, by worker and model
         self._observed: dict[str, dict[str, float]] = {}
+        self._pass_candidates: dict[tuple[str, str], list[tuple[str, list[int], float]]] = {}
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -188,6 +148,7 @@ class Deadlines:
         self._follow_owners()
         queued = Queues(self._tasks.values())
         held = dict(self.speculation.copies.held())
+        self._pass_candidates = {}
         for entry in list(self._tasks.values()):
             verdict = self._lateness(entry, unhealthy.get(entry.task["pool"], set()), now_ms)
             if verdict is None:
@@ -354,41 +315,51 @@ class Deadlines:
         finish it first (its backlog and the items `planned` for it, at the slower of its
         per-item time and its recent results' median), a partition of it (within the model's
         range of partitions when the policy gives the pool ranges)."""
-        pool, model = entry.task["pool"], entry.task["model"]
-        members = self._members(pool)
-        workers = self.policy.workers(pool) or {}
-        if not members:
-            return None
-        try:
-            within = model_range(model, self.policy.model_ranges(pool))
-        except Exception:  # a policy table that cannot answer: any partition
-            within = None
-        best: Target | None = None
-        for worker, owned in sorted(members.items()):
-            policy = workers.get(worker)
-            parts = [p for p in owned if within is None or p in within]
-            if worker == entry.owner or not parts or (policy is not None and not policy.healthy):
+        pool, best = entry.task["pool"], None
+        for worker, parts, per_item in self._candidates(pool, entry.task["model"],
+                                                        task_ref(entry.task)):
+            if worker == entry.owner:
                 continue
-            if not self._serves(worker, task_ref(entry.task), policy):
-                continue
-            per_item = max(self.target_per_item_s(pool, worker, task_ref(entry.task)) or 1.0,
-                           self.speculation.recent.median(worker, task_ref(entry.task)) or 0.0)
             queued = self._backlog(pool, worker, -1) + planned.get(worker, 0)
             finish = (queued + entry.items) * per_item
-            partition = sorted(parts)[entry.task["task_id"] % len(parts)]
+            partition = parts[entry.task["task_id"] % len(parts)]
             if best is None or finish < best.finish_s:
                 best = Target(worker, partition, finish)
         return best
 
-    def _serves(self, worker: str, model: str, policy: WorkerPolicy | None) -> bool:
-        """Whether `worker` is known to run `model` (a `model_ref`, with its version): its
-        results show it, or the policy lists the model among those it serves (a worker that
-        joined during the job), and it has not declined it. A task is never moved to a
-        worker that would decline it."""
-        if model in self.pools.declined.get(worker, set()):
-            return False
-        known = [*self.pools.served.get(worker, ()), *(policy.models if policy else ())]
-        return any(serves(m, model) for m in known)
+    def _candidates(self, pool: str, model: str, ref: str) -> list[tuple[str, list[int], float]]:
+        """The pool's healthy workers that serve `ref` (`model` with its version), each with
+        its partitions (sorted, within the model's range) and its seconds per item; figured
+        once a pass of `late`, which thousands of late tasks can call for the same model."""
+        if (pool, ref) in self._pass_candidates:
+            return self._pass_candidates[(pool, ref)]
+        members, workers = self._members(pool) or {}, self.policy.workers(pool) or {}
+        try:
+            within = model_range(model, self.policy.model_ranges(pool)) if members else None
+        except Exception:  # a policy table that cannot answer: any partition
+            within = None
+        found = []
+        for worker, owned in sorted(members.items()):
+            policy = workers.get(worker)
+            parts = sorted(p for p in owned if within is None or p in within)
+            if not parts or (policy is not None and not policy.healthy) or not _serves(
+                    self.pools, worker, ref, policy):
+                continue
+            found.append((worker, parts, max(self.target_per_item_s(pool, worker, ref) or 1.0,
+                                             self.speculation.recent.median(worker, ref) or 0.0)))
+        self._pass_candidates[(pool, ref)] = found
+        return found
+
+
+def _serves(pools: PoolView, worker: str, model: str, policy: WorkerPolicy | None) -> bool:
+    """Whether `worker` is known to run `model` (a `model_ref`, with its version): its
+    results show it, or the policy lists the model among those it serves (a worker that
+    joined during the job), and it has not declined it. A task is never moved to a
+    worker that would decline it."""
+    if model in pools.declined.get(worker, set()):
+        return False
+    known = [*pools.served.get(worker, ()), *(policy.models if policy else ())]
+    return any(serves(m, model) for m in known)
 
 
 def _owners(members: dict[str, list[int]] | None) -> dict[int, str] | None:

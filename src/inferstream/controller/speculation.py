@@ -26,13 +26,11 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
+from inferstream.controller.outstanding import Outstanding
 from inferstream.policy.view import model_figure
 from inferstream.schemas.records import now_ms, task_ref
-
-if TYPE_CHECKING:
-    from inferstream.controller.deadlines import Outstanding
 
 #: Results per worker and model whose median is the worker's per-item time for speculation.
 RECENT = 25
