@@ -200,7 +200,9 @@ def serve(app: WsgiApp, port: int, addr: str, guard: HttpGuard, health: Health) 
         context = guard.server_context()
 
     server = make_server(addr, port, guarded(app, guard, health), Server, _QuietHandler)
-    threading.Thread(target=server.serve_forever, name=f"http-{port}", daemon=True).start()
+    # serve_forever's poll interval bounds how long shutdown() waits (0.5 s by default)
+    threading.Thread(target=server.serve_forever, args=(0.1,), name=f"http-{port}",
+                     daemon=True).start()
     return server
 
 
