@@ -56,12 +56,12 @@ def test_the_ceiling_bounds_the_tuned_size() -> None:
 
 
 async def tuned_batches(target_ms: float | None) -> list[int]:
-    """Batch sizes of 20 tasks of 8 items through a pipeline whose model takes 10 ms an item,
+    """Batch sizes of 20 tasks of 8 items through a pipeline whose model takes 2 ms an item,
     with a latency target (or none: max_batch 32 every time)."""
     hooks = Recorder()
-    model = SimModel("sim:ms=10", SimParams(ms=10))
+    model = SimModel("sim:ms=2", SimParams(ms=2))
     pipeline = BatchingPipeline(model, WorkerConfig(
-        max_batch=32, max_wait_ms=20, decode_threads=2, latency_target_ms=target_ms), hooks)
+        max_batch=32, max_wait_ms=4, decode_threads=2, latency_target_ms=target_ms), hooks)
     done: list[TaskRun] = []
     loop = asyncio.create_task(pipeline.run_forever())
     try:
@@ -77,9 +77,9 @@ async def tuned_batches(target_ms: float | None) -> list[int]:
 
 def test_a_pipeline_with_a_target_runs_batches_that_fit_it() -> None:
     assert max(asyncio.run(tuned_batches(None))) == 32
-    tuned = asyncio.run(tuned_batches(100.0))
+    tuned = asyncio.run(tuned_batches(20.0))
     assert sum(tuned) == 160
-    assert max(tuned[len(tuned) // 2:]) <= 10, tuned  # 10 ms an item: 100 ms holds <= 10
+    assert max(tuned[len(tuned) // 2:]) <= 10, tuned  # 2 ms an item: 20 ms holds <= 10
 
 
 def test_a_target_must_be_positive() -> None:
