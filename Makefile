@@ -10,6 +10,10 @@ PYTEST_ARGS ?=
 # TEST_WORKERS=0 runs them in one process.
 TEST_WORKERS ?= 2
 IN_PARALLEL := -n $(TEST_WORKERS) --dist loadfile
+# Bytecode caches (gitignored __pycache__) for src/ and tests/ even where the environment says
+# PYTHONDONTWRITEBYTECODE: without them every test process and every role a test starts compiles
+# the sources again, and pytest rewrites every test module's asserts (2 s of each collection).
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: help venv lint typecheck test test-unit test-integration chaos chaos-schedule chaos-storm chaos-coordinators demo bench scale-study kafka-jars registry-jar clean
 

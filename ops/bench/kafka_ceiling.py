@@ -42,7 +42,6 @@ from imagenet_job import banner, item_name, listening_pid
 from p1_stack import CLUSTER, BenchError
 from secure_throughput import cpu_s
 
-from inferstream.models.base import imagenet_labels
 from inferstream.schemas import Codec
 from inferstream.schemas.records import (
     Job,
@@ -71,6 +70,8 @@ class RecordSizes:
 def record_sizes(chunk: int, top_k: int = 5) -> RecordSizes:
     """Encode a Task of `chunk` ImageNet-like paths and its TaskResult of `top_k`
     predictions, as the controller and a sim worker write them."""
+    from inferstream.models.base import imagenet_labels  # imports torch: not for --help
+
     codec, labels = Codec(None), imagenet_labels()
     job = Job(job_id="20261205-194800-2832ecaa", model="sim:ms=0", model_version=None,
               pool="default", top_k=top_k, chunk_size=0, inputs=["@/data/imagenet.txt"],
