@@ -20,6 +20,7 @@ from aiokafka.errors import (
     IllegalStateError,
     KafkaError,
     KafkaTimeoutError,
+    MessageSizeTooLargeError,
     ProducerFenced,
 )
 from aiokafka.partitioner import murmur2
@@ -59,6 +60,8 @@ class MemoryAIOProducer:
         self._broker = broker
         self.transactional_id: str | None = kwargs.get("transactional_id")
         self.transaction_timeout_s = float(kwargs.get("transaction_timeout_ms", 60_000)) / 1000
+        #: aiokafka's default; a larger record fails `send` as aiokafka's does
+        self.max_request_size = int(kwargs.get("max_request_size", 1048576))
         self.epoch: int | None = None
         self.in_transaction = False
         self.fenced = False
@@ -88,6 +91,9 @@ class MemoryAIOProducer:
         if self.transactional_id is not None and not self.in_transaction:
             raise IllegalOperation("Can't send messages while not in transaction")
         self._raise_fenced()
+        size = len(key or b"") + len(value or b"") + sum(len(k) + len(v) for k, v in headers or ())
+        if size > self.max_request_size:
+            raise MessageSizeTooLargeError(f"The message is {size} bytes when serialized ...")
         with aiokafka_errors():
             if partition is None:
                 partition = self._partition(topic, key)

@@ -1,0 +1,76 @@
+"""A task's result that would not fit in one Kafka record.
+
+A task's `TaskResult` is one record on the results topic, which takes records of up to 16 MiB
+(`kafka.topics.LARGE_MESSAGE_BYTES`: the topics' `max.message.bytes` and the worker's producers'
+`max_request_size`). A model with large outputs can answer a task with more: a tensor model's
+masks, or an embedding model's vectors in tasks sized for its speed. Sent as it is, that record
+fails every transaction it is part of, so each worker that took the task would give its
+partition up after its commit attempts, and take it again, and fail again.
+
+`fitted` keeps the result's items in order while their outputs fit, and turns each item after
+into an error that says why and what to do (a smaller `--chunk-size`): one result per task,
+as always, and a task that ends.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from inferstream.kafka.topics import LARGE_MESSAGE_BYTES
+from inferstream.schemas import Codec
+from inferstream.schemas.records import ItemResult, TaskItem, TaskResult, error_item
+
+log = logging.getLogger(__name__)
+
+#: Room left in a record for its key, headers and batch framing (aiokafka's estimate adds
+#: under a hundred bytes to the value).
+HEADROOM = 64 * 1024
+#: The most bytes a TaskResult's encoding may take.
+RESULT_BYTES_CAP = LARGE_MESSAGE_BYTES - HEADROOM
+
+
+def fitted(codec: Codec, result: TaskResult, encoded: bytes,
+           cap: int = RESULT_BYTES_CAP) -> bytes:
+    """`encoded` (the encoding of `result`) where it fits in `cap` bytes; else the encoding
+    of `result` with the items from the first that does not fit on made errors."""
+    if len(encoded) <= cap:
+        return encoded
+    items = result["items"]
+    empty = _size(codec, result, [])
+    sizes = [_size(codec, result, [item]) - empty for item in items]
+    reason = _reason(len(encoded), cap, empty, sizes)
+    errors = [error_item(TaskItem(index=item["index"], name=item["name"], data=None), reason)
+              for item in items]
+    error_sizes = [_size(codec, result, [error]) - empty for error in errors]
+    room = cap - empty - sum(error_sizes)  # with every item an error, the record fits
+    kept = 0  # the first items, in order, while each one's output fits
+    while kept < len(items) and sizes[kept] - error_sizes[kept] <= room:
+        room -= sizes[kept] - error_sizes[kept]
+        kept += 1
+    log.warning("the result of job=%s task=%d takes %d bytes, over the %d a record holds: "
+                "its first %d of %d items kept, the rest made errors", result["job_id"],
+                result["task_id"], len(encoded), cap, kept, len(items))
+    return codec.encode("TaskResult", TaskResult(**{**result, "items": [*items[:kept],
+                                                                         *errors[kept:]]}))
+
+
+def _size(codec: Codec, result: TaskResult, items: list[ItemResult]) -> int:
+    return len(codec.encode("TaskResult", TaskResult(**{**result, "items": items})))
+
+
+def _reason(total: int, cap: int, empty: int, sizes: list[int]) -> str:
+    largest = max(sizes)
+    if largest > cap - empty:
+        return (f"output too large: one item's output takes {_bytes(largest)}, over the "
+                f"{_bytes(cap)} a result record holds")
+    fit = max(1, (cap - empty) // largest)
+    return (f"output too large: this task's outputs take {_bytes(total)}, over the "
+            f"{_bytes(cap)} a result record holds; submit the job with --chunk-size {fit} "
+            "or less")
+
+
+def _bytes(count: int) -> str:
+    for unit, size in (("MiB", 2**20), ("KiB", 2**10)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count} bytes"
