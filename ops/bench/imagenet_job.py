@@ -9,9 +9,9 @@ user would: `inferstream submit --wait --output FILE`. Reported per job: items/s
 start to its exit, output written), tasks issued and re-issued (attempt > 1: the controller's
 `inferstream_controller_tasks_reissued_total` by reason, and its log's "re-issued as attempt"
 lines), peak RSS of the controller and the worker (VmHWM of /proc/PID/status, read after the
-job) and of the client (`submit`'s and `results`'s ru_maxrss from wait4), CPU seconds per item
+job) and of the client (`submit`'s and `results`'s own, `child_usage.py`), CPU seconds per item
 of the broker's JVM, the controller, the worker and submit (/proc/PID/stat utime + stime across
-the job; the client's from wait4), and a check of submit's output file and of
+the job; the client's from its wait4), and a check of submit's output file and of
 `inferstream results JOB --output FILE` (every item exactly once, all ok), and the entries of
 the controller's ledger after it (what compaction leaves, and a standby copy holds). With
 `--one-fleet` the jobs run one after another on one controller and worker: what a replica
@@ -40,6 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from child_usage import run_measured
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from failover_common import Fleet, source_version, start_broker
 from p1_cpu import status_mib
@@ -166,7 +167,7 @@ class Measured:
 
 class JobFleet(Fleet):
     """A controller and one worker process of `members` members under a topic prefix of
-    their own; client commands run as children whose resource use wait4 reports."""
+    their own; client commands run as children whose own resource use is measured."""
 
     def __init__(self, bootstrap: str, partitions: int, task_partitions: int, logdir: Path,
                  tag: str) -> None:
@@ -179,14 +180,12 @@ class JobFleet(Fleet):
         out, log = self.log_path(f"{name}.out"), self.log_path(name)
         started = time.perf_counter()
         with out.open("wb") as stdout, log.open("wb") as stderr:
-            proc = subprocess.Popen([*INFERSTREAM, *args], stdout=stdout, stderr=stderr,
-                                    env=self._env())
-            _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode != 0:
-            raise BenchError(f"{name} exited {proc.returncode}: {log.read_text()[-2000:]}")
-        return ChildRun(time.perf_counter() - started, usage.ru_utime + usage.ru_stime,
-                        usage.ru_maxrss / 1024, out.read_text())  # ru_maxrss: KiB on Linux
+            run = run_measured([*INFERSTREAM, *args], self.log_path(f"{name}.usage"), stdout,
+                               stderr, self._env())
+        if run.returncode != 0:
+            raise BenchError(f"{name} exited {run.returncode}: {log.read_text()[-2000:]}")
+        return ChildRun(time.perf_counter() - started, run.cpu_s, run.peak_rss_mib,
+                        out.read_text())
 
 
 def run_job(fleet: JobFleet, broker_pid: int, items: int, model: str,
@@ -390,8 +389,8 @@ def main(argv: list[str] | None = None) -> list[Measured]:
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}; members {args.members}, "
           f"task partitions {args.task_partitions}; submit s: submit --wait --output from "
           f"start to exit (items/s over it), job items/s: the controller's, acceptance to "
-          f"completion; peak RSS from VmHWM (controller, worker) and wait4's ru_maxrss "
-          f"(submit, results), the controller's after each job from VmRSS"
+          f"completion; peak RSS from VmHWM (controller, worker) and the clients' own "
+          f"ru_maxrss (submit, results; child_usage.py), the controller's after each job from VmRSS"
           f"{'; one controller and worker for all jobs' if args.one_fleet else ''}")
     return rows
 
