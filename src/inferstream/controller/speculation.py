@@ -111,12 +111,16 @@ class Speculation:
         self.copies = CopyBudget(cap)
         #: `medians`' answers in this pass, by worker and model
         self._medians: dict[tuple[str | None, str], tuple[float | None, float]] = {}
+        #: each worker's own recent median in this pass, by worker and model: a pass over a
+        #: pool of W workers needs W of them, not W x W
+        self._own: dict[tuple[str, str], float | None] = {}
         #: since when each worker has been slow with each model, in ms
         self._slow_since: dict[tuple[str | None, str], int] = {}
 
     def begin(self) -> None:
         """A pass over the outstanding tasks begins: the medians are worked out anew."""
         self._medians.clear()
+        self._own.clear()
 
     def worth(self, entry: Outstanding, rule: str, at_ms: int, target: Target,
               queue: tuple[int, bool] | None, held: dict[str, int], slots: int
@@ -165,12 +169,17 @@ class Speculation:
         until the next `begin`: a pass asks for every task."""
         known = self._medians.get((worker, model))
         if known is None:
-            others = [self.recent.median(w, model) for w in members or () if w != worker]
+            others = [self._own_median(w, model) for w in members or () if w != worker]
             peers = [m for m in others if m is not None]
             known = self._medians[(worker, model)] = (
-                self.recent.median(worker or "", model),
+                self._own_median(worker or "", model),
                 statistics.median(peers) if peers else 0.0)
         return known
+
+    def _own_median(self, worker: str, model: str) -> float | None:
+        if (worker, model) not in self._own:
+            self._own[(worker, model)] = self.recent.median(worker, model)
+        return self._own[(worker, model)]
 
 
 class Queues:
