@@ -106,9 +106,22 @@ def test_consecutive_jobs_leave_one_ledger_entry_each_in_the_standby(
         job = client.submit(MODEL, [f"item-{i}" for i in range(8)], chunk_size=2)
         running.wait_for(settled(clients.broker, config, jobs=n + 1))
         assert job.wait(timeout_s=5).ok_items == 8
+    running.wait_for(caught_up(clients.broker, controller.standby))
     running.wait_for(lambda: sample(metrics.registry,
                                     "inferstream_controller_ledger_standby_entries") == 3)
     assert controller.standby.held() == 3
     latest = {r.key: r.value for r in clients.broker.records(LEDGER)}
     assert sum(value is not None for value in latest.values()) == 3  # after compaction
     assert sum(value is None for value in latest.values()) == 3 * 4  # every task's entry
+
+
+def caught_up(broker: MemoryBroker, standby: LedgerStandby) -> Callable[[], bool]:
+    """Whether the standby's copy is the ledger as compaction leaves it: it follows the
+    ledger, so it can lag the job's end (an early JOB entry makes its count look final)."""
+    def done() -> bool:
+        """the standby holds the latest value of every ledger key, less the deleted"""
+        latest = {r.key: r.value for r in broker.records(LEDGER)}
+        parts = list(range(broker.partition_count(LEDGER)))
+        held = sorted(value for value, _ in standby.copy(parts)[0].records(parts))
+        return held == sorted(value for value in latest.values() if value is not None)
+    return done
