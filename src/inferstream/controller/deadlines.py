@@ -148,7 +148,7 @@ class Deadlines:
         self._follow_owners()
         queued = Queues(self._tasks.values())
         held = dict(self.speculation.copies.held())
-        self._pass_candidates = {}
+        self._pass_candidates.clear()
         for entry in list(self._tasks.values()):
             verdict = self._lateness(entry, unhealthy.get(entry.task["pool"], set()), now_ms)
             if verdict is None:

@@ -40,6 +40,7 @@ from inferstream.kafka.errors import (
 )
 from inferstream.kafka.refusals import not_authorized
 from inferstream.kafka.settings import aiokafka_kwargs, worker_consumer_kwargs
+from inferstream.kafka.topics import LARGE_MESSAGE_BYTES
 from inferstream.models import LoadedModel
 from inferstream.policy.membership import PoolMembership
 from inferstream.schemas import Codec
@@ -151,7 +152,7 @@ class Worker:
         if self.options.guarantee == "at-least-once":
             self._shared_producer = self.clients.aio_producer(aiokafka_kwargs(
                 self.config, AIOKafkaProducer, enable_idempotence=True,
-                max_request_size=16 * 1024 * 1024))
+                max_request_size=LARGE_MESSAGE_BYTES))
             await self._shared_producer.start()
         await self.sysinfo.start(self.served, lambda: self._consumer, self.hooks)
         self.membership.start()

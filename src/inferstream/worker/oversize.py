@@ -2,10 +2,10 @@
 
 A task's `TaskResult` is one record on the results topic, which takes records of up to 16 MiB
 (`kafka.topics.LARGE_MESSAGE_BYTES`: the topics' `max.message.bytes` and the worker's producers'
-`max_request_size`). A model with large outputs can answer a task with more: a tensor model's
-masks, or an embedding model's vectors in tasks sized for its speed. Sent as it is, that record
-fails every transaction it is part of, so each worker that took the task would give its
-partition up after its commit attempts, and take it again, and fail again.
+`max_request_size`, both set from it). A model with large outputs can answer a task with
+more: a tensor model's masks, or an embedding model's vectors in tasks sized for its speed.
+Sent as it is, that record fails every transaction it is part of, so each worker that took the
+task would give its partition up after its commit attempts, and take it again, and fail again.
 
 `fitted` keeps the result's items in order while their outputs fit, and turns each item after
 into an error that says why and what to do (a smaller `--chunk-size`): one result per task,

@@ -26,6 +26,7 @@ from inferstream.config import Config
 from inferstream.kafka.clients import AsyncProducer, KafkaClients, Outgoing
 from inferstream.kafka.errors import PartitionLostError, TransactionalIdRefusedError
 from inferstream.kafka.settings import aiokafka_kwargs
+from inferstream.kafka.topics import LARGE_MESSAGE_BYTES
 from inferstream.serving.committers.base import (
     COMMIT_TIMEOUT_S,
     NO_WINDOW,
@@ -60,7 +61,7 @@ class TransactionalCommitter(PartitionCommitter):
             self._config, AIOKafkaProducer,
             transactional_id=self.transactional_id,
             enable_idempotence=True,
-            max_request_size=16 * 1024 * 1024,
+            max_request_size=LARGE_MESSAGE_BYTES,
         ))
 
     async def start(self) -> None:
