@@ -3,7 +3,10 @@
 The base of the local tables a process keeps of a compacted topic (the policy, the task
 controls): the reader runs on a thread of its own with a consumer from the process's
 `KafkaClients` (the real broker or `inferstream.testing`) and hands every record to
-`apply`, which the table implements under its own lock. A read that fails is logged and
+`apply`, which the table implements under its own lock. It reads the topic to its end with
+short fetch waits, then follows it from there with a second consumer whose fetches wait long
+(`kafka.reader.FOLLOW_FETCH_WAIT_MS`: a record ends the wait at once, and an idle follower
+asks the broker every few seconds, not twice a second). A read that fails is logged and
 started again from the beginning a little later; `caught_up` is set once the reader reached
 the end of the topic the first time.
 """
@@ -82,15 +85,13 @@ class TopicFollower(ABC):
                 self._stop.wait(RETRY_S)
 
     def _follow(self) -> None:
+        start = self._catch_up()
+        if self._stop.is_set():
+            return
         consumer = reader_consumer(self.config, self.clients, follow=True)
         try:
-            partitions = topic_partitions(consumer, self.topic)
-            consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING)
-                             for p in partitions])
-            first = PartitionReader(consumer, partitions, timeout_s=30.0)
-            self._take(first)
-            if not first.waiting:
-                self.caught_up.set()
+            consumer.assign([TopicPartition(self.topic, p, offset)
+                             for p, offset in start.items()])
             while not self._stop.is_set():
                 self._take(PartitionReader(consumer, (), follow=True,
                                            timeout_s=FOLLOW_ROUND_S))
@@ -98,11 +99,33 @@ class TopicFollower(ABC):
         finally:
             consumer.close()
 
-    def _take(self, reader: PartitionReader) -> None:
+    def _catch_up(self) -> dict[int, int]:
+        """Read the topic to its end with short fetch waits (a follower's long ones would
+        hold each end of partition that long); where each partition goes on from. Sets
+        `caught_up` when every end was reached (else the first follow round does)."""
+        consumer = reader_consumer(self.config, self.clients)
+        try:
+            partitions = topic_partitions(consumer, self.topic)
+            consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING)
+                             for p in partitions])
+            first = PartitionReader(consumer, partitions, timeout_s=30.0)
+            start = dict.fromkeys(partitions, OFFSET_BEGINNING)
+            start.update(self._take(first))
+        finally:
+            consumer.close()
+        if not first.waiting:
+            self.caught_up.set()
+        return start
+
+    def _take(self, reader: PartitionReader) -> dict[int, int]:
+        """Apply what `reader` reads; the offset after the last record of each partition."""
+        after: dict[int, int] = {}
         for record in reader.with_tombstones():
             if isinstance(record, Tombstone):
                 self.apply_tombstone(record)
             else:
                 self.apply_record(record)
+            after[record.partition] = record.offset + 1
             if self._stop.is_set():
-                return
+                break
+        return after

@@ -30,6 +30,17 @@ from inferstream.kafka.settings import PARTITION_EOF, consumer_config
 #: shows as an empty fetch, which the broker holds this long (librdkafka's default, 500 ms,
 #: made every replay of the ledger and read of a job's results that much longer).
 READ_TO_END_FETCH_WAIT_MS = 10
+#: fetch.wait.max.ms of a reader that follows a topic (waits for new records): how long the
+#: broker holds an empty fetch. A record that arrives on a partition it fetches ends the
+#: wait at once (a committed transaction's too), so this costs no latency; it sets how
+#: often an idle follower asks. At librdkafka's 500 ms the two followers of each worker
+#: member (task controls, policy) were two thirds of an idle pool's requests to the broker
+#: (606 fetches a second at 100 members; 241 at this wait: BENCHMARKS.md, the idle pool).
+#: A follower's first read to the end uses the short wait (`kafka.follower`): an end of
+#: partition shows only when an empty fetch returns.
+FOLLOW_FETCH_WAIT_MS = 5000
+#: librdkafka's socket.timeout.ms default; a fetch's wait stays a second under the one set.
+SOCKET_TIMEOUT_MS = 60_000
 #: librdkafka's prefetch queue of a reader, in KiB. Its default (64 MiB) is most of what
 #: `submit --wait --output` and `results` grow by on a large job (148 MiB peak at 1.28 M items,
 #: 78 MiB with this; the same CPU: BENCHMARKS.md, the ImageNet-sized job).
@@ -39,15 +50,20 @@ READER_PREFETCH_KB = 8192
 def reader_consumer(config: Config, clients: KafkaClients = REAL_CLIENTS,
                     follow: bool = False, read_committed: bool = True) -> SyncConsumer:
     """A consumer outside any group that reports reaching the end of each partition; one
-    that does not `follow` (reads to the end, then stops) gets short fetch waits. Only
+    that does not `follow` (reads to the end, then stops) gets short fetch waits, one that
+    follows long ones (`FOLLOW_FETCH_WAIT_MS`). Only
     `inferstream dump` reads uncommitted (what the log holds, aborted attempts too)."""
     extra: dict[str, object] = {"enable.partition.eof": True,
                                 "queued.max.messages.kbytes": READER_PREFETCH_KB}
     if not read_committed:
         extra["isolation.level"] = "read_uncommitted"
-    if not follow:
-        extra["fetch.wait.max.ms"] = READ_TO_END_FETCH_WAIT_MS
-    return clients.consumer(consumer_config(config, None, **extra))
+    conf = consumer_config(config, None, **extra)
+    if "fetch.wait.max.ms" not in dict(config.kafka_config):  # the user's, when set
+        socket_ms = int(conf.get("socket.timeout.ms", SOCKET_TIMEOUT_MS))
+        conf["fetch.wait.max.ms"] = (max(READ_TO_END_FETCH_WAIT_MS,
+                                         min(FOLLOW_FETCH_WAIT_MS, socket_ms - 1000))
+                                     if follow else READ_TO_END_FETCH_WAIT_MS)
+    return clients.consumer(conf)
 
 
 def topic_partitions(client: SyncConsumer | SyncProducer, topic: str,

@@ -8,6 +8,8 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from inferstream.kafka.reader import (
+    FOLLOW_FETCH_WAIT_MS,
+    READ_TO_END_FETCH_WAIT_MS,
     READER_PREFETCH_KB,
     PartitionReader,
     ReadRecord,
@@ -34,6 +36,24 @@ def test_a_reader_prefetches_a_bounded_amount() -> None:
     reader_consumer(make_config(), clients)  # type: ignore[arg-type]
     assert clients.asked["queued.max.messages.kbytes"] == READER_PREFETCH_KB <= 16384
     assert clients.asked["enable.partition.eof"] is True
+
+
+def fetch_wait(follow: bool, **passed: str) -> int:
+    clients = Recording()
+    reader_consumer(make_config(kafka_config=tuple(passed.items())), clients,  # type: ignore[arg-type]
+                    follow=follow)
+    return int(clients.asked["fetch.wait.max.ms"])
+
+
+def test_a_reader_to_the_end_waits_briefly_and_a_follower_long_within_the_socket_timeout(
+        ) -> None:
+    assert fetch_wait(False) == READ_TO_END_FETCH_WAIT_MS
+    assert fetch_wait(True) == FOLLOW_FETCH_WAIT_MS > 500  # librdkafka's default
+    # librdkafka warns unless a fetch's wait is a second under the socket timeout
+    assert fetch_wait(True, **{"socket.timeout.ms": "3000"}) == 2000
+    assert fetch_wait(True, **{"socket.timeout.ms": "800"}) == READ_TO_END_FETCH_WAIT_MS
+    assert fetch_wait(True, **{"fetch.wait.max.ms": "100"}) == 100  # the user's own
+    assert fetch_wait(False, **{"fetch.wait.max.ms": "100"}) == 100
 
 
 def test_a_reader_gives_tombstones_only_to_whoever_asks_for_them(
