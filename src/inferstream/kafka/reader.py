@@ -35,7 +35,8 @@ READ_TO_END_FETCH_WAIT_MS = 10
 #: wait at once (a committed transaction's too), so this costs no latency; it sets how
 #: often an idle follower asks. At librdkafka's 500 ms the two followers of each worker
 #: member (task controls, policy) were two thirds of an idle pool's requests to the broker
-#: (606 fetches a second at 100 members; 241 at this wait: BENCHMARKS.md, the idle pool).
+#: (632 fetches a second at 100 members, 252 at this wait: BENCHMARKS.md, where the broker's
+#: work goes at N = 100).
 #: A follower's first read to the end uses the short wait (`kafka.follower`): an end of
 #: partition shows only when an empty fetch returns.
 FOLLOW_FETCH_WAIT_MS = 5000
@@ -51,8 +52,9 @@ def reader_consumer(config: Config, clients: KafkaClients = REAL_CLIENTS,
                     follow: bool = False, read_committed: bool = True) -> SyncConsumer:
     """A consumer outside any group that reports reaching the end of each partition; one
     that does not `follow` (reads to the end, then stops) gets short fetch waits, one that
-    follows long ones (`FOLLOW_FETCH_WAIT_MS`). Only
-    `inferstream dump` reads uncommitted (what the log holds, aborted attempts too)."""
+    follows long ones (`FOLLOW_FETCH_WAIT_MS`); `kafka_config`'s fetch.wait.max.ms wins over
+    both. Only `inferstream dump` reads uncommitted (what the log holds, aborted attempts
+    too)."""
     extra: dict[str, object] = {"enable.partition.eof": True,
                                 "queued.max.messages.kbytes": READER_PREFETCH_KB}
     if not read_committed:
