@@ -32,11 +32,11 @@ from confluent_kafka import Consumer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka"))
-from failover_common import Fleet, start_broker
+from failover_common import Fleet, start_broker, write_listing
 from localkafka.common import DEFAULT_JVM_OPTS
 from p1_cpu import process_cpu_s as cpu_s
-from p1_stack import CLUSTER, BenchError
-from scale_study import free_port, members_owning, node_model, packs_model
+from p1_stack import CLUSTER, BenchError, free_port
+from scale_study import members_owning, node_model, packs_model
 
 _COUNT = re.compile(r"request=(\w+),version=\d+:Count=(\d+)")
 REQUESTS = "kafka.network:type=RequestMetrics,name=RequestsPerSec,request=*,version=*"
@@ -104,12 +104,11 @@ class Run:
                f"{self.job_s:.1f} s, broker {1000 * self.job_cpu_s / self.tasks:.2f} ms of CPU "
                f"a task, {sum(self.job_requests.values()) / self.tasks:.1f} requests and "
                f"{sum(self.appended.values()) / self.tasks:.1f} records appended a task")
-        for name, count in sorted(self.idle_requests.items(), key=lambda kv: -kv[1]):
-            yield (f"  {name:32} idle {count / self.idle_s:7.1f}/s   job "
-                   f"{self.job_requests.get(name, 0) / self.tasks:6.2f}/task")
-        for name, count in sorted(self.job_requests.items(), key=lambda kv: -kv[1]):
-            if name not in self.idle_requests:
-                yield f"  {name:32} idle     0.0/s   job {count / self.tasks:6.2f}/task"
+        for name in sorted(self.idle_requests | self.job_requests,
+                           key=lambda n: (-self.idle_requests.get(n, 0),
+                                          -self.job_requests.get(n, 0))):
+            yield (f"  {name:32} idle {self.idle_requests.get(name, 0) / self.idle_s:7.1f}/s"
+                   f"   job {self.job_requests.get(name, 0) / self.tasks:6.2f}/task")
         for topic, count in sorted(self.appended.items(), key=lambda kv: -kv[1]):
             yield f"  appended to {topic:28} {count / self.tasks:6.2f}/task"
 
@@ -170,10 +169,9 @@ def measure(src: str, args: argparse.Namespace, workdir: Path) -> Run:
 
 def _job(run: Run, fleet: Fleet, bootstrap: str, jmx: int, pid: int,
          args: argparse.Namespace, workdir: Path) -> None:
-    listing = workdir / "items.txt"
-    listing.write_text("".join(f"b-{i:07d}\n" for i in range(args.items)))
-    ends, cpu, counts = log_ends(bootstrap, fleet.config.topic_prefix), cpu_s(pid), (
-        request_counts(jmx))
+    listing = write_listing(workdir / "items.txt", args.items, "b")
+    ends = log_ends(bootstrap, fleet.config.topic_prefix)
+    cpu, counts = cpu_s(pid), request_counts(jmx)
     t0 = time.monotonic()
     job = fleet.client.submit(packs_model("alexnet"), [f"@{listing}"],
                               chunk_size=args.task_items)
