@@ -99,18 +99,23 @@ class Run:
     appended: dict[str, int] = field(default_factory=dict)
 
     def lines(self) -> Iterator[str]:
-        yield (f"{self.src}: idle {100 * self.idle_cpu_s / self.idle_s:.1f} % of a core, "
-               f"{sum(self.idle_requests.values()) / self.idle_s:.0f} requests/s; job "
-               f"{self.job_s:.1f} s, broker {1000 * self.job_cpu_s / self.tasks:.2f} ms of CPU "
-               f"a task, {sum(self.job_requests.values()) / self.tasks:.1f} requests and "
-               f"{sum(self.appended.values()) / self.tasks:.1f} records appended a task")
+        """The run as text: the idle pool per second; with a job, its costs per task."""
+        head = (f"{self.src}: idle {100 * self.idle_cpu_s / self.idle_s:.1f} % of a core, "
+                f"{sum(self.idle_requests.values()) / self.idle_s:.0f} requests/s")
+        tasks = self.tasks or 1  # no job: its columns read 0
+        if self.tasks:
+            head += (f"; job {self.job_s:.1f} s, broker {1000 * self.job_cpu_s / tasks:.2f} "
+                     f"ms of CPU a task, {sum(self.job_requests.values()) / tasks:.1f} "
+                     f"requests and {sum(self.appended.values()) / tasks:.1f} records "
+                     "appended a task")
+        yield head
         for name in sorted(self.idle_requests | self.job_requests,
                            key=lambda n: (-self.idle_requests.get(n, 0),
                                           -self.job_requests.get(n, 0))):
             yield (f"  {name:32} idle {self.idle_requests.get(name, 0) / self.idle_s:7.1f}/s"
-                   f"   job {self.job_requests.get(name, 0) / self.tasks:6.2f}/task")
+                   f"   job {self.job_requests.get(name, 0) / tasks:6.2f}/task")
         for topic, count in sorted(self.appended.items(), key=lambda kv: -kv[1]):
-            yield f"  appended to {topic:28} {count / self.tasks:6.2f}/task"
+            yield f"  appended to {topic:28} {count / tasks:6.2f}/task"
 
 
 def start_fleet(fleet: Fleet, nodes: int, per_process: int) -> list[str]:

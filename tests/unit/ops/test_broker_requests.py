@@ -40,3 +40,11 @@ def test_a_run_reports_idle_rates_and_costs_a_task() -> None:
 
 def test_counts_that_grew() -> None:
     assert broker_requests.grown({"a": 5, "b": 3, "c": 1}, {"a": 2, "b": 3}) == {"a": 3, "c": 1}
+
+
+def test_a_run_without_a_job_reports_the_idle_pool_alone() -> None:
+    run = broker_requests.Run("tree", idle_s=10.0, idle_cpu_s=1.0, idle_requests={"Fetch": 250})
+    text = "\n".join(run.lines())
+    assert "idle 10.0 % of a core, 25 requests/s" in text
+    assert "Fetch" in text and "25.0/s" in text
+    assert "ms of CPU a task" not in text
