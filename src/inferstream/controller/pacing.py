@@ -7,8 +7,11 @@ per item of the job's model (`Deadlines.target_per_item_s`: the policy's rate of
 the worker, or its results). Each new task
 goes to the worker that would finish it first, among those below their
 `issue_ahead_s`, on the least loaded of its partitions (within the model's range, where the
-policy gives the pool ranges); a worker with no known speed gets one task at a time until its
-first results say how fast it is.
+policy gives the pool ranges); a worker with no known speed holds `UNKNOWN_SPEED_TASKS` (two)
+tasks at a time until its first results say how fast it is: one to work on and one behind it,
+so that it does not stand idle while its first result travels to the controller and the
+tasks that result lets it have travel back (a commit each way, and under the load of a whole
+pool finishing its first tasks at once, seconds).
 
 So a faster worker is sent more tasks, in proportion to its speed, whatever share of the
 partitions it owns, and the last tasks of a job end on every worker at about the same time.
@@ -32,6 +35,9 @@ from inferstream.controller.deadlines import Deadlines
 from inferstream.controller.declines import PoolView
 from inferstream.controller.placement import task_partition
 from inferstream.policy.view import ModelRange, PolicyView
+
+#: tasks a worker of unknown speed holds at a time (see the module's docstring)
+UNKNOWN_SPEED_TASKS = 2
 
 #: (pool, worker) -> the highest priority among the tasks of this replica's jobs it holds
 Ranks = dict[tuple[str, str], int]
@@ -142,8 +148,8 @@ class Pacing:
         for worker in workers:
             queued = sum(self._queued(pool, p) for p in worker.parts)
             per_item = worker.per_item_s
-            if per_item is None or per_item <= 0:  # speed unknown: one task at a time
-                room, finish = queued == 0, 0.0
+            if per_item is None or per_item <= 0:  # speed unknown: a few tasks at a time
+                room, finish = queued < UNKNOWN_SPEED_TASKS * items, 0.0
             else:
                 room, finish = queued * per_item < self.ahead_s, (queued + items) * per_item
             if not room and not force:

@@ -115,17 +115,17 @@ def test_an_accepted_job_has_its_first_tasks_in_the_outbox(make_book: MakeBook) 
     assert out.tallies[HOME][("tasks_issued", "default")] == 3
 
 
-def test_paced_workers_hold_one_task_each_until_results_show_their_speed(
+def test_paced_workers_hold_two_tasks_each_until_results_show_their_speed(
         make_book: MakeBook) -> None:
     book = make_book(make_config(issue_ahead_s=10.0))
-    out, (first,) = accepted(book, make_job(items=10))
+    out, (first,) = accepted(book, make_job(items=20))
     book.tick(out, now_ms())
-    assert sorted(p for p, _ in tasks(book, out)) == [0, 2]  # one on w1, one on w2
+    assert sorted(p for p, _ in tasks(book, out)) == [0, 1, 2, 3]  # two on w1, two on w2
 
     again = book.outbox()
     book.on_result(result_of(first), again)  # 5 ms per item: the rest is far below 10 s
     book.tick(again, now_ms())
-    assert [t["task_id"] for _, t in tasks(book, again)] == [2, 3, 4]
+    assert [t["task_id"] for _, t in tasks(book, again)] == [4, 5, 6, 7, 8, 9]
     assert {OWNER[p] for p, _ in tasks(book, again)} == {"w1", "w2"}
 
 

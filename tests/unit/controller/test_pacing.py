@@ -81,13 +81,16 @@ def test_a_worker_that_finishes_its_tasks_gets_the_next_ones() -> None:
     assert by_worker(issue(paced, start=len(first))) == {"fast": 20}
 
 
-def test_workers_of_unknown_speed_get_one_task_at_a_time() -> None:
+def test_workers_of_unknown_speed_get_two_tasks_at_a_time() -> None:
     paced = pacing(speed={})
-    assert by_worker(issue(paced)) == {"fast": 1, "slow": 1, "other": 1}
-    paced.table.observe("fast", MODEL, ITEMS, 0.1)  # its first result: 10 ms per item
-    # fast has room for 200 items now, one task of which it holds; the others (the median
-    # of what is known) have room too
-    assert by_worker(issue(paced, start=3)) == {"fast": 19, "slow": 19, "other": 19}
+    assert by_worker(issue(paced)) == {"fast": 2, "slow": 2, "other": 2}
+    assert by_worker(issue(paced, start=6)) == {}  # none has room until a task is done
+    paced.table.done("job-1", 0)  # a task done (no result to measure it by): room for one
+    assert len(issue(paced, start=6)) == 1
+    paced.table.observe("fast", MODEL, ITEMS, 0.1)  # a first result: 10 ms per item
+    # fast has room for 200 items now, two tasks of which it holds (one where its done task
+    # was); the others (the median of what is known) have room too
+    assert by_worker(issue(paced, start=7)) == {"fast": 18, "slow": 18, "other": 18}
 
 
 def test_unhealthy_or_declining_workers_get_nothing() -> None:
