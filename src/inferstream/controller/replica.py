@@ -61,6 +61,15 @@ from inferstream.schemas.records import (
 
 log = logging.getLogger(__name__)
 
+#: A round's transaction begins while the broker may still be writing the markers of the one
+#: before (a controller commits every round); until they are written, the coordinator answers
+#: CONCURRENT_TRANSACTIONS and librdkafka retries AddOffsetsToTxn (`send_offsets`) at its
+#: exponential backoff, 100 ms doubling up to 1 s, so a round after a large transaction (a
+#: job's tasks on a hundred partitions, as a whole pool's first results come in) waited up to
+#: a second past the markers. Java's producer retries this case at 20 ms (KAFKA-5477,
+#: apache/kafka#3377); confluent-kafka-python#967 is the same wait seen from Python.
+TRANSACTION_RETRIES = {"retry.backoff.ms": 20, "retry.backoff.max.ms": 100}
+
 #: librdkafka's errors for a producer whose transactional id has a newer owner
 _FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED,  # noqa: SLF001
            KafkaError.INVALID_PRODUCER_EPOCH}
@@ -112,7 +121,7 @@ class Controller:
 
     def _new_producer(self, transactional_id: str) -> SyncProducer:
         return self.clients.producer(producer_config(self.config, **{
-            "transactional.id": transactional_id}))
+            "transactional.id": transactional_id, **TRANSACTION_RETRIES}))
 
     def request_stop(self) -> None:
         self._stop.set()

@@ -179,3 +179,20 @@ def test_a_rolled_back_round_is_not_counted_twice(
     assert sample(r, "inferstream_controller_jobs_accepted_total") == 1
     assert sample(r, "inferstream_controller_tasks_issued_total", pool="default") == 2
     assert sample(r, "inferstream_controller_items_done_total", status="ok") == 6
+
+
+def test_a_transaction_after_one_still_completing_is_retried_within_100_ms(
+        clients: MemoryKafkaClients, make_controller: MakeController,
+        make_responder: MakeResponder, running: Running) -> None:
+    """The controller's transactional producers retry CONCURRENT_TRANSACTIONS (the markers of
+    the round before still being written) at most 100 ms apart, not librdkafka's default of
+    up to 1 s (see `replica.TRANSACTION_RETRIES`)."""
+    config = make_config()
+    job = submit(clients, items=6)
+    make_responder()
+    running.controller(make_controller(config))
+    running.until(settled(clients.broker, config))
+    (producer,) = controller_producers(clients, job)
+    assert producer.settings["retry.backoff.ms"] <= 20
+    assert producer.settings["retry.backoff.max.ms"] <= 100
+    assert_completed_exactly(clients.broker, config, job, items=6, tasks=2)

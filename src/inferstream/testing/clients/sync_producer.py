@@ -44,6 +44,7 @@ class MemoryProducer:
 
     def __init__(self, broker: MemoryBroker, settings: dict[str, Any]) -> None:
         self._broker = broker
+        self.settings = dict(settings)
         self.transactional_id: str | None = settings.get("transactional.id")
         self.transaction_timeout_s = float(settings.get("transaction.timeout.ms", 60_000)) / 1000
         self.epoch: int | None = None
