@@ -39,7 +39,11 @@ class ControllerTopics:
 
 
 class PartitionCounts:
-    """Partition counts of the topics a controller writes, asked once each."""
+    """Partition counts of the topics a controller writes, asked once each: those the
+    cluster shows at `load` (the pools' task topics among them) from that one metadata
+    request, any other at its first use. (A consumer's metadata request waits on its
+    connection behind a parked fetch, up to `fetch.wait.max.ms`: half a second on a pool's
+    first job, when it was asked then.)"""
 
     def __init__(self, consumer: SyncConsumer, topics: ControllerTopics) -> None:
         self.consumer = consumer
@@ -60,7 +64,8 @@ class PartitionCounts:
         for name in names:
             if name in absent(metadata, names):
                 raise KafkaSetupError(f"topic {name} is missing; run `inferstream topics create`")
-            self._counts[name] = len(metadata[name].partitions)
+        self._counts.update({name: len(meta.partitions) for name, meta in metadata.items()
+                             if meta.error is None and meta.partitions})
         if len({self._counts[name] for name in (t.jobs, t.results, t.ledger)}) != 1:
             raise KafkaSetupError("jobs, results and controller-ledger need equal partition counts")
 
