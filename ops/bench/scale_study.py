@@ -41,7 +41,9 @@ from subprocess import Popen
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from committed import CommittedResults
 from failover_common import Fleet, start_broker
+from job_timeline import Timeline, timeline
 from p1_cpu import process_cpu_s as cpu_s
 from scale_report import Point, with_speedups, write_plot, write_table
 from tests.chaos.verifier import ResultsReader, verify
@@ -218,7 +220,7 @@ class Study:
 
         cpu_before = cpu_s(controller.pid), broker_cpu()
         transactions_before = transactions(ports)
-        t0 = time.monotonic()
+        t0, wall0 = time.monotonic(), time.time()
         job = fleet.client.submit(packs_model(profile), [f"@{listing}"],
                                   chunk_size=args.task_items)
         if kill is not None:
@@ -231,6 +233,7 @@ class Study:
         expected = [line.strip() for line in listing.read_text().splitlines()]
         report = verify(job.job_id, expected, reader.snapshot(), list(job.results()))
         reader.close()
+        spans = node_timeline(fleet, job.job_id, wall0)
         return Point(profile=profile, nodes=nodes, run=run, items=items, seconds=seconds,
                      rate=status.ok_items / seconds, ideal_rate=ideal_rate,
                      exactly_once=not report.problems() and status.ok_items == items,
@@ -239,7 +242,8 @@ class Study:
                      broker_cpu_s=cpu_after[1] - cpu_before[1],
                      tasks=math.ceil(items / args.task_items),
                      extra={"partitions": fleet.config.task_partitions_for(),
-                            "transactions": transactions_after - transactions_before})
+                            "transactions": transactions_after - transactions_before,
+                            "timeline": asdict(spans) if spans else None})
 
     def _rebalance_time(self, fleet: Fleet, profile: str, packs: list[tuple[int, float]]
                         ) -> float:
@@ -308,6 +312,18 @@ class Study:
         for run, policy in (("mix, policy assignor", True), ("mix, round robin", False)):
             point = self.run(profile, nodes, run, self.packs(nodes, factors), policy=policy)
             point.efficiency = point.rate / point.ideal_rate
+
+
+def node_timeline(fleet: Fleet, job_id: str, submitted_at: float) -> Timeline | None:
+    """The job's start, its nodes' idle time and its tail (`job_timeline`), printed."""
+    results = CommittedResults(fleet.config).start()
+    try:
+        results.read_to_end()
+        spans = timeline(results.snapshot(), job_id, submitted_at)
+    finally:
+        results.stop()
+    print(f"timeline of {job_id}: {spans.line() if spans else 'no results'}", flush=True)
+    return spans
 
 
 def packs_model(profile: str) -> str:

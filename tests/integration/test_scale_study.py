@@ -24,6 +24,8 @@ def test_one_and_ten_nodes_complete_every_item_once(tmp_path: Path) -> None:
     assert [(p.nodes, p.run) for p in points] == [(1, "sweep"), (10, "sweep")]
     assert all(p.exactly_once and p.lost == 0 and p.duplicates == 0 for p in points), points
     assert points[0].speedup == 1.0 and points[1].speedup is not None
+    # every node's start, idle time and tail, read back from the committed results
+    assert [p.extra["timeline"]["nodes"] for p in points] == [1, 10]
     table = (tmp_path / "scale_study.md").read_text()
     assert "| alexnet | 10 | sweep |" in table
     assert (tmp_path / "scale_study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
