@@ -131,6 +131,7 @@ class Study:
         self.args = args
         self.workdir = workdir
         self.broker = start_broker(workdir / "kafka")
+        self.broker_pid = self.broker.pid()
         self.points: list[Point] = []
 
     def close(self) -> None:
@@ -213,12 +214,7 @@ class Study:
         listing = self.workdir / f"items-{nodes}-{len(self.points)}.txt"
         listing.write_text("".join(f"{run[:4]}-{nodes}-{i:07d}\n" for i in range(items)))
         reader = ResultsReader(fleet.config).start()
-        broker_pid = self.broker.pid()
-
-        def broker_cpu() -> float:
-            return cpu_s(broker_pid) if broker_pid else 0.0
-
-        cpu_before = cpu_s(controller.pid), broker_cpu()
+        cpu_before = cpu_s(controller.pid), self._broker_cpu()
         transactions_before = transactions(ports)
         t0, wall0 = time.monotonic(), time.time()
         job = fleet.client.submit(packs_model(profile), [f"@{listing}"],
@@ -227,7 +223,7 @@ class Study:
             self._kill_later(fleet, names, packs, kill, items / ideal_rate / 3)
         status = job.wait(timeout_s=args.job_timeout_s)
         seconds = time.monotonic() - t0
-        cpu_after = cpu_s(controller.pid), broker_cpu()
+        cpu_after = cpu_s(controller.pid), self._broker_cpu()
         transactions_after = transactions(ports)
         reader.read_to_end(timeout_s=120)
         expected = [line.strip() for line in listing.read_text().splitlines()]
@@ -244,6 +240,9 @@ class Study:
                      extra={"partitions": fleet.config.task_partitions_for(),
                             "transactions": transactions_after - transactions_before,
                             "timeline": asdict(spans) if spans else None})
+
+    def _broker_cpu(self) -> float:
+        return cpu_s(self.broker_pid) if self.broker_pid else 0.0
 
     def _rebalance_time(self, fleet: Fleet, profile: str, packs: list[tuple[int, float]]
                         ) -> float:
