@@ -65,9 +65,6 @@ class StartAnnouncer:
         self._producer = self.clients.producer(producer_config(
             self.config, **{"client.id": f"{self.worker_ids[0]}-announcer"}))
         self._round()
-        log.info("announced as starting on %s: workers=%s models=%s",
-                 self.config.topic("workers"), ",".join(self.worker_ids),
-                 ",".join(self.config.worker.models))
         self._thread = threading.Thread(target=self._run, name="inferstream-announcer",
                                         daemon=True)
         self._thread.start()
@@ -109,6 +106,7 @@ class StartAnnouncer:
             log.warning("worker announcements not delivered at stop (the broker is away)")
 
     def _run(self) -> None:
+        self._delivered()
         while not self._stopped.is_set():
             self._wake.wait(self.interval_s)
             self._wake.clear()
@@ -116,6 +114,19 @@ class StartAnnouncer:
                 return
             if not self._round():
                 return  # every worker joined: nothing more to say until the stop
+
+    def _delivered(self) -> None:
+        """Log the first announcements once they are on the broker (a fresh producer's first
+        delivery can take half a second), waiting at most until the next round: the log line
+        says the controller may know of the workers now."""
+        assert self._producer is not None  # noqa: S101 - started before the thread
+        if self._producer.flush(self.interval_s):
+            log.warning("worker announcements not delivered yet (the broker is away?): "
+                        "announcing again every %gs", self.interval_s)
+            return
+        log.info("announced as starting on %s: workers=%s models=%s",
+                 self.config.topic("workers"), ",".join(self.worker_ids),
+                 ",".join(self.config.worker.models))
 
     def _round(self) -> bool:
         """Announce the workers still starting and those that just joined; whether any is
