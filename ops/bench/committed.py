@@ -41,7 +41,6 @@ class SeenResult:
     worker: str
     finished_at: float
     names: tuple[str, ...]
-    started_at: float = 0.0  # when its worker took the task (epoch seconds)
 
 
 class _CommittedReader:
@@ -142,10 +141,11 @@ class CommittedResults(_CommittedReader):
             result = self.codec.decode(value, expected="TaskResult")
         except SchemaError:
             return
+        finished = result["finished_at"]
         record = SeenResult(
             seen_at, result["job_id"], result["task_id"], result["attempt"], result["worker"],
-            _epoch_s(result["finished_at"]), tuple(item["name"] for item in result["items"]),
-            _epoch_s(result["started_at"]))
+            finished.timestamp() if isinstance(finished, datetime) else finished / 1000,
+            tuple(item["name"] for item in result["items"]))
         with self._lock:
             self.seen.append(record)
 
@@ -180,11 +180,6 @@ class TaskPlacements(_CommittedReader):
         """Where `result`'s task attempt was issued; None if not read yet."""
         with self._lock:
             return self._placed.get((result.job_id, result.task_id, result.attempt))
-
-
-def _epoch_s(stamp: datetime | int) -> float:
-    """A record's timestamp-millis field (decoded as a datetime or left in ms) in seconds."""
-    return stamp.timestamp() if isinstance(stamp, datetime) else stamp / 1000
 
 
 def audit(results: list[SeenResult], job_id: str, expected: list[str]) -> dict[str, int]:

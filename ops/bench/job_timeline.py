@@ -1,6 +1,7 @@
 """Where a job's time goes on its nodes: the start, the nodes' idle stretches, the tail.
 
-From the job's committed TaskResults (`committed.CommittedResults`): a node takes a task when
+From the job's committed TaskResults (the chaos verifier's reader, which the scale study
+reads them with to check every item once): a node takes a task when
 its worker accepts it (`started_at`: the task may wait behind others there) and is done with
 it at `finished_at`. A node is *idle* between one task's finish and the next task's arrival
 when the next one came later: nothing was queued on it, so it waited on the controller.
@@ -13,9 +14,18 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
-from committed import SeenResult
+
+class Ran(Protocol):
+    """A committed task attempt: which job, which node, when it was taken and done (epoch s)."""
+
+    job_id: str
+    worker: str
+    started_at: float
+    finished_at: float
 
 
 @dataclass(frozen=True)
@@ -44,7 +54,7 @@ class Timeline:
 IDLE_FLOOR_S = 0.05
 
 
-def timeline(results: list[SeenResult], job_id: str, submitted_at: float) -> Timeline | None:
+def timeline(results: Iterable[Ran], job_id: str, submitted_at: float) -> Timeline | None:
     """The job's timeline from its results (the attempt a node ran counts for that node);
     None when it has none."""
     by_node: dict[str, list[tuple[float, float]]] = defaultdict(list)

@@ -27,7 +27,6 @@ import json
 import math
 import re
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -41,10 +40,10 @@ from subprocess import Popen
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from committed import CommittedResults
-from failover_common import Fleet, start_broker
-from job_timeline import Timeline, timeline
+from failover_common import Fleet, start_broker, write_listing
+from job_timeline import timeline
 from p1_cpu import process_cpu_s as cpu_s
+from p1_stack import free_port
 from scale_report import Point, with_speedups, write_plot, write_table
 from tests.chaos.verifier import ResultsReader, verify
 
@@ -60,12 +59,6 @@ def node_model(profile: str, node_rate: float, batch: int, factor: float = 1.0) 
     batch_ms, item_ms = GPU_PROFILES[profile]
     real_rate = batch / ((batch_ms + batch * item_ms) / 1000)
     return f"sim:as={profile},slower={real_rate / node_rate * factor:.2f}"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def assignments(fleet: Fleet, names: list[str]) -> Iterator[tuple[float, str, bool]]:
@@ -211,8 +204,8 @@ class Study:
         capacity = sum(m / f for m, f in packs)  # node-equivalents
         ideal_rate = capacity * args.node_rate
         items = max(args.batch, round(args.job_s * ideal_rate))
-        listing = self.workdir / f"items-{nodes}-{len(self.points)}.txt"
-        listing.write_text("".join(f"{run[:4]}-{nodes}-{i:07d}\n" for i in range(items)))
+        listing = write_listing(self.workdir / f"items-{nodes}-{len(self.points)}.txt", items,
+                                f"{run[:4]}-{nodes}")
         reader = ResultsReader(fleet.config).start()
         cpu_before = cpu_s(controller.pid), self._broker_cpu()
         transactions_before = transactions(ports)
@@ -227,9 +220,11 @@ class Study:
         transactions_after = transactions(ports)
         reader.read_to_end(timeout_s=120)
         expected = [line.strip() for line in listing.read_text().splitlines()]
-        report = verify(job.job_id, expected, reader.snapshot(), list(job.results()))
+        committed = reader.snapshot()
+        report = verify(job.job_id, expected, committed, list(job.results()))
         reader.close()
-        spans = node_timeline(fleet, job.job_id, wall0)
+        spans = timeline(committed, job.job_id, wall0)
+        print(f"timeline of {job.job_id}: {spans.line() if spans else 'no results'}", flush=True)
         return Point(profile=profile, nodes=nodes, run=run, items=items, seconds=seconds,
                      rate=status.ok_items / seconds, ideal_rate=ideal_rate,
                      exactly_once=not report.problems() and status.ok_items == items,
@@ -311,18 +306,6 @@ class Study:
         for run, policy in (("mix, policy assignor", True), ("mix, round robin", False)):
             point = self.run(profile, nodes, run, self.packs(nodes, factors), policy=policy)
             point.efficiency = point.rate / point.ideal_rate
-
-
-def node_timeline(fleet: Fleet, job_id: str, submitted_at: float) -> Timeline | None:
-    """The job's start, its nodes' idle time and its tail (`job_timeline`), printed."""
-    results = CommittedResults(fleet.config).start()
-    try:
-        results.read_to_end()
-        spans = timeline(results.snapshot(), job_id, submitted_at)
-    finally:
-        results.stop()
-    print(f"timeline of {job_id}: {spans.line() if spans else 'no results'}", flush=True)
-    return spans
 
 
 def packs_model(profile: str) -> str:

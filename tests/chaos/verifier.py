@@ -41,6 +41,8 @@ class CommittedResult:
     partition: int
     offset: int
     items: list[tuple[str, str]]  # (name, status)
+    started_at: float = 0.0  # when its worker took the task (epoch seconds)
+    finished_at: float = 0.0
 
 
 class ResultsReader:
@@ -142,6 +144,7 @@ class ResultsReader:
             worker=result["worker"], partition=message.partition() or 0,
             offset=message.offset() or 0,
             items=[(i["name"], i["status"]) for i in result["items"]],
+            started_at=result["started_at"] / 1000, finished_at=result["finished_at"] / 1000,
         )
         with self._lock:
             self.records.append(record)

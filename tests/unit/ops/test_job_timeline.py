@@ -8,15 +8,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "ops" / "bench"))
 
-from committed import SeenResult
 from job_timeline import timeline
+
+from tests.chaos.verifier import CommittedResult
 
 T0 = 1_000.0
 
 
-def result(worker: str, started: float, finished: float, job: str = "job") -> SeenResult:
-    return SeenResult(seen_at=T0 + finished, job_id=job, task_id=0, attempt=1, worker=worker,
-                      finished_at=T0 + finished, names=("x",), started_at=T0 + started)
+def result(worker: str, started: float, finished: float, job: str = "job") -> CommittedResult:
+    return CommittedResult(job_id=job, task_id=0, attempt=1, worker=worker, partition=0,
+                           offset=0, items=[("x", "ok")], started_at=T0 + started,
+                           finished_at=T0 + finished)
 
 
 def test_a_node_is_idle_only_when_a_task_comes_after_all_it_held_was_done() -> None:
