@@ -50,6 +50,7 @@ from inferstream.serving.committers.base import CommitWindow, PartitionCommitter
 from inferstream.serving.committers.exactly_once import (
     TransactionalCommitter,
     quiet_fenced_futures,
+    quiet_sender_refusals,
 )
 from inferstream.serving.fetch import Fetcher
 from inferstream.serving.hooks import HookChain, WorkerHooks
@@ -116,6 +117,7 @@ class Worker:
     async def run(self) -> None:
         self._run_task = asyncio.current_task()
         quiet_fenced_futures(asyncio.get_running_loop())
+        quiet_sender_refusals()
         try:
             await self._connect()
             self._started = True

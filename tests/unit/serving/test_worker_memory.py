@@ -155,6 +155,34 @@ def test_an_unretrieved_fencing_future_is_one_log_line_not_a_traceback(
     assert len(others) == 1 and others[0].exc_info  # asyncio's own report, traceback and all
 
 
+def test_a_broker_refusal_that_ends_aiokafkas_sender_is_one_line(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """aiokafka's sender logs a broker's unexpected answer with a traceback and ends the
+    producer; the worker's filter makes it one warning naming the answer, and keeps the
+    traceback of anything that is not the broker's answer."""
+    import logging
+
+    from aiokafka.errors import InvalidTxnState
+
+    from inferstream.serving.committers.exactly_once import quiet_sender_refusals
+
+    quiet_sender_refusals()
+    quiet_sender_refusals()  # idempotent: one filter
+    sender = logging.getLogger("aiokafka.producer.sender")
+    assert len(sender.filters) == 1
+    with caplog.at_level("INFO"):
+        for error in (InvalidTxnState(), KeyError("x")):
+            try:
+                raise error
+            except Exception:
+                sender.exception("Unexpected error in sender routine")
+    refused, other = caplog.records[-2:]
+    assert refused.levelname == "WARNING" and not refused.exc_info
+    assert "InvalidTxnState" in refused.getMessage()
+    assert "\n" not in caplog.handler.format(refused)
+    assert other.levelname == "ERROR" and other.exc_info  # a bug keeps its traceback
+
+
 def test_the_worker_counts_its_fencing_and_commits_with_its_id_and_pool(
         broker: MemoryBroker, make_worker: MakeWorker, running: Running,
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import (
+    BrokerResponseError,
     InvalidProducerEpoch,
     KafkaConnectionError,
     KafkaError,
@@ -178,6 +179,38 @@ def quiet_fenced_futures(loop: asyncio.AbstractEventLoop) -> None:
         current.default_exception_handler(context)
 
     loop.set_exception_handler(handler)
+
+
+class _SenderRefusals(logging.Filter):
+    """One line, not a traceback, for a broker's answer that ends aiokafka's sender."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        refusal = record.exc_info[1] if record.exc_info else None
+        if isinstance(refusal, BrokerResponseError) and str(record.msg).startswith(
+                "Unexpected error in sender routine"):
+            record.msg = ("a transactional producer ended on the broker's answer %r; its "
+                          "committer checks what was committed and starts another")
+            record.args = (refusal,)
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+def quiet_sender_refusals() -> None:
+    """Log a broker's refusal that ends aiokafka's sender in one line (idempotent).
+
+    aiokafka's transaction handlers (aiokafka/producer/sender.py) raise any error code they
+    do not expect (INVALID_TXN_STATE, an unmapped code, ...) out of the sender's routine,
+    which logs it with `log.exception("Unexpected error in sender routine")` and fails the
+    producer: a traceback for what is the broker's answer, seen once in a stream member
+    SIGCONTed after its producers were fenced (aiokafka#1004 and #907 report the same routine
+    ending on other codes). The committer already treats that failure as an unknown outcome
+    (`TransactionalCommitter._commit`), so the traceback says nothing it does not. Errors
+    that are not the broker's answers (a bug in aiokafka or here) keep their traceback.
+    """
+    sender_log = logging.getLogger("aiokafka.producer.sender")
+    if not any(isinstance(f, _SenderRefusals) for f in sender_log.filters):
+        sender_log.addFilter(_SenderRefusals())
 
 
 async def quietly_stop(producer: AsyncProducer) -> None:
