@@ -186,10 +186,12 @@ def cds_enabled() -> bool:
 def java_cmd(
     java: str, main: str, *args: str, kind: str = "broker", cds_tmp: Path | None = None
 ) -> list[str]:
-    """kind: "broker" (DEFAULT_JVM_OPTS or $INFERSTREAM_KAFKA_JVM_OPTS) or "tool".
+    """kind: "broker" (DEFAULT_JVM_OPTS or $INFERSTREAM_KAFKA_JVM_OPTS) or "tool"
+    (TOOL_JVM_OPTS or $INFERSTREAM_KAFKA_TOOL_JVM_OPTS).
     With cds_tmp, this JVM writes its CDS archive there at exit (see promote_cds)."""
     if kind == "tool":
-        jvm = list(TOOL_JVM_OPTS)
+        opts = os.environ.get("INFERSTREAM_KAFKA_TOOL_JVM_OPTS")
+        jvm = opts.split() if opts else list(TOOL_JVM_OPTS)
     else:
         opts = os.environ.get("INFERSTREAM_KAFKA_JVM_OPTS")
         jvm = opts.split() if opts else list(DEFAULT_JVM_OPTS)

@@ -73,3 +73,28 @@ def test_the_ceiling_serves_the_four_streams_of_a_task_in_turn() -> None:
     assert "ceiling, chunk 35: 10,000 items/s" in table
     assert "inferstream 2,500 items/s = 0.25 of it" in table
     assert "| s | 100 | 500 | 1.0 | 17,500 | 800 |" in table
+
+
+def test_the_perf_tools_run_with_the_full_jit_unless_told(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """The ceiling is measured with the JVMs production runs (C2: with C1 alone the tools'
+    1 ms transactions took 2.4x as long); `--c1-only` and a user's own settings are kept."""
+    sys.path.insert(0, str(BENCH.parents[1] / "kafka"))
+    from localkafka import jars
+    from localkafka.common import C1_ONLY
+
+    monkeypatch.setattr(jars, "cds_enabled", lambda: False)
+    monkeypatch.setattr(jars, "classpath", lambda: "jars/*")
+    for name in ("INFERSTREAM_KAFKA_TOOL_JVM_OPTS", "INFERSTREAM_KAFKA_JVM_OPTS"):
+        monkeypatch.setenv(name, "")  # recorded, so what use_full_jit sets is undone after
+        monkeypatch.delenv(name)
+    assert C1_ONLY in jars.java_cmd("java", "Tool", kind="tool")  # ops/kafka's quick start
+    kafka_ceiling.use_full_jit(c1_only=True)
+    assert C1_ONLY in jars.java_cmd("java", "Tool", kind="tool")
+    kafka_ceiling.use_full_jit(c1_only=False)
+    for kind in ("tool", "broker"):
+        command = jars.java_cmd("java", "Main", kind=kind)
+        assert C1_ONLY not in command and "-XX:+UseSerialGC" in command
+    monkeypatch.setenv("INFERSTREAM_KAFKA_TOOL_JVM_OPTS", "-Xmx64m")
+    kafka_ceiling.use_full_jit(c1_only=False)
+    assert jars.java_cmd("java", "Tool", kind="tool")[1:2] == ["-Xmx64m"]
