@@ -6,8 +6,12 @@ this controller's outstanding tasks on the partitions the worker owns, at the wo
 per item of the job's model (`Deadlines.target_per_item_s`: the policy's rate of the model on
 the worker, or its results). Each new task
 goes to the worker that would finish it first, among those below their
-`issue_ahead_s`, on the least loaded of its partitions (within the model's range, where the
-policy gives the pool ranges); a worker with no known speed holds `UNKNOWN_SPEED_TASKS` (two)
+`issue_ahead_s`, on the one of its partitions that holds the most of this controller's
+outstanding tasks (the lowest at first; within the model's range, where the policy gives the
+pool ranges): a worker's tasks line up on one partition, so the tasks it finishes together
+commit together, in one transaction (up to the worker's `commit_max_tasks`), instead of one
+transaction each on as many partitions (for tasks of milliseconds, half the broker's CPU an
+item; BENCHMARKS.md). A worker with no known speed holds `UNKNOWN_SPEED_TASKS` (two)
 tasks at a time until its first results say how fast it is: one to work on and one behind it,
 so that it does not stand idle while its first result travels to the controller and the
 tasks that result lets it have travel back (a commit each way, and under the load of a whole
@@ -154,7 +158,7 @@ class Pacing:
                 room, finish = queued * per_item < self.ahead_s, (queued + items) * per_item
             if not room and not force:
                 continue
-            partition = min(worker.parts, key=lambda p: (self._queued(pool, p), p))
+            partition = max(worker.parts, key=lambda p: (self._queued(pool, p), -p))
             candidate = (finish, queued, partition)
             if best is None or candidate < best:
                 best = candidate

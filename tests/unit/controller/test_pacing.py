@@ -99,9 +99,18 @@ def test_unhealthy_or_declining_workers_get_nothing() -> None:
     assert by_worker(issue(paced)) == {"fast": 20}
 
 
-def test_a_worker_spreads_its_tasks_over_its_partitions() -> None:
-    placed = Counter(p for p in issue(pacing()) if p in OWNERS["slow"])
-    assert sorted(placed.values()) == [1, 1, 1, 2], placed
+def test_a_worker_s_tasks_line_up_on_one_of_its_partitions() -> None:
+    """So the tasks it finishes together commit in one transaction: its lowest partition
+    at first, then the one that holds the most of its outstanding tasks."""
+    paced = pacing()
+    placed = issue(paced)
+    assert {w: {p for p in placed if p in OWNERS[w]} for w in OWNERS} == {
+        "fast": {0}, "slow": {2}, "other": {6}}
+    paced.table.issued(task(100), 0, 5, 0)  # slow's partition 5 inherits a task of another
+    for task_id, partition in enumerate(placed):
+        if partition == 2:
+            paced.table.done("job-1", task_id)  # slow got through partition 2's tasks
+    assert set(issue(paced, start=len(placed))) == {5}  # behind the one it holds
 
 
 def test_only_partitions_of_the_models_range() -> None:
