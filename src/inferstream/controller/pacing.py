@@ -6,12 +6,13 @@ this controller's outstanding tasks on the partitions the worker owns, at the wo
 per item of the job's model (`Deadlines.target_per_item_s`: the policy's rate of the model on
 the worker, or its results). Each new task
 goes to the worker that would finish it first, among those below their
-`issue_ahead_s`, on the one of its partitions that holds the most of this controller's
-outstanding tasks (the lowest at first; within the model's range, where the policy gives the
-pool ranges): a worker's tasks line up on one partition, so the tasks it finishes together
-commit together, in one transaction (up to the worker's `commit_max_tasks`), instead of one
-transaction each on as many partitions (for tasks of milliseconds, half the broker's CPU an
-item; BENCHMARKS.md). A worker with no known speed holds `UNKNOWN_SPEED_TASKS` (two)
+`issue_ahead_s`, on the least loaded of its partitions (within the model's range, where the
+policy gives the pool ranges), except that tasks the worker does in less than
+`LINE_UP_BELOW_S` (50 ms) line up on the one of its partitions that holds the most of this
+controller's outstanding tasks: the tasks it finishes together then commit together, in one
+transaction (up to the worker's `commit_max_tasks`), instead of one transaction each on as
+many partitions (for tasks of milliseconds, half the broker's CPU an item; BENCHMARKS.md).
+A worker with no known speed holds `UNKNOWN_SPEED_TASKS` (two)
 tasks at a time until its first results say how fast it is: one to work on and one behind it,
 so that it does not stand idle while its first result travels to the controller and the
 tasks that result lets it have travel back (a commit each way, and under the load of a whole
@@ -42,6 +43,13 @@ from inferstream.policy.view import ModelRange, PolicyView
 
 #: tasks a worker of unknown speed holds at a time (see the module's docstring)
 UNKNOWN_SPEED_TASKS = 2
+#: A worker's tasks expected to take less than this each line up on one of its partitions, so
+#: those it finishes within one commit of each other share a transaction (a worker's commit
+#: takes some 10-25 ms here: 20-25 tasks of 16 sim:ms=0 items ended while one ran, BENCHMARKS
+#: "Several tasks in one transaction"). Longer tasks end a commit or more apart, so lining
+#: them up gains nothing; they are spread over the worker's partitions, and a rebalance that
+#: takes some of a slowed worker's partitions takes part of its backlog with them.
+LINE_UP_BELOW_S = 0.05
 
 #: (pool, worker) -> the highest priority among the tasks of this replica's jobs it holds
 Ranks = dict[tuple[str, str], int]
@@ -158,11 +166,19 @@ class Pacing:
                 room, finish = queued * per_item < self.ahead_s, (queued + items) * per_item
             if not room and not force:
                 continue
-            partition = max(worker.parts, key=lambda p: (self._queued(pool, p), -p))
-            candidate = (finish, queued, partition)
+            candidate = (finish, queued, self._partition_of(pool, worker, items))
             if best is None or candidate < best:
                 best = candidate
         return None if best is None else best[2]
+
+    def _partition_of(self, pool: str, worker: _Worker, items: int) -> int:
+        """The partition of `worker` for a task of `items`: for tasks shorter than
+        `LINE_UP_BELOW_S` the one that holds the most of its outstanding tasks (the lowest at
+        first), else the one that holds the fewest."""
+        per_item = worker.per_item_s
+        if per_item is not None and 0 < items * per_item < LINE_UP_BELOW_S:
+            return max(worker.parts, key=lambda p: (self._queued(pool, p), -p))
+        return min(worker.parts, key=lambda p: (self._queued(pool, p), p))
 
     def _on_partition(self, pool: str, within: ModelRange | None, partitions: int,
                       job_id: str, task_id: int, force: bool) -> int | None:
