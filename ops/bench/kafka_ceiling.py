@@ -259,7 +259,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def use_full_jit(c1_only: bool) -> None:
     """The perf tools and a broker started here run with the JVM's full JIT (C2), as
     production clients and brokers do, unless `c1_only` or the environment says otherwise:
-    with C1 alone the tools' 1 ms transactions took 2.4x as long, and the ceiling halved."""
+    with C1 alone the tools' 1 ms transactions took 2.3-2.5x as long, and the ceiling halved."""
     if not c1_only:
         os.environ.setdefault("INFERSTREAM_KAFKA_TOOL_JVM_OPTS", " ".join(FULL_JIT_TOOL_JVM_OPTS))
         os.environ.setdefault("INFERSTREAM_KAFKA_JVM_OPTS", " ".join(FULL_JIT_JVM_OPTS))
