@@ -9,6 +9,11 @@ from inferstream.config.fields import at_least as _at_least
 from inferstream.config.fields import check_port, idle_exit, metrics_addr, metrics_port, setting
 from inferstream.errors import ConfigError
 
+#: The most items a task may hold: a result whose every item failed (each with a short
+#: reason, `records.results.error_items`) must still fit in one 16 MiB record beside the
+#: task's names (at most 8 MiB, `controller.expansion.TASK_BYTES_CAP`).
+MAX_CHUNK_SIZE = 100_000
+
 
 @dataclass(frozen=True)
 class ControllerConfig:
@@ -64,6 +69,10 @@ class ControllerConfig:
     default_chunk_size: int = setting(
         32, "items per task of a job without --chunk-size when the policy has no task size "
         "for its pool")
+    max_chunk_size: int = setting(
+        8_192, "most items per task, whatever the job's --chunk-size or the policy's task size "
+        f"(at most {MAX_CHUNK_SIZE:,}): bounds a task's result record, what a worker holds of "
+        "it and what a client decodes at once")
     progress_interval_s: float = setting(1.0, "least time between a job's PROGRESS events")
     idle_exit_s: float | None = idle_exit("with no active job")
     retain_finished_s: float = setting(
@@ -81,6 +90,10 @@ def validate_controller(controller: ControllerConfig) -> None:
     check_port("controller.metrics_port", controller.metrics_port)
     _at_least("controller.tasks_per_round", controller.tasks_per_round, 1)
     _at_least("controller.default_chunk_size", controller.default_chunk_size, 1)
+    _at_least("controller.max_chunk_size", controller.max_chunk_size, 1)
+    if controller.max_chunk_size > MAX_CHUNK_SIZE:
+        raise ConfigError(f"controller.max_chunk_size must be at most {MAX_CHUNK_SIZE:,}, "
+                          f"got {controller.max_chunk_size:,}")
     for name in ("progress_interval_s", "idle_exit_s", "retain_finished_s", "watchdog_s"):
         _at_least(f"controller.{name}", getattr(controller, name), 0)
     _at_least("controller.commit_timeout_s", controller.commit_timeout_s, 0.001)

@@ -98,7 +98,8 @@ class JobBook:
         if job["job_id"] in self.jobs:
             log.info("job %s seen again: ignored", job["job_id"])
             return
-        size = choose_task_size(job, self.policy, self.options.default_chunk_size)
+        size = choose_task_size(job, self.policy, self.options.default_chunk_size,
+                                self.options.max_chunk_size)
         state = JobState(sized(job, size), partition)
         self.jobs[state.job_id] = state
         reason = rejection_reason(job, self.partitions, self.config.task_topic(job["pool"]))
@@ -118,7 +119,7 @@ class JobBook:
         else:
             self._hold(state, out, now_ms())
         log.info("job %s accepted model=%s task_size=%d (%s)", state.job_id, state.model,
-                 size.items, size.source)
+                 size.items, size)
 
     def on_unreadable_job(self, key: bytes | None, partition: int, reason: str,
                           out: Outbox) -> None:

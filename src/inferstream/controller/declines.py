@@ -24,7 +24,7 @@ from inferstream.schemas import Codec
 from inferstream.schemas.records import (
     Task,
     TaskResult,
-    error_item,
+    error_items,
     now_ms,
     serves,
     split_ref,
@@ -101,11 +101,12 @@ def model_words(ref: str) -> str:
 
 
 def failed_result(task: Task, reason: str) -> TaskResult:
-    """The outcome of a task no live worker will run: every item an error with `reason`."""
+    """The outcome of a task no live worker will run: every item an error with `reason` (in
+    full on the first item only, where repeating it would not fit in one record)."""
     now = now_ms()
     return TaskResult(job_id=task["job_id"], task_id=task["task_id"], attempt=task["attempt"],
                       worker="controller", model=task["model"], model_version=None,
-                      items=[error_item(item, reason) for item in task["items"]],
+                      items=error_items(task["items"], reason),
                       started_at=now, finished_at=now, decode_seconds=0.0,
                       inference_seconds=0.0)
 

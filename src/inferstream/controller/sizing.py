@@ -1,8 +1,11 @@
 """How many items each task of a job holds: the job's `--chunk-size` if it gave one, else the
 policy's task size for its model on its pool (about `task_seconds` of work on the pool's
 median worker for that model, or for any model where the policy has no figure of the job's),
-else the controller's `default_chunk_size`. Whatever the size, `expansion.cut_tasks` closes a
-task early where its inline bytes reach the message-size cap.
+else the controller's `default_chunk_size`; whichever it is, at most the controller's
+`max_chunk_size` (a policy measuring a model of no compute would otherwise cut a job into a
+few tasks of 100,000s of items: members left idle, and results too large for a record).
+Whatever the size, `expansion.cut_tasks` closes a task early where its inline bytes reach the
+message-size cap.
 
 The size is chosen once, when the job is accepted, and written into the job as the ledger
 keeps it, so a replica that takes the job over cuts the rest of it the same way even when
@@ -28,16 +31,28 @@ class SizeSource(StrEnum):
 
 @dataclass(frozen=True)
 class TaskSize:
-    """Items per task of one job, and where that number came from."""
+    """Items per task of one job, where that number came from, and whether `max_chunk_size`
+    cut it down."""
 
     items: int
     source: SizeSource
+    capped: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.source}, capped by max_chunk_size" if self.capped else self.source
 
 
-def choose_task_size(job: Job, policy: PolicyView, default: int) -> TaskSize:
+def choose_task_size(job: Job, policy: PolicyView, default: int, most: int) -> TaskSize:
     """The job's own chunk size when it gave one (0 is "not given"; a negative one is left
     for admission to reject), else the policy's for its model (its pinned version, else
-    the newest the policy measured) on its pool, else `default`."""
+    the newest the policy measured) on its pool, else `default`; at most `most`."""
+    size = _uncapped(job, policy, default)
+    if size.items > most:
+        return TaskSize(most, size.source, capped=True)
+    return size
+
+
+def _uncapped(job: Job, policy: PolicyView, default: int) -> TaskSize:
     if job["chunk_size"] != 0:
         return TaskSize(job["chunk_size"], SizeSource.JOB)
     model = model_ref(job["model"], job["model_version"])

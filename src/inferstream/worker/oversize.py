@@ -9,16 +9,18 @@ task would give its partition up after its commit attempts, and take it again, a
 
 `fitted` keeps the result's items in order while their outputs fit, and turns each item after
 into an error that says why and what to do (a smaller `--chunk-size`): one result per task,
-as always, and a task that ends.
+as always, and a task that ends. Where that reason on every item would itself not fit, the
+first error holds it in full and the others point to it (`records.results.error_items`).
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 
 from inferstream.kafka.topics import LARGE_MESSAGE_BYTES
 from inferstream.schemas import Codec
-from inferstream.schemas.records import ItemResult, TaskItem, TaskResult, error_item
+from inferstream.schemas.records import ItemResult, TaskItem, TaskResult, error_items
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +38,19 @@ def fitted(codec: Codec, result: TaskResult, encoded: bytes,
     if len(encoded) <= cap:
         return encoded
     items = result["items"]
+    names = [TaskItem(index=item["index"], name=item["name"], data=None) for item in items]
     empty = _size(codec, result, [])
     sizes = [_size(codec, result, [item]) - empty for item in items]
     reason = _reason(len(encoded), cap, empty, sizes)
-    errors = [error_item(TaskItem(index=item["index"], name=item["name"], data=None), reason)
-              for item in items]
-    error_sizes = [_size(codec, result, [error]) - empty for error in errors]
-    room = cap - empty - sum(error_sizes)  # with every item an error, the record fits
+    # the reason on every error where they all fit, else in full on the first one only
+    repeat_bytes = sys.maxsize
+    error_sizes = _error_sizes(codec, result, names, reason, repeat_bytes, empty)
+    if empty + sum(error_sizes) > cap:
+        repeat_bytes = 0
+        error_sizes = _error_sizes(codec, result, names, reason, repeat_bytes, empty)
+    # with every item an error, the record fits; the reason in full moves to the first
+    # error, whichever item that is: room for it is kept aside
+    room = cap - empty - sum(error_sizes) - len(reason.encode())
     kept = 0  # the first items, in order, while each one's output fits
     while kept < len(items) and sizes[kept] - error_sizes[kept] <= room:
         room -= sizes[kept] - error_sizes[kept]
@@ -50,12 +58,19 @@ def fitted(codec: Codec, result: TaskResult, encoded: bytes,
     log.warning("the result of job=%s task=%d takes %d bytes, over the %d a record holds: "
                 "its first %d of %d items kept, the rest made errors", result["job_id"],
                 result["task_id"], len(encoded), cap, kept, len(items))
-    return codec.encode("TaskResult", TaskResult(**{**result, "items": [*items[:kept],
-                                                                         *errors[kept:]]}))
+    return codec.encode("TaskResult", TaskResult(
+        **{**result, "items": [*items[:kept], *error_items(names[kept:], reason, repeat_bytes)]}))
 
 
 def _size(codec: Codec, result: TaskResult, items: list[ItemResult]) -> int:
     return len(codec.encode("TaskResult", TaskResult(**{**result, "items": items})))
+
+
+def _error_sizes(codec: Codec, result: TaskResult, names: list[TaskItem], reason: str,
+                 repeat_bytes: int, empty: int) -> list[int]:
+    """What each of `names` adds to the record as an error (`error_items`' way)."""
+    return [_size(codec, result, [error]) - empty
+            for error in error_items(names, reason, repeat_bytes)]
 
 
 def _reason(total: int, cap: int, empty: int, sizes: list[int]) -> str:

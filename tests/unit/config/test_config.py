@@ -252,6 +252,9 @@ def test_help_shows_each_default(capsys: pytest.CaptureFixture[str]) -> None:
     ({"INFERSTREAM_CONTROLLER_COMMIT_TIMEOUT_S": "0"}, "controller.commit_timeout_s must be >="),
     ({"INFERSTREAM_CONTROLLER_MAX_POLL_INTERVAL_MS": "5000"},
      "controller.max_poll_interval_ms must be at least controller.session_timeout_ms"),
+    ({"INFERSTREAM_CONTROLLER_MAX_CHUNK_SIZE": "0"}, "controller.max_chunk_size must be >= 1"),
+    ({"INFERSTREAM_CONTROLLER_MAX_CHUNK_SIZE": "100001"},
+     "controller.max_chunk_size must be at most 100,000, got 100,001"),
 ])
 def test_bad_role_settings_are_config_errors(settings: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):

@@ -112,10 +112,34 @@ def test_a_policy_without_an_answer_for_the_pool_means_the_default(policy: Polic
     job = Job(job_id="j", model=MODEL, model_version=None, pool="gpu", top_k=1, chunk_size=0,
               inputs=["/a"], inline_items=[], submitted_at=0, submitter="", output_path=None,
               priority=0, weight=1.0)
-    assert choose_task_size(job, policy, 32) == TaskSize(32, SizeSource.DEFAULT)
-    assert choose_task_size(job, FixedPolicy(task_size=9), 32) == TaskSize(9, SizeSource.POLICY)
+    assert choose_task_size(job, policy, 32, 64) == TaskSize(32, SizeSource.DEFAULT)
+    assert choose_task_size(job, FixedPolicy(task_size=9), 32, 64) == TaskSize(
+        9, SizeSource.POLICY)
     negative = Job(**{**job, "chunk_size": -2})  # left as it is for admission to reject
-    assert choose_task_size(negative, FixedPolicy(task_size=9), 32) == TaskSize(-2, SizeSource.JOB)
+    assert choose_task_size(negative, FixedPolicy(task_size=9), 32, 64) == TaskSize(
+        -2, SizeSource.JOB)
+
+
+def test_every_task_size_is_at_most_max_chunk_size() -> None:
+    """A policy that measured a model of no compute asks for 100,000s of items a task; a job
+    may ask for as many: the controller's max_chunk_size bounds both, and the default."""
+    job = Job(job_id="j", model=MODEL, model_version=None, pool="gpu", top_k=1, chunk_size=0,
+              inputs=["/a"], inline_items=[], submitted_at=0, submitter="", output_path=None,
+              priority=0, weight=1.0)
+    huge = FixedPolicy(task_size=156_289)
+    assert choose_task_size(job, huge, 32, 8192) == TaskSize(8192, SizeSource.POLICY, True)
+    assert str(choose_task_size(job, huge, 32, 8192)) == "policy, capped by max_chunk_size"
+    asked = Job(**{**job, "chunk_size": 10_000})
+    assert choose_task_size(asked, huge, 32, 8192) == TaskSize(8192, SizeSource.JOB, True)
+    assert choose_task_size(job, NO_POLICY, 32, 16) == TaskSize(16, SizeSource.DEFAULT, True)
+    assert choose_task_size(job, FixedPolicy(task_size=8192), 32, 8192) == TaskSize(
+        8192, SizeSource.POLICY)
+
+
+def test_a_job_of_fast_items_is_cut_at_max_chunk_size(run_job: RunJob) -> None:
+    config = make_config(controller={"max_chunk_size": 4})
+    broker = run_job(config, items=10, chunk_size=None, policy=FixedPolicy(task_size=100_000))
+    assert task_sizes(broker, config) == [4, 4, 2]
 
 
 def test_a_replica_taking_a_job_over_keeps_its_task_size_when_the_policy_changed(

@@ -89,9 +89,9 @@ def test_a_job_pinned_to_a_version_is_sized_for_that_version() -> None:
     job = Job(job_id="j", model="faces", model_version=1, pool="default", top_k=1,
               chunk_size=0, inputs=["/a"], inline_items=[], submitted_at=0, submitter="",
               output_path=None, priority=0, weight=1.0)
-    assert choose_task_size(job, policy, 32) == TaskSize(8, SizeSource.POLICY)
+    assert choose_task_size(job, policy, 32, 8192) == TaskSize(8, SizeSource.POLICY)
     newest = Job(**{**job, "model_version": None})
-    assert choose_task_size(newest, policy, 32) == TaskSize(80, SizeSource.POLICY)
+    assert choose_task_size(newest, policy, 32, 8192) == TaskSize(80, SizeSource.POLICY)
 
 
 def task(task_id: int, model: str) -> Task:

@@ -8,15 +8,21 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from inferstream.config.controller import MAX_CHUNK_SIZE
+from inferstream.controller.declines import failed_result
+from inferstream.controller.expansion import TASK_BYTES_CAP
 from inferstream.models import LoadedModel
 from inferstream.models.names import parse_sim_name
 from inferstream.models.outputs import ItemOutput, NamedTensor, Tensors
 from inferstream.models.sim import SimModel
 from inferstream.schemas.records import (
+    ItemResult,
     ItemStatus,
+    Task,
     TaskItem,
     TaskResult,
     error_item,
+    error_items,
     ok_item,
     read_record,
 )
@@ -88,3 +94,49 @@ def test_a_result_that_fits_is_sent_as_it_is_and_one_too_large_item_is_said_so()
     assert kept["items"][2]["error"].startswith(
         "output too large: one item's output takes 4.9 KiB, over the 2.9 KiB a result record "
         "holds")
+
+
+def test_errors_that_would_not_fit_with_their_reason_each_point_to_the_first() -> None:
+    """Outputs too large for a record and so many items that the reason on each of them would
+    not fit either: the first error holds it in full, the others a short pointer to it."""
+    large = result_of(*[b"x" * 200] * 400)
+    encoded = CODEC.encode("TaskResult", large)
+    cap = 40_000  # 401 errors with the full reason take 90 KB, with a pointer 30 KB
+    kept = read_record(CODEC, fitted(CODEC, large, encoded, cap=cap), TaskResult)
+    assert len(CODEC.encode("TaskResult", kept)) <= cap
+    items = kept["items"]
+    assert [i["index"] for i in items] == [0, 9, *range(1, 400)]
+    first = next(n for n, i in enumerate(items) if i["status"] == ItemStatus.ERROR
+                 and i["error"] != "cannot decode")
+    assert all(i["status"] == ItemStatus.OK for i in items[:first] if i["index"] != 9)
+    reason = items[first]["error"]
+    assert reason.startswith("output too large: this task's outputs take")
+    assert all(i["status"] == ItemStatus.ERROR for i in items[first:])
+    assert {i["error"] for i in items[first + 1:]} == {
+        f"{reason[:32].rstrip()}... (in full at item {items[first]['index']})"}
+
+
+def test_a_task_of_max_chunk_size_items_fails_in_one_record() -> None:
+    """The controller fails a task's items in one TaskResult (no worker will run it): the
+    reason in full on the first item and a pointer to it on the others, so that with
+    `max_chunk_size`'s ceiling of items and names that fill a task's 8 MiB the record still
+    fits where a result goes (each item adds the same bytes: one pair measures it)."""
+    items = [TaskItem(index=i, name=f"item-{i}", data=None) for i in range(10_000)]
+    task = Task(job_id="20261206-000000-00000000", task_id=0, attempt=4, pool="default",
+                model=MODEL, model_version=None, top_k=5, items=items, issued_at=0,
+                deadline_ms=None, home_partition=None)
+    reason = "no live worker of pool 'default' serves model 'x': " + "w-1 serves 'y', " * 10
+    errors = failed_result(task, reason)["items"]
+    assert errors[0]["error"] == reason
+    assert {e["error"] for e in errors[1:]} == {
+        "no live worker of pool 'default'... (in full at item 0)"}
+
+    name = "n" * (TASK_BYTES_CAP // MAX_CHUNK_SIZE)
+    worst = TaskItem(index=MAX_CHUNK_SIZE - 1, name=name, data=None)
+    full, short = error_items([worst, worst], reason, repeat_bytes=0)
+    around = failed_result(task, reason)  # the record's fields around its items
+
+    def size(items: list[ItemResult]) -> int:
+        return len(CODEC.encode("TaskResult", TaskResult(**{**around, "items": items})))
+    each = size([full, short]) - size([full])
+    assert size([full]) + (MAX_CHUNK_SIZE - 1) * each <= RESULT_BYTES_CAP

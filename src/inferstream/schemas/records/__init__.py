@@ -59,6 +59,7 @@ from inferstream.schemas.records.results import (
     TaskDeclined,
     TaskResult,
     error_item,
+    error_items,
     ok_item,
     output_json,
 )
@@ -129,6 +130,7 @@ __all__ = [
     "WorkerState",
     "as_record",
     "error_item",
+    "error_items",
     "model_ref",
     "new_dead_letter",
     "new_ledger_entry",

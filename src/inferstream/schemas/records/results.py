@@ -8,6 +8,7 @@ An item's output sits in the fields of its model's output kind (`OutputFields`):
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any, TypedDict
 
@@ -91,6 +92,26 @@ def ok_item(item: TaskItem, top_k: list[Prediction] | None = None, *,
 def error_item(item: TaskItem, reason: str) -> ItemResult:
     return ItemResult(index=item["index"], name=item["name"], status=ItemStatus.ERROR,
                       top_k=[], embedding=None, tensors=[], error=reason)
+
+
+#: The most bytes of reasons that `error_items` repeats over a task's items: beyond that the
+#: first item holds the reason in full and the others a short pointer to it, so a result
+#: whose every item failed fits in one record whatever the reason's length.
+REPEATED_REASON_BYTES = 1024 * 1024
+#: How much of a long reason the items after the first keep.
+SHORT_REASON_CHARS = 32
+
+
+def error_items(items: Sequence[TaskItem], reason: str,
+                repeat_bytes: int = REPEATED_REASON_BYTES) -> list[ItemResult]:
+    """Every item of `items` an error with `reason`; where that would repeat more than
+    `repeat_bytes` of it, the others say where it is in full (the first item)."""
+    if not items or len(items) * len(reason.encode()) <= repeat_bytes:
+        return [error_item(item, reason) for item in items]
+    first = items[0]
+    short = (f"{reason[:SHORT_REASON_CHARS].rstrip()}... (in full at item {first['index']})"
+             if len(reason) > SHORT_REASON_CHARS else reason)
+    return [error_item(first, reason), *(error_item(item, short) for item in items[1:])]
 
 
 def output_json(output: OutputFields) -> dict[str, Any]:
