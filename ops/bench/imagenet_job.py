@@ -20,13 +20,16 @@ share the machine.
 
     .venv/bin/python ops/bench/imagenet_job.py [--items 1281167] [--members 8]
         [--bootstrap HOST:PORT] [--task-partitions 120] [--workdir DIR] [--one-fleet]
-        [--chunk-size N]
+        [--chunk-size N] [--sysinfo]
+
+With `--sysinfo` a sysinfo app runs beside them, as the README deploys it, and the job waits
+for its policy's task size: tasks are sized by the policy (about 1 s of a member's work, at
+most the controller's `max_chunk_size`) instead of the controller's `default_chunk_size`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shlex
@@ -43,75 +46,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from child_usage import run_measured
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from failover_common import Fleet, source_version, start_broker
+from imagenet_items import IMAGENET_TRAIN, OutputCheck, check_output, write_imagenet_listing
 from p1_cpu import status_mib
 from p1_stack import INFERSTREAM, BenchError, free_port
 from secure_throughput import cpu_s
 
 from inferstream.client.client import Client
 from inferstream.kafka.reader import PartitionReader, reader_consumer, topic_partitions
+from inferstream.policy.table import PolicyTable
 
-IMAGENET_TRAIN = 1_281_167
-_NAME_INDEX = re.compile(r"_(\d+)\.JPEG$")
 _COUNTER = re.compile(r'^(inferstream_controller_tasks_(?:issued|reissued)_total)\{([^}]*)\} '
                       r'([0-9.e+]+)$', re.MULTILINE)
 _REASON = re.compile(r'reason="([^"]*)"')
-
-
-def item_name(index: int) -> str:
-    """Item `index`'s path, shaped like ImageNet's (sim models never open it)."""
-    synset = f"n{index % 1000:08d}"
-    return f"/data/imagenet/train/{synset}/{synset}_{index:07d}.JPEG"
-
-
-def write_imagenet_listing(path: Path, items: int) -> Path:
-    """An @LIST file of `items` ImageNet-like paths, written in blocks of lines."""
-    with path.open("w") as handle:
-        for start in range(0, items, 100_000):
-            handle.write("".join(f"{item_name(i)}\n"
-                                 for i in range(start, min(start + 100_000, items))))
-    return path
-
-
-@dataclass
-class OutputCheck:
-    """What an output file of a job of `items` items held: lines, ok and error items, items
-    missing, items seen more than once and lines naming no item of the job."""
-
-    items: int
-    lines: int = 0
-    ok: int = 0
-    errors: int = 0
-    missing: int = 0
-    repeated: int = 0
-    foreign: int = 0
-
-    @property
-    def passed(self) -> bool:
-        return self.ok == self.lines == self.items and not (self.missing or self.repeated
-                                                            or self.foreign)
-
-
-def check_output(path: Path, items: int) -> OutputCheck:
-    """Read a JSON-lines output of `items` items named by `item_name`, in bounded memory."""
-    seen = bytearray(items)
-    check = OutputCheck(items)
-    with path.open("rb") as handle:
-        for line in handle:
-            check.lines += 1
-            record = json.loads(line)
-            match = _NAME_INDEX.search(record["item"])
-            index = int(match[1]) if match else -1
-            if not 0 <= index < items or record["item"] != item_name(index):
-                check.foreign += 1
-                continue
-            check.repeated += seen[index] > 0
-            seen[index] = 1
-            if record["status"] == "ok":
-                check.ok += 1
-            else:
-                check.errors += 1
-    check.missing = items - sum(seen)
-    return check
 
 
 def reissue_counters(metrics_text: str) -> tuple[int, dict[str, int]]:
@@ -258,9 +204,14 @@ def measure_fleet(bootstrap: str, broker_pid: int, args: argparse.Namespace, log
     try:
         fleet.create_topics()
         port = free_port()
+        if args.sysinfo:
+            fleet.start("sysinfo", "sysinfo", "--port", str(free_port()), "--advertised-host",
+                        "127.0.0.1", "--session-timeout-s", "6")
         fleet.start("controller", "controller", "--metrics-port", str(port))
         fleet.worker("w", args.model, "--members", str(args.members))
         fleet.wait_for_members(args.members, 600, "controller", "w")
+        if args.sysinfo:
+            wait_for_task_size(fleet, args.model)
         rows: list[Measured] = []
         for items in sizes:
             measured = run_job(fleet, broker_pid, items, args.model, args.chunk_size)
@@ -271,6 +222,22 @@ def measure_fleet(bootstrap: str, broker_pid: int, args: argparse.Namespace, log
         return rows
     finally:
         fleet.stop_all()
+
+
+def wait_for_task_size(fleet: JobFleet, model: str, timeout_s: float = 180) -> None:
+    """With the sysinfo app: wait until its policy has a task size for `model` on the pool,
+    as a controller that accepts the job reads it."""
+    table = PolicyTable(fleet.config, max_age_s=fleet.config.worker.policy_max_age_s)
+    table.start()
+    try:
+        deadline = time.monotonic() + timeout_s
+        while (size := table.task_size(fleet.config.pool, model)) is None:
+            if time.monotonic() > deadline:
+                raise BenchError(f"no task size for {model} in the policy after {timeout_s} s")
+            time.sleep(0.5)
+        print(f"the policy's task size for {model}: {size} items", file=sys.stderr, flush=True)
+    finally:
+        table.stop()
 
 
 def since_last(measured: Measured, earlier: list[Measured]) -> Measured:
@@ -336,6 +303,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(default: a controller and worker for each)")
     parser.add_argument("--chunk-size", type=int, default=None,
                         help="items per task (default: the controller's task size)")
+    parser.add_argument("--sysinfo", action="store_true",
+                        help="run the sysinfo app too, as the README deploys it: tasks are "
+                        "sized by its policy (capped by the controller's max_chunk_size)")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="where the logs, lists and outputs go (default: a temporary "
                         "folder, deleted at the end)")

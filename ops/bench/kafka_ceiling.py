@@ -42,7 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka"))
 
 from failover_common import start_broker
-from imagenet_job import banner, item_name, listening_pid
+from imagenet_items import item_name
+from imagenet_job import banner, listening_pid
 from localkafka.common import FULL_JIT_JVM_OPTS, FULL_JIT_TOOL_JVM_OPTS
 from p1_stack import CLUSTER, BenchError
 from secure_throughput import cpu_s

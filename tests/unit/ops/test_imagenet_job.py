@@ -14,6 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "ops" / "bench"))
 
+import imagenet_items
 import imagenet_job
 
 BENCH = Path(imagenet_job.__file__)
@@ -25,7 +26,8 @@ def test_the_defaults_are_imagenet_s_size_on_one_process_of_eight_members() -> N
     args = imagenet_job.parse_args(["--items", "100000,400_000", "--members", "4",
                                     "--bootstrap", "127.0.0.1:9092"])
     assert args.items == [100_000, 400_000] and args.members == 4
-    assert args.bootstrap == "127.0.0.1:9092"
+    assert args.bootstrap == "127.0.0.1:9092" and not args.sysinfo
+    assert imagenet_job.parse_args(["--sysinfo"]).sysinfo
     usage = subprocess.run([sys.executable, str(BENCH), "--help"],
                            capture_output=True, text=True, timeout=60, check=True).stdout
     assert "ImageNet" in usage and "--members" in usage
@@ -45,24 +47,24 @@ def output_line(name: str, status: str = "ok") -> str:
 
 
 def test_a_complete_output_passes_in_any_order(tmp_path: Path) -> None:
-    listing = imagenet_job.write_imagenet_listing(tmp_path / "items.txt", 2500)
+    listing = imagenet_items.write_imagenet_listing(tmp_path / "items.txt", 2500)
     names = listing.read_text().splitlines()
     assert len(names) == len(set(names)) == 2500
     assert names[1001] == "/data/imagenet/train/n00000001/n00000001_0001001.JPEG"
     output = tmp_path / "out.jsonl"
     output.write_text("".join(output_line(name) for name in reversed(names)))
-    check = imagenet_job.check_output(output, 2500)
+    check = imagenet_items.check_output(output, 2500)
     assert check.passed and check.ok == check.lines == 2500
 
 
 def test_missing_repeated_failed_and_foreign_items_each_fail_the_check(
         tmp_path: Path) -> None:
-    names = [imagenet_job.item_name(i) for i in range(10)]
+    names = [imagenet_items.item_name(i) for i in range(10)]
     output = tmp_path / "out.jsonl"
     output.write_text("".join([*(output_line(n) for n in names[:7]), output_line(names[3]),
                                output_line(names[8], "error"), output_line("/elsewhere.jpg"),
-                               output_line(imagenet_job.item_name(10))]))
-    check = imagenet_job.check_output(output, 10)
+                               output_line(imagenet_items.item_name(10))]))
+    check = imagenet_items.check_output(output, 10)
     assert not check.passed
     assert (check.lines, check.ok, check.errors, check.missing, check.repeated,
             check.foreign) == (11, 8, 1, 2, 1, 2)
@@ -95,7 +97,7 @@ def test_the_table_shows_each_size_s_rate_share_re_issued_and_checks() -> None:
         peak_mib={"controller": 80.0, "worker": 560.0, "submit": 90.0, "results": 60.0,
                   "controller now": 78.0},
         cpu_s_per_item={"broker": 2e-4, "controller": 5e-5, "worker": 2e-4, "submit": 4e-5},
-        checks={"submit": imagenet_job.OutputCheck(100_000, 100_000, 100_000)},
+        checks={"submit": imagenet_items.OutputCheck(100_000, 100_000, 100_000)},
         loads=(12.0, 14.5), ledger_entries=1)
     assert ("| 100,000 | 40.0 | 2,500 | 3,002 | 12.2 | 3,125 | late 25 (0.80%) | 25 | "
             "80, 560, 90, 60 | 78 | 1 | 200, 50, 200, 40 | submit ok | 12.0 -> 14.5 |"
