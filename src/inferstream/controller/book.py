@@ -24,7 +24,7 @@ from inferstream.controller.issuing import TaskIssuer, cursor
 from inferstream.controller.ledger import JobState, LedgerCodec
 from inferstream.controller.migration import Migration
 from inferstream.controller.outbox import ControllerTopics, Outbox
-from inferstream.controller.pacing import Pacing
+from inferstream.controller.pacing import AHEAD_LARGEST_TASKS, Pacing
 from inferstream.controller.sizing import choose_task_size, sized
 from inferstream.controller.versions import NO_VERSIONS, JobVersions, ServedVersions
 from inferstream.controller.waiting import NOBODY_STARTING, ModelWaits, Starting
@@ -79,7 +79,8 @@ class JobBook:
                                    options.max_attempts,
                                    speculation_floor_s=options.speculation_floor_s,
                                    speculation_cap=options.speculation_cap)
-        pacing = Pacing(self.deadlines, self.pools, policy, options.issue_ahead_s)
+        pacing = Pacing(self.deadlines, self.pools, policy, options.issue_ahead_s,
+                        AHEAD_LARGEST_TASKS * options.max_chunk_size)
         self.issuer = TaskIssuer(config, codec, policy, self.deadlines, pacing, partitions)
         self.versions = JobVersions(config, self.pools, versions)
         self.waits = ModelWaits(config, codec, self.pools, starting, self.issuer, partitions,

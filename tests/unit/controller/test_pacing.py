@@ -139,3 +139,16 @@ def test_a_forced_task_is_placed_even_when_every_worker_is_full() -> None:
     assert paced.place("default", MODEL, None, 8, "job-1", 99, ITEMS) is None
     forced = paced.place("default", MODEL, None, 8, "job-1", 99, ITEMS, force=True)
     assert by_worker([forced]) == {"fast": 1}  # the one that would finish it first
+
+
+def test_no_worker_is_sent_more_than_its_ahead_items_however_fast_it_seems() -> None:
+    """A model of next to no compute measures hundreds of thousands of items a second (model
+    time only): `issue_ahead_s` of that is a whole job, so `ahead_items` bounds each worker's
+    outstanding items too (the controller holds them all)."""
+    fast = {w: 1_000_000.0 for w in SPEED}
+    unbounded = issue(pacing(speed=fast))
+    assert len(unbounded) == 1000  # every task offered: 2 s at 1e6 items a second
+    paced = pacing(speed=fast)
+    paced.ahead_items = 35
+    # 35 items of tasks of 10: four tasks each (the fourth starts below the bound)
+    assert by_worker(issue(paced)) == {"fast": 4, "slow": 4, "other": 4}
