@@ -13,10 +13,12 @@ Plain helpers (the config, records to put on topics, a stand-in worker pool) liv
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
+import torch
 
 from inferstream.config import Config
 from inferstream.controller.book import JobBook
@@ -25,6 +27,7 @@ from inferstream.controller.replica import Controller
 from inferstream.kafka import follower, settings
 from inferstream.kafka.errors import KafkaSetupError
 from inferstream.models import LoadedModel, load_model
+from inferstream.models.threads import available_cores
 from inferstream.policy.view import NO_POLICY, PolicyView
 from inferstream.serving.committers import base as committers
 from inferstream.serving.hooks import WorkerHooks
@@ -57,6 +60,17 @@ def quick_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(settings, "POLL_TIMEOUT_S", 0.01)
     monkeypatch.setattr(follower, "FOLLOW_ROUND_S", 0.01)
     monkeypatch.setattr(committers, "RETRY_BACKOFF_S", 0.005)
+
+
+@pytest.fixture(autouse=True)
+def torch_threads_per_xdist_worker() -> None:
+    """Under pytest-xdist, torch's intra-op threads of each worker process are its share of
+    the cores, not every core: two workers on two cores would run four threads that spin
+    waiting for each other (the models' tests took twice as long). Threads that set their own
+    count (a pipeline's, `models.threads.thread_initializer`) keep it."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1:
+        torch.set_num_threads(max(1, available_cores() // workers))
 
 
 @pytest.fixture

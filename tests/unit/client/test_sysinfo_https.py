@@ -42,9 +42,10 @@ def wsgi(fake: FakeSysInfo) -> Callable[[dict[str, Any], Callable[..., Any]], It
     return app
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def url(certificates: Certificates) -> Iterator[str]:
-    """An https sysinfo API on loopback that wants TOKEN, its certificate signed by the CA."""
+    """An https sysinfo API on loopback that wants TOKEN, its certificate signed by the CA;
+    one for the module, which only reads it (its shutdown waits up to 0.1 s)."""
     fake = FakeSysInfo()
     fake.workers = [worker("w-tls")]
     guard = HttpGuard(str(certificates.cert), str(certificates.key), TOKEN)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import os
 import socket
-import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -158,17 +157,39 @@ def test_missing_topics_say_to_create_them() -> None:
     assert "t.jobs," not in str(raised.value)
 
 
-def test_a_topic_created_a_moment_ago_is_not_missing() -> None:
+class LateTopicClients(MemoryKafkaClients):
+    """The in-memory clients of a cluster where `topic` appears once a consumer has asked for
+    it by name and been told it is not there: a topic created a moment ago."""
+
+    def __init__(self, broker: MemoryBroker, topic: str) -> None:
+        super().__init__(broker)
+        self.late_broker, self.topic = broker, topic
+        self.listings = 0
+
+    def consumer(self, settings: dict[str, Any]) -> Any:
+        consumer = super().consumer(settings)
+        described = consumer.list_topics
+
+        def list_topics(topic: str | None = None, timeout: float = -1) -> Any:
+            metadata = described(topic, timeout)
+            self.listings += 1
+            if topic == self.topic and self.listings == 2:  # its first answer: not there
+                assert metadata.topics[topic].error is not None
+                self.late_broker.create_topic(topic, partitions=2)
+            return metadata
+
+        consumer.list_topics = list_topics  # type: ignore[method-assign]
+        return consumer
+
+
+def test_a_topic_created_a_moment_ago_is_not_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     """The first metadata may come from a broker that does not show the new topic yet: it is
     asked again within connect_timeout_s before it is called missing."""
-    broker = MemoryBroker()
+    monkeypatch.setattr(checks, "TOPIC_RETRY_S", 0.01)
     config = Config(topic_prefix="t.", connect_timeout_s=5.0)
-    late = threading.Timer(0.4, broker.create_topic, ("t.results",), {"partitions": 2})
-    late.start()
-    try:
-        check_cluster(config, ("t.results",), MemoryKafkaClients(broker))
-    finally:
-        late.join()
+    clients = LateTopicClients(MemoryBroker(), "t.results")
+    check_cluster(config, ("t.results",), clients)
+    assert clients.listings == 3  # all topics, t.results by name (missing), all topics again
 
 
 class ForbiddingClients(MemoryKafkaClients):

@@ -33,7 +33,9 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(BODY)
 
     def _slow(self) -> None:
-        time.sleep(1.0)
+        # far past the client's 0.2 s timeout, so a stalled client still times out first;
+        # nothing waits for this thread (ThreadingHTTPServer's are daemons)
+        time.sleep(5.0)
         try:
             self._ok()
         except (BrokenPipeError, ConnectionResetError):

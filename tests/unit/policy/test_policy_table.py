@@ -15,7 +15,7 @@ from inferstream.schemas.records import (
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from tests.unit.support.memory import CODEC
 from tests.unit.support.policies import entry, write
-from tests.unit.support.running import Running
+from tests.unit.support.running import TIMEOUT_S, Running
 
 CONFIG = Config(bootstrap_servers="mem:1", topic_prefix="t.", partitions=2)
 
@@ -26,7 +26,7 @@ def test_the_table_follows_the_topic_latest_entry_per_key(
     table = PolicyTable(CONFIG, clients, CODEC, max_age_s=60)
     table.start()
     try:
-        assert table.caught_up.wait(5)
+        assert table.caught_up.wait(TIMEOUT_S)
         assert table.shares("default") == {"a": 0.5, "b": 0.5}
         write(broker, entry("a", 0.8), entry("b", 0.2), entry("c", 0.0, WorkerHealth.STALE))
         running.wait_for(lambda: table.shares("default").get("c") == 0.0)

@@ -13,7 +13,7 @@ from inferstream.serving.loop import Worker
 from inferstream.testing import MemoryBroker
 from tests.unit.support.memory import make_config, new_broker
 from tests.unit.support.policies import entry, write
-from tests.unit.support.running import Running
+from tests.unit.support.running import TIMEOUT_S, Running
 
 
 def worker_config(worker_id: str) -> Config:
@@ -42,7 +42,7 @@ def test_the_policy_shares_the_partitions_and_a_new_policy_rebalances(
     workers = [make_worker(worker_config(name)) for name in ("fast", "slow")]
     running.workers(*workers)
     for w in workers:
-        assert w.membership.table.caught_up.wait(5)
+        assert w.membership.table.caught_up.wait(TIMEOUT_S)
     running.wait_for(lambda: owned(broker, config) == {"fast": 6, "slow": 2})
     write(broker, entry("fast", 0.5), entry("slow", 0.5), entry("", 1.0))
     running.wait_for(lambda: owned(broker, config) == {"fast": 4, "slow": 4})

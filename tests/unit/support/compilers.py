@@ -47,16 +47,20 @@ def fixed_timings(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 class PickledCompiler:
-    """Writes the module to the package path with `torch.save`; loads it back."""
+    """Writes the module to the package path with `torch.save`; loads it back. A build takes
+    `build_s`, or, given `gate`, lasts until the test sets it (30 s at most)."""
 
-    def __init__(self, build_s: float = 0.0):
+    def __init__(self, build_s: float = 0.0, gate: threading.Event | None = None):
         self.builds = 0
         self.build_s = build_s
+        self.gate = gate
         self._lock = threading.Lock()
 
     def build(self, module: torch.nn.Module, example: torch.Tensor, path: Path) -> None:
         with self._lock:
             self.builds += 1
+        if self.gate is not None:
+            self.gate.wait(30)
         time.sleep(self.build_s)  # a build that takes a while, for loads at once
         torch.save(module, path)
 

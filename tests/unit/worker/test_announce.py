@@ -12,6 +12,7 @@ from inferstream.schemas.records import WorkerAnnouncement, WorkerState, now_ms,
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from inferstream.worker.announce import StartAnnouncer
 from tests.unit.support.memory import CODEC, make_config, new_broker
+from tests.unit.support.running import TIMEOUT_S
 
 LITE0 = "efficientnet_lite0"
 CONFIG = make_config(worker={"models": (LITE0,), "announce_interval_s": 0.05})
@@ -29,7 +30,7 @@ def table_of(broker: MemoryBroker) -> WorkerAnnouncements:
     return table
 
 
-def eventually(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+def eventually(condition: Callable[[], bool], timeout_s: float = TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         assert time.monotonic() < deadline, "not reached in time"

@@ -5,7 +5,9 @@ which lays them out in a repository folder."""
 
 from __future__ import annotations
 
+import fcntl
 import io
+import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -92,7 +94,24 @@ def script(module: torch.nn.Module, example: torch.Tensor) -> bytes:
 
 
 @pytest.fixture(scope="session")
-def models() -> Models:
+def models(tmp_path_factory: pytest.TempPathFactory) -> Models:
+    """Built once per run: the first pytest-xdist worker to ask builds them (about a second,
+    torch.export mostly) and leaves them in the run's shared temporary folder, where another
+    worker reads them."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return build_models()
+    shared = tmp_path_factory.getbasetemp().parent / "repository-models.pt"
+    with open(f"{shared}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if shared.exists():
+            built: Models = torch.load(shared, weights_only=False)
+            return built
+        built = build_models()
+        torch.save(built, shared)
+        return built
+
+
+def build_models() -> Models:
     cnn = train_cnn()
     images, _ = colour_batch(2, 100)
     embedder = torch.nn.Sequential(*list(cnn)[:-1]).eval()
