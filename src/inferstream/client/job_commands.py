@@ -48,9 +48,9 @@ def submit_args(parser: argparse.ArgumentParser) -> None:
                         help="files, directories, file:// or http(s):// URIs, @LIST files; "
                         "the controller expands directories and lists on its own host")
     parser.add_argument("--chunk-size", type=int, default=None,
-                        help="items per task, >= 1, at most the controller's max_chunk_size "
-                        "(default: the policy's task size for the pool, about 1 s of work, "
-                        "else the controller's default_chunk_size)")
+                        help="items per task, >= 1; more is cut to the controller's "
+                        "max_chunk_size (default: the policy's task size for the pool, about "
+                        "1 s of work, else the controller's default_chunk_size)")
     parser.add_argument("--top-k", type=int, default=5,
                         help="best predictions kept per item, >= 1 (default: %(default)s)")
     parser.add_argument("--priority", type=int, default=0, metavar="N",

@@ -88,7 +88,8 @@ class Pacing:
     pools: PoolView
     policy: PolicyView
     ahead_s: float
-    #: the most items of a worker's outstanding tasks (None: no bound but `ahead_s`)
+    #: the most items of a worker's outstanding tasks of this replica, the new one counted
+    #: (one task at least; None: no bound but `ahead_s`)
     ahead_items: int | None = None
     _planned: dict[tuple[str, int], int] = field(default_factory=dict)
     _workers: dict[tuple[str, str, ModelRange | None, int], list[_Worker]] = field(
@@ -176,8 +177,9 @@ class Pacing:
             if per_item is None or per_item <= 0:  # speed unknown: a few tasks at a time
                 room, finish = queued < UNKNOWN_SPEED_TASKS * items, 0.0
             else:
-                room = (queued * per_item < self.ahead_s
-                        and (self.ahead_items is None or queued < self.ahead_items))
+                room = queued * per_item < self.ahead_s and (
+                    self.ahead_items is None or queued == 0
+                    or queued + items <= self.ahead_items)
                 finish = (queued + items) * per_item
             if not room and not force:
                 continue

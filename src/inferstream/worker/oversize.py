@@ -16,11 +16,11 @@ first error holds it in full and the others point to it (`records.results.error_
 from __future__ import annotations
 
 import logging
-import sys
 
 from inferstream.kafka.topics import LARGE_MESSAGE_BYTES
 from inferstream.schemas import Codec
 from inferstream.schemas.records import ItemResult, TaskItem, TaskResult, error_items
+from inferstream.schemas.records.results import ALWAYS_REPEAT
 
 log = logging.getLogger(__name__)
 
@@ -43,14 +43,14 @@ def fitted(codec: Codec, result: TaskResult, encoded: bytes,
     sizes = [_size(codec, result, [item]) - empty for item in items]
     reason = _reason(len(encoded), cap, empty, sizes)
     # the reason on every error where they all fit, else in full on the first one only
-    repeat_bytes = sys.maxsize
+    repeat_bytes = ALWAYS_REPEAT
     error_sizes = _error_sizes(codec, result, names, reason, repeat_bytes, empty)
     if empty + sum(error_sizes) > cap:
         repeat_bytes = 0
         error_sizes = _error_sizes(codec, result, names, reason, repeat_bytes, empty)
     # with every item an error, the record fits; the reason in full moves to the first
-    # error, whichever item that is: room for it is kept aside
-    room = cap - empty - sum(error_sizes) - len(reason.encode())
+    # error, whichever item that is: room for it (and its longer length prefix) kept aside
+    room = cap - empty - sum(error_sizes) - len(reason.encode()) - 8
     kept = 0  # the first items, in order, while each one's output fits
     while kept < len(items) and sizes[kept] - error_sizes[kept] <= room:
         room -= sizes[kept] - error_sizes[kept]

@@ -44,3 +44,14 @@ def test_a_job_that_waits_no_more_is_quiet_about_it() -> None:
     time.sleep(0.02)
     stalls.idle()
     assert notices == [f"job {JOB} is {STARTING}"]
+
+
+def test_a_job_no_controller_accepted_is_told_once_however_long_the_wait() -> None:
+    notices: list[str] = []
+    stalls = watch(notices)
+    time.sleep(0.02)
+    stalls.idle()
+    time.sleep(0.02)
+    stalls.idle()
+    assert len(notices) == 1
+    assert notices[0].startswith(f"no controller has accepted job {JOB} after ")

@@ -150,5 +150,8 @@ def test_no_worker_is_sent_more_than_its_ahead_items_however_fast_it_seems() -> 
     assert len(unbounded) == 1000  # every task offered: 2 s at 1e6 items a second
     paced = pacing(speed=fast)
     paced.ahead_items = 35
-    # 35 items of tasks of 10: four tasks each (the fourth starts below the bound)
-    assert by_worker(issue(paced)) == {"fast": 4, "slow": 4, "other": 4}
+    # 35 items in tasks of 10: three tasks each
+    assert by_worker(issue(paced)) == {"fast": 3, "slow": 3, "other": 3}
+    paced = pacing(speed=fast)
+    paced.ahead_items = 5  # a task larger than the bound: one at a time
+    assert by_worker(issue(paced)) == {"fast": 1, "slow": 1, "other": 1}

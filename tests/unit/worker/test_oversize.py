@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import pytest
 import torch
 
 from inferstream.config.controller import MAX_CHUNK_SIZE
@@ -26,6 +27,7 @@ from inferstream.schemas.records import (
     ok_item,
     read_record,
 )
+from inferstream.schemas.records.results import short_reason
 from inferstream.serving.loop import Worker
 from inferstream.testing import MemoryBroker
 from inferstream.worker.oversize import RESULT_BYTES_CAP, fitted
@@ -96,12 +98,13 @@ def test_a_result_that_fits_is_sent_as_it_is_and_one_too_large_item_is_said_so()
         "holds")
 
 
-def test_errors_that_would_not_fit_with_their_reason_each_point_to_the_first() -> None:
+@pytest.mark.parametrize("cap", [30_000, 31_000, 33_000, 36_000, 40_000])
+def test_errors_that_would_not_fit_with_their_reason_each_point_to_the_first(cap: int) -> None:
     """Outputs too large for a record and so many items that the reason on each of them would
-    not fit either: the first error holds it in full, the others a short pointer to it."""
+    not fit either (401 errors take 90 KB with it, 29.2 KB without): the first error holds it
+    in full, the others a short pointer to it, and the record fits the cap, whatever it is."""
     large = result_of(*[b"x" * 200] * 400)
     encoded = CODEC.encode("TaskResult", large)
-    cap = 40_000  # 401 errors with the full reason take 90 KB, with a pointer 30 KB
     kept = read_record(CODEC, fitted(CODEC, large, encoded, cap=cap), TaskResult)
     assert len(CODEC.encode("TaskResult", kept)) <= cap
     items = kept["items"]
@@ -112,8 +115,8 @@ def test_errors_that_would_not_fit_with_their_reason_each_point_to_the_first() -
     reason = items[first]["error"]
     assert reason.startswith("output too large: this task's outputs take")
     assert all(i["status"] == ItemStatus.ERROR for i in items[first:])
-    assert {i["error"] for i in items[first + 1:]} == {
-        f"{reason[:32].rstrip()}... (in full at item {items[first]['index']})"}
+    assert {i["error"] for i in items[first + 1:]} == {short_reason(reason)}
+    assert short_reason(reason) == "output too large: this t... (in full in the first error)"
 
 
 def test_a_task_of_max_chunk_size_items_fails_in_one_record() -> None:
@@ -129,10 +132,10 @@ def test_a_task_of_max_chunk_size_items_fails_in_one_record() -> None:
     errors = failed_result(task, reason)["items"]
     assert errors[0]["error"] == reason
     assert {e["error"] for e in errors[1:]} == {
-        "no live worker of pool 'default'... (in full at item 0)"}
+        "no live worker of pool '... (in full in the first error)"}
 
     name = "n" * (TASK_BYTES_CAP // MAX_CHUNK_SIZE)
-    worst = TaskItem(index=MAX_CHUNK_SIZE - 1, name=name, data=None)
+    worst = TaskItem(index=10**10, name=name, data=None)  # item indexes are the job's
     full, short = error_items([worst, worst], reason, repeat_bytes=0)
     around = failed_result(task, reason)  # the record's fields around its items
 

@@ -8,6 +8,7 @@ An item's output sits in the fields of its model's output kind (`OutputFields`):
 from __future__ import annotations
 
 import base64
+import sys
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any, TypedDict
@@ -99,19 +100,26 @@ def error_item(item: TaskItem, reason: str) -> ItemResult:
 #: whose every item failed fits in one record whatever the reason's length.
 REPEATED_REASON_BYTES = 1024 * 1024
 #: How much of a long reason the items after the first keep.
-SHORT_REASON_CHARS = 32
+SHORT_REASON_CHARS = 24
+#: Repeat the reason on every item, whatever its length.
+ALWAYS_REPEAT = sys.maxsize
+
+
+def short_reason(reason: str) -> str:
+    """What the items after the first say of a long `reason` (of the same length whichever
+    item holds it in full); `reason` itself where that is not shorter."""
+    short = f"{reason[:SHORT_REASON_CHARS].rstrip()}... (in full in the first error)"
+    return short if len(short) < len(reason) else reason
 
 
 def error_items(items: Sequence[TaskItem], reason: str,
                 repeat_bytes: int = REPEATED_REASON_BYTES) -> list[ItemResult]:
     """Every item of `items` an error with `reason`; where that would repeat more than
-    `repeat_bytes` of it, the others say where it is in full (the first item)."""
+    `repeat_bytes` of it, the first holds it in full and the others `short_reason`."""
     if not items or len(items) * len(reason.encode()) <= repeat_bytes:
         return [error_item(item, reason) for item in items]
-    first = items[0]
-    short = (f"{reason[:SHORT_REASON_CHARS].rstrip()}... (in full at item {first['index']})"
-             if len(reason) > SHORT_REASON_CHARS else reason)
-    return [error_item(first, reason), *(error_item(item, short) for item in items[1:])]
+    short = short_reason(reason)
+    return [error_item(items[0], reason), *(error_item(item, short) for item in items[1:])]
 
 
 def output_json(output: OutputFields) -> dict[str, Any]:
