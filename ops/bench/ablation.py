@@ -47,7 +47,7 @@ from failover_common import (
 )
 from imagenet_job import banner
 from p1_stack import BenchError
-from p3_policy import Case, free_port, ideal_makespan, model_of, settle
+from p3_policy import Case, ideal_makespan, model_of, settle
 
 PIECES = ("pacing", "policy", "migration")
 
@@ -146,8 +146,7 @@ class Measured:
 def start(fleet: Fleet, case: Case, combo: Combo) -> None:
     """The run's processes, once the workers own every partition (and the policy settled)."""
     fleet.create_topics()
-    fleet.start("sysinfo", "sysinfo", "--port", str(free_port()), "--advertised-host",
-                "127.0.0.1", "--session-timeout-s", "6")
+    fleet.sysinfo()
     fleet.start("controller", "controller", *combo.controller_args())
     for worker in case.ms:
         fleet.worker(worker, model_of(worker, case, 8), "--assignor", combo.assignor,

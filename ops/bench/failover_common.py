@@ -24,7 +24,7 @@ from confluent_kafka import KafkaException
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from p1_stack import INFERSTREAM, BenchError, Broker
+from p1_stack import INFERSTREAM, BenchError, Broker, free_port
 
 from inferstream.client.client import Client
 from inferstream.config import Config
@@ -116,6 +116,11 @@ class Fleet:
                                     env=self._env())
         self.procs[name] = proc
         return proc
+
+    def sysinfo(self) -> subprocess.Popen[bytes]:
+        """The sysinfo app on a free loopback port, with the workers' 6 s session timeout."""
+        return self.start("sysinfo", "sysinfo", "--port", str(free_port()), "--advertised-host",
+                          "127.0.0.1", "--session-timeout-s", "6")
 
     def worker(self, name: str, model: str, *args: str) -> subprocess.Popen[bytes]:
         return self.start(name, "worker", "--model", model, "--worker-id", name,

@@ -205,8 +205,7 @@ def measure_fleet(bootstrap: str, broker_pid: int, args: argparse.Namespace, log
         fleet.create_topics()
         port = free_port()
         if args.sysinfo:
-            fleet.start("sysinfo", "sysinfo", "--port", str(free_port()), "--advertised-host",
-                        "127.0.0.1", "--session-timeout-s", "6")
+            fleet.sysinfo()
         fleet.start("controller", "controller", "--metrics-port", str(port))
         fleet.worker("w", args.model, "--members", str(args.members))
         fleet.wait_for_members(args.members, 600, "controller", "w")

@@ -118,8 +118,7 @@ def model_of(worker: str, case: Case, calibration_items: int) -> str:
 
 def start_fleet(fleet: Fleet, case: Case) -> None:
     fleet.create_topics()
-    fleet.start("sysinfo", "sysinfo", "--port", str(free_port()), "--advertised-host",
-                "127.0.0.1", "--session-timeout-s", "6")
+    fleet.sysinfo()
     fleet.start("controller", "controller")
     for worker in case.ms:
         fleet.worker(worker, model_of(worker, case, 8), "--assignor", case.assignor,

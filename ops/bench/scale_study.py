@@ -172,8 +172,7 @@ class Study:
         partitions: their metrics ports, the controller, the processes' names, the join time."""
         args = self.args
         if policy:
-            fleet.start("sysinfo", "sysinfo", "--port", str(free_port()), "--advertised-host",
-                        "127.0.0.1", "--session-timeout-s", "6")
+            fleet.sysinfo()
         ports = {"controller": free_port()}
         controller = fleet.start("controller", "controller", "--metrics-port",
                                  str(ports["controller"]))

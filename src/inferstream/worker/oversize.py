@@ -16,11 +16,11 @@ first error holds it in full and the others point to it (`records.results.error_
 from __future__ import annotations
 
 import logging
+import sys
 
 from inferstream.kafka.topics import LARGE_MESSAGE_BYTES
 from inferstream.schemas import Codec
 from inferstream.schemas.records import ItemResult, TaskItem, TaskResult, error_items
-from inferstream.schemas.records.results import ALWAYS_REPEAT
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,10 @@ log = logging.getLogger(__name__)
 HEADROOM = 64 * 1024
 #: The most bytes a TaskResult's encoding may take.
 RESULT_BYTES_CAP = LARGE_MESSAGE_BYTES - HEADROOM
+#: `error_items`' budget that repeats the reason on every item, whatever its length.
+ALWAYS_REPEAT = sys.maxsize
+#: The most an Avro string's length prefix grows when the full reason replaces a pointer.
+LENGTH_PREFIX_BYTES = 8
 
 
 def fitted(codec: Codec, result: TaskResult, encoded: bytes,
@@ -50,7 +54,7 @@ def fitted(codec: Codec, result: TaskResult, encoded: bytes,
         error_sizes = _error_sizes(codec, result, names, reason, repeat_bytes, empty)
     # with every item an error, the record fits; the reason in full moves to the first
     # error, whichever item that is: room for it (and its longer length prefix) kept aside
-    room = cap - empty - sum(error_sizes) - len(reason.encode()) - 8
+    room = cap - empty - sum(error_sizes) - len(reason.encode()) - LENGTH_PREFIX_BYTES
     kept = 0  # the first items, in order, while each one's output fits
     while kept < len(items) and sizes[kept] - error_sizes[kept] <= room:
         room -= sizes[kept] - error_sizes[kept]

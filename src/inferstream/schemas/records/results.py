@@ -8,7 +8,6 @@ An item's output sits in the fields of its model's output kind (`OutputFields`):
 from __future__ import annotations
 
 import base64
-import sys
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any, TypedDict
@@ -101,8 +100,6 @@ def error_item(item: TaskItem, reason: str) -> ItemResult:
 REPEATED_REASON_BYTES = 1024 * 1024
 #: How much of a long reason the items after the first keep.
 SHORT_REASON_CHARS = 24
-#: Repeat the reason on every item, whatever its length.
-ALWAYS_REPEAT = sys.maxsize
 
 
 def short_reason(reason: str) -> str:
