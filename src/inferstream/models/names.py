@@ -27,7 +27,7 @@ NAME_SYNTAX = ("letters, digits, '.', '_' and '-', starting with a letter or a d
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _VERSION = re.compile(r"[1-9][0-9]{0,8}")
 _SIM_KEYS = ("ms", "batch_ms", "as", "slower", "jitter", "slow_after", "slow_factor",
-             "embedding")
+             "embedding", "decode_ms")
 
 #: Published single-GPU inference throughput as (ms per batch, ms per item) fitted to
 #: time(batch) = batch_ms + ms x size: one Tesla P40, INT8 with TensorRT, batch sizes 1 to 256
@@ -52,7 +52,9 @@ class SimParams:
     With `slow_after`, each item after the first `slow_after` a model has processed takes
     `slow_factor` x `ms`: a worker that slows down in the middle of a job (benchmarks).
     With `embedding` D > 0 the model answers each item with a vector of D floats, drawn from
-    the item's bytes, instead of top-k predictions.
+    the item's bytes, instead of top-k predictions. With `decode_ms` each item's fetch sleeps
+    that long on a decode thread, as a download or a JPEG decode would (x `slower`): a worker
+    whose decoding, not its model, sets its speed.
     """
 
     ms: float
@@ -63,6 +65,7 @@ class SimParams:
     slower: float = 1.0
     profile: str | None = None
     embedding: int = 0
+    decode_ms: float = 0.0
 
 
 def known_models() -> tuple[str, ...]:
@@ -80,7 +83,8 @@ def parse_sim_name(name: str) -> SimParams:
         key, sep, value = (s.strip() for s in part.partition("="))
         if not sep or key not in _SIM_KEYS:
             raise ValueError(f"expected ms=N or as=PROFILE, then batch_ms=B, slower=S, "
-                             f"jitter=F, slow_after=K,slow_factor=X or embedding=D; "
+                             f"jitter=F, slow_after=K,slow_factor=X, embedding=D or "
+                             f"decode_ms=M; "
                              f"got {part!r}")
         if key == "as":
             if value not in GPU_PROFILES:
@@ -122,6 +126,8 @@ def _check_sim(params: SimParams) -> None:
         raise ValueError("need batch_ms >= 0 and slower > 0")
     if not 0 < params.slow_factor < math.inf:
         raise ValueError("need slow_factor > 0")
+    if not 0 <= params.decode_ms < math.inf:
+        raise ValueError("need decode_ms >= 0")
 
 
 def check_model_name(reference: str) -> tuple[str, int | None]:

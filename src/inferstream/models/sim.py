@@ -45,7 +45,10 @@ class SimModel(LoadedModel):
         self.items_processed = 0
 
     def fetch(self, name: str, data: bytes | None = None, **_: object) -> bytes:
-        """The inline data, else the item name's UTF-8 bytes: no I/O at all."""
+        """The inline data, else the item name's UTF-8 bytes: no I/O at all, only a sleep of
+        `decode_ms` (x `slower`) where that is given."""
+        if self.params.decode_ms:
+            time.sleep(self.params.decode_ms * self.params.slower / 1000)
         return data if data is not None else name.encode()
 
     def preprocess(self, data: bytes) -> torch.Tensor:

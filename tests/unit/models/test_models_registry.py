@@ -48,7 +48,8 @@ def test_unknown_model_lists_known_names() -> None:
 @pytest.mark.parametrize("name", [
     "sim:", "sim:ms=-1", "sim:ms=5,jitter=2", "sim:speed=3", "sim:ms=5,slow_after=10",
     "sim:ms=5,slow_factor=4", "sim:ms=5,slow_after=1.5,slow_factor=4",
-    "sim:ms=5,slow_after=-1,slow_factor=4", "sim:ms=5,slow_after=10,slow_factor=0"])
+    "sim:ms=5,slow_after=-1,slow_factor=4", "sim:ms=5,slow_after=10,slow_factor=0",
+    "sim:ms=5,decode_ms=-1", "sim:ms=5,decode_ms=inf"])
 def test_malformed_sim_names_are_unknown(name: str) -> None:
     with pytest.raises(UnknownModelError):
         get_model_spec(name)

@@ -87,6 +87,18 @@ def test_a_slowing_model_takes_factor_times_longer_after_so_many_items(
     assert predict(steady, [b"a"]) == predict(model, [b"a"])  # same predictions, only slower
 
 
+def test_a_decode_time_sleeps_in_each_items_fetch_not_in_the_forward_pass(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`decode_ms=20,slower=2`: each fetch sleeps 40 ms; the forward pass only its `ms`."""
+    slept: list[float] = []
+    monkeypatch.setattr(sim_module.time, "sleep", slept.append)
+    model = load_model("sim:ms=1,decode_ms=20,slower=2")
+    assert isinstance(model, SimModel) and model.params.decode_ms == 20
+    assert model.fetch("a") == b"a" and model.fetch("b", b"inline") == b"inline"
+    predict(model, [b"a", b"b"])
+    assert slept == pytest.approx([0.040, 0.040, 0.004])
+
+
 def test_a_gpu_profile_is_a_batch_time_plus_a_time_per_item(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """`as=alexnet`: one P40's published throughput, time(n) = 1.072 + 0.05396 n ms;

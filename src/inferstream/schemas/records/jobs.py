@@ -16,7 +16,8 @@ from inferstream.schemas.records.clock import now_ms
 SIM_PREFIX = "sim:"
 #: The names of simulated models (parsed by `models.names.parse_sim_name`).
 SIM_SYNTAX = ("sim:ms=N[,jitter=F][,slow_after=K,slow_factor=X] (as=alexnet or as=googlenet "
-              "instead of ms; batch_ms=B, slower=S; embedding=D: vectors of D floats)")
+              "instead of ms; batch_ms=B, slower=S; embedding=D: vectors of D floats; decode_ms=M: "
+              "each item's decode sleeps M ms)")
 
 
 def model_ref(model: str, version: int | None) -> str:
