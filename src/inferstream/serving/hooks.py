@@ -19,7 +19,14 @@ class WorkerHooks:
     def after_batch(self, model: str, size: int, seconds: float,
                     version: str | None = None) -> None:
         """One batch of `size` items went through `model` (its weights or repository
-        `version`, None where unknown) in `seconds`."""
+        `version`, None where unknown) in `seconds` (its forward pass)."""
+
+    def after_batch_cycle(self, model: str, size: int, seconds: float,
+                          version: str | None = None) -> None:
+        """The batch loop of `model` answered `size` items in `seconds` of wall time, from the
+        end of the batch before, while more than a batch of items was waiting: what the
+        worker takes for them when it has work, decoding and everything else the process did
+        meanwhile included (`after_batch` times the forward pass alone)."""
 
     def after_task(self, model: str, ok_items: int, error_items: int) -> None:
         """One task's result, from `model`, was committed with its offset."""

@@ -239,10 +239,18 @@ class BatchingPipeline:
         return tensor, seconds
 
     async def run_forever(self) -> None:
-        """The batch loop: runs until cancelled."""
+        """The batch loop: runs until cancelled. A batch taken with more than a batch of
+        items waiting goes to `after_batch_cycle` with the loop's time since the batch before:
+        the worker's speed when it has work, which the forward pass alone overstates where
+        decoding, or the process's other work, sets the pace."""
         while True:
+            backlogged = self._queue.qsize() >= self.batch_limit
+            started = time.perf_counter()
             batch = await self._next_batch()
-            await self._infer(batch)
+            answered = await self._infer(batch)
+            if backlogged and answered:
+                self.hooks.after_batch_cycle(self.model.name, answered,
+                                             time.perf_counter() - started, self.model.version)
 
     async def _next_batch(self) -> list[_Slot]:
         first = await self._queue.get()
@@ -261,25 +269,12 @@ class BatchingPipeline:
                 batch.append(self._queue.get_nowait())
         return batch
 
-    async def _infer(self, batch: list[_Slot]) -> None:
-        decoded = []
-        for slot in batch:
-            assert slot.job is not None  # noqa: S101 - every item a batch takes is decoding
-            tensor, seconds = (await slot.job)[slot.place]
-            slot.run.decode_seconds += seconds
-            decoded.append(tensor)
-        self._ahead -= len(batch)
-        self._decode_ahead()  # the next batches decode while this one runs
-        good: list[tuple[_Slot, torch.Tensor]] = []
-        for slot, tensor in zip(batch, decoded, strict=True):
-            if slot.run.cancelled:  # its partition was given up: nobody wants the outcome
-                self.items_in_flight -= 1
-            elif isinstance(tensor, str):
-                self._finish(slot, error_item(_item(slot), tensor))
-            else:
-                good.append((slot, tensor))
+    async def _infer(self, batch: list[_Slot]) -> int:
+        """Run `batch` and answer its items; how many it answered (those of tasks given up
+        meanwhile are not)."""
+        good, answered = await self._decoded(batch)
         if not good:
-            return
+            return answered
         for slot, _ in good:
             slot.run.started = True
         top_k = max(s.run.task["top_k"] for s, _ in good)
@@ -293,7 +288,7 @@ class BatchingPipeline:
             for slot, _ in good:
                 self._finish(slot, error_item(
                     _item(slot), f"inference failed: {type(exc).__name__}: {exc}"))
-            return
+            return answered
         seconds = time.perf_counter() - started
         if self.tuner is not None:
             self.tuner.observe(len(batch), seconds)
@@ -301,6 +296,31 @@ class BatchingPipeline:
         for (slot, _), output in zip(good, predictions, strict=True):
             slot.run.inference_seconds += seconds / len(good)
             self._answer(slot, output)
+        return answered
+
+    async def _decoded(self, batch: list[_Slot]
+                       ) -> tuple[list[tuple[_Slot, torch.Tensor]], int]:
+        """The items of `batch` that decoded, once all have, with how many of the batch are
+        answered: those that failed to decode are, here; those of tasks given up are not."""
+        decoded = []
+        for slot in batch:
+            assert slot.job is not None  # noqa: S101 - every item a batch takes is decoding
+            tensor, seconds = (await slot.job)[slot.place]
+            slot.run.decode_seconds += seconds
+            decoded.append(tensor)
+        self._ahead -= len(batch)
+        self._decode_ahead()  # the next batches decode while this one runs
+        good: list[tuple[_Slot, torch.Tensor]] = []
+        answered = len(batch)
+        for slot, tensor in zip(batch, decoded, strict=True):
+            if slot.run.cancelled:  # its partition was given up: nobody wants the outcome
+                self.items_in_flight -= 1
+                answered -= 1
+            elif isinstance(tensor, str):
+                self._finish(slot, error_item(_item(slot), tensor))
+            else:
+                good.append((slot, tensor))
+        return good, answered
 
     def _answer(self, slot: _Slot, output: OutputFields | str) -> None:
         """Finish `slot` with its output, or (a str) why its decoding, finished in the batch,

@@ -24,9 +24,10 @@ class ModelAggregate(TypedDict):
     ewma_items_per_s: float | None
     latency_seconds_p95: float | None
     mean_batch_size: float | None
-    #: Seconds of model time per item in the latest busy sample: not smoothed again, the
-    #: worker's window already averages 10 s or more, and the capacity taken from it must
-    #: follow a slowdown within a few samples.
+    #: Seconds per item in the latest busy sample (`ModelPerformance.item_seconds`, the
+    #: worker's while it had work): not smoothed again, the worker's window already averages
+    #: 10 s or more, and the capacity taken from it must follow a slowdown within a few
+    #: samples.
     item_seconds: float | None
     #: [timestamp_ms, items_per_s] of the samples of the last window, oldest first.
     window: list[list[float]]

@@ -27,6 +27,11 @@ class Recorder(WorkerHooks):
     def __init__(self) -> None:
         self.batches: list[int] = []
         self.decoded: list[bool] = []
+        self.cycles: list[tuple[int, float]] = []
+
+    def after_batch_cycle(self, model: str, size: int, seconds: float,
+                          version: str | None = None) -> None:
+        self.cycles.append((size, seconds))
 
     def after_batch(self, model: str, size: int, seconds: float,
                     version: str | None = None) -> None:
@@ -89,6 +94,26 @@ def test_items_of_several_tasks_share_batches_and_bad_items_become_errors() -> N
     assert all(len(o["top_k"]) == 1 for o in by_task[1].outcomes if o["status"] == "OK")  # type: ignore[index]
     assert sum(hooks.batches) == 5 and max(hooks.batches) <= 4
     assert hooks.decoded.count(False) == 2
+
+
+def test_batches_taken_with_more_waiting_report_the_loops_time_for_them() -> None:
+    """12 items of 10 ms decode each on 2 decode threads, batches of 4: every batch is taken
+    with at least a batch waiting, and the loop's time for them is at least the 60 ms their
+    decoding takes, whatever the forward pass's; items that come one at a time, with nothing
+    else waiting, report no such time."""
+    hooks = Recorder()
+    model = SimModel("sim:ms=0,decode_ms=10", SimParams(ms=0, decode_ms=10))
+    asyncio.run(run_tasks(model, [task(0, [f"i{n}" for n in range(12)])], hooks))
+    assert [size for size, _ in hooks.cycles] == [4, 4, 4]
+    assert sum(seconds for _, seconds in hooks.cycles) >= 0.06
+
+    trickle = Recorder()
+
+    async def one_at_a_time() -> None:
+        for n in range(3):
+            await run_tasks(model, [task(n, [f"i{n}"])], trickle)
+    asyncio.run(one_at_a_time())
+    assert trickle.batches == [1, 1, 1] and trickle.cycles == []
 
 
 def test_a_failed_forward_pass_fails_its_items_not_the_worker() -> None:

@@ -36,6 +36,7 @@ from inferstream.serving.collectors import (
     load_collectors,
 )
 from inferstream.serving.collectors.accelerator import AcceleratorCollector
+from inferstream.serving.collectors.performance import item_seconds
 from inferstream.serving.hooks import WorkerHooks
 from inferstream.serving.loop import Worker
 from inferstream.serving.metrics import ServingMetrics
@@ -228,6 +229,41 @@ def test_no_sysinfo_interval_means_no_samples_and_no_calibration(
     worker = run_worker(config)
 
     assert samples(broker, config) == [] and worker.sysinfo.calibration is None
+
+
+def test_a_worker_whose_decoding_sets_its_pace_reports_that_pace_not_its_models(
+        broker: MemoryBroker, run_worker: RunWorker) -> None:
+    """Items that take 5 ms each to decode on one decode thread, and a forward pass of 0.1 ms
+    an item: the sample's seconds an item are the worker's, over 2.5 ms (5 ms, less what was
+    decoded ahead of a batch taken with more waiting), not the model's 0.1 ms, whose 1 /
+    rate would tell the policy ten times the speed the worker has."""
+    config = make_config(models=("sim:ms=0.1,decode_ms=5",), decode_threads=1, max_batch=4)
+    put_tasks(broker, config, 6, items=8)
+
+    def reported(_: Worker) -> bool:
+        found = samples(broker, config)
+        return bool(found) and found[-1][1]["models"][0]["items"] == 48
+    run_worker(config, until=reported)
+
+    (model,) = samples(broker, config)[-1][1]["models"]
+    assert model["item_seconds"] is not None and model["item_seconds"] > 0.0025
+
+
+def test_seconds_an_item_are_the_batch_loops_where_it_had_work() -> None:
+    """A window whose batches took 1 ms an item in the forward pass and 4 ms an item of the
+    loop's wall time while more were waiting reports 4 ms; without such batches, or where the
+    forward pass took longer, the forward pass's time."""
+    windows = PerformanceWindows(window_s=10.0)
+    model = ServedModel("sim:ms=1", "sim")
+    windows.snapshot((model,), now=0.0)
+    for batch in range(1, 11):
+        windows.record(model, 8, 0.008, ended=batch * 0.032)
+        windows.after_batch_cycle("sim:ms=1", 8, 0.032, "sim")
+    (perf,) = windows.snapshot((model,)).models
+    assert perf["item_seconds"] == pytest.approx(0.004)
+    assert item_seconds(8, 0.008, 0, 0.0) == pytest.approx(0.001)
+    assert item_seconds(8, 0.008, 8, 0.004) == pytest.approx(0.001)
+    assert item_seconds(0, 0.0, 8, 0.032) is None
 
 
 def test_throughput_counts_the_last_window_only() -> None:

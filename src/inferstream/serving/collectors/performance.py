@@ -28,6 +28,9 @@ class _Bucket:
     items: int = 0
     batches: int = 0
     seconds: float = 0.0
+    #: items answered, and the batch loop's wall time, in batches taken with more waiting
+    cycle_items: int = 0
+    cycle_seconds: float = 0.0
 
 
 class ModelWindow:
@@ -40,14 +43,22 @@ class ModelWindow:
         self._latencies: deque[tuple[float, float]] = deque(maxlen=LATENCY_RESERVOIR)
 
     def add(self, size: int, seconds: float, ended: float) -> None:
-        second = int(ended)
-        if not self._buckets or self._buckets[-1].second != second:
-            self._buckets.append(_Bucket(second))
-        bucket = self._buckets[-1]
+        bucket = self._bucket(ended)
         bucket.items += size
         bucket.batches += 1
         bucket.seconds += seconds
         self._latencies.append((ended, seconds))
+
+    def add_cycle(self, size: int, seconds: float, ended: float) -> None:
+        bucket = self._bucket(ended)
+        bucket.cycle_items += size
+        bucket.cycle_seconds += seconds
+
+    def _bucket(self, ended: float) -> _Bucket:
+        second = int(ended)
+        if not self._buckets or self._buckets[-1].second != second:
+            self._buckets.append(_Bucket(second))
+        return self._buckets[-1]
 
     def performance(self, model: ServedModel, now: float) -> ModelPerformance:
         since = now - self.window_s
@@ -56,6 +67,8 @@ class ModelWindow:
         items = sum(b.items for b in self._buckets)
         batches = sum(b.batches for b in self._buckets)
         busy_s = sum(b.seconds for b in self._buckets)
+        cycle_items = sum(b.cycle_items for b in self._buckets)
+        cycle_s = sum(b.cycle_seconds for b in self._buckets)
         latencies = sorted(s for ended, s in self._latencies if ended > since)
         # The oldest bucket may reach up to a second before the window: count from there.
         start = min(self._buckets[0].second, since) if self._buckets else since
@@ -64,7 +77,7 @@ class ModelWindow:
             model=model.name, version=model.version, items=items, items_per_s=items / span,
             batch_latency_seconds_p50=percentile(latencies, 0.50),
             batch_latency_seconds_p95=percentile(latencies, 0.95),
-            item_seconds=busy_s / items if items else None,
+            item_seconds=item_seconds(items, busy_s, cycle_items, cycle_s),
             mean_batch_size=items / batches if batches else None)
 
     def latencies(self, now: float) -> list[float]:
@@ -83,12 +96,20 @@ class PerformanceWindows(WorkerHooks):
                     version: str | None = None) -> None:
         self.record(ServedModel(model, version), size, seconds, time.monotonic())
 
+    def after_batch_cycle(self, model: str, size: int, seconds: float,
+                          version: str | None = None) -> None:
+        now = time.monotonic()
+        self._window(ServedModel(model, version), seconds, now).add_cycle(size, seconds, now)
+
     def record(self, model: ServedModel, size: int, seconds: float, ended: float) -> None:
         """One batch of `model` that ended at `ended` (monotonic clock)."""
+        self._window(model, seconds, ended).add(size, seconds, ended)
+
+    def _window(self, model: ServedModel, seconds: float, ended: float) -> ModelWindow:
         window = self._windows.get(model)
         if window is None:  # loaded after the first sample: its window opens with this batch
             window = self._windows[model] = ModelWindow(self.window_s, ended - seconds)
-        window.add(size, seconds, ended)
+        return window
 
     def snapshot(self, served: tuple[ServedModel, ...], now: float | None = None
                  ) -> Performance:
@@ -103,6 +124,18 @@ class PerformanceWindows(WorkerHooks):
         return Performance(models=models, items_per_s=sum(m["items_per_s"] for m in models),
                            batch_latency_seconds_p50=percentile(latencies, 0.50),
                            batch_latency_seconds_p95=percentile(latencies, 0.95))
+
+
+def item_seconds(items: int, forward_s: float, cycle_items: int, cycle_s: float
+                 ) -> float | None:
+    """Seconds an item over a window: the batch loop's wall time per item in batches taken
+    with more waiting (what the worker takes when it has work), where there were any and that
+    is longer than the forward pass's time per item, else the forward pass's (a worker never
+    backlogged: the best known). None without items."""
+    if not items:
+        return None
+    forward = forward_s / items
+    return max(forward, cycle_s / cycle_items) if cycle_items else forward
 
 
 def percentile(ordered: list[float], q: float) -> float | None:
