@@ -52,6 +52,10 @@ DECODE_JOB_S = 0.001
 _NOT_DECODED: tuple[torch.Tensor | str, float] = ("cancelled", 0.0)
 
 
+def _ended(run: TaskRun) -> None:
+    """What a run that has ended calls when done again: nothing."""
+
+
 @dataclass
 class TaskRun:
     """One task going through the data path, with the outcome of each item so far."""
@@ -82,15 +86,23 @@ class TaskRun:
         self.outcomes[position] = outcome
         self.remaining -= 1
         if self.remaining == 0:
-            self.finished_at = time.time()
-            self.on_done(self)
+            self.end()
 
     def refuse(self, reason: str) -> None:
         """End the run without running it, for `reason`."""
         self.refusal = reason
         self.remaining = 0
+        self.end()
+
+    def end(self) -> None:
+        """Stamp the run finished and call `on_done`, once; then let go of it. The callback
+        holds what holds this run (the worker's pending task, in its closure): kept, that
+        cycle would hold the task's outcomes until the cyclic garbage collector found it,
+        and a worker's full collections scanned every finished task's (BENCHMARKS.md, "The
+        worker's garbage")."""
         self.finished_at = time.time()
-        self.on_done(self)
+        on_done, self.on_done = self.on_done, _ended
+        on_done(self)
 
     @property
     def done(self) -> bool:
@@ -163,8 +175,7 @@ class BatchingPipeline:
         """Queue every item of `run` for decoding; outcomes arrive through the batch loop."""
         run.model, run.model_version = self.model.name, self.model.version
         if not run.outcomes:
-            run.finished_at = time.time()
-            run.on_done(run)
+            run.end()
             return
         for position, item in enumerate(run.task["items"]):
             slot = _Slot(run, position)
@@ -244,13 +255,18 @@ class BatchingPipeline:
         the worker's speed when it has work, which the forward pass alone overstates where
         decoding, or the process's other work, sets the pace."""
         while True:
-            backlogged = self._queue.qsize() >= self.batch_limit
-            started = time.perf_counter()
-            batch = await self._next_batch()
-            answered = await self._infer(batch)
-            if backlogged and answered:
-                self.hooks.after_batch_cycle(self.model.name, answered,
-                                             time.perf_counter() - started, self.model.version)
+            await self._one_batch()
+
+    async def _one_batch(self) -> None:
+        """Take the next batch and run it. Its items go with this frame: a loop's local
+        would hold the last batch's tasks, and their outcomes, until the next batch came."""
+        backlogged = self._queue.qsize() >= self.batch_limit
+        started = time.perf_counter()
+        batch = await self._next_batch()
+        answered = await self._infer(batch)
+        if backlogged and answered:
+            self.hooks.after_batch_cycle(self.model.name, answered,
+                                         time.perf_counter() - started, self.model.version)
 
     async def _next_batch(self) -> list[_Slot]:
         first = await self._queue.get()

@@ -5,7 +5,9 @@ whose offset was never committed, and the job output still counts it once."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 from collections.abc import Callable
 
 import pytest
@@ -18,6 +20,7 @@ from inferstream.kafka.errors import KafkaSetupError
 from inferstream.serving import fetch, ownership
 from inferstream.serving.hooks import WorkerHooks
 from inferstream.serving.loop import Worker
+from inferstream.serving.pipeline import TaskRun
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from inferstream.worker.metrics import WorkerMetrics
 from tests.unit.promtool import check_metrics, sample
@@ -281,3 +284,28 @@ def test_after_a_refused_transactional_id_the_worker_takes_no_other_partition(
         asyncio.run(asyncio.wait_for(make_worker(config).run(), 30))
     assert faults[0].reached.is_set()
     assert not faults[1].reached.is_set()
+
+
+def test_a_committed_tasks_run_is_freed_without_the_cyclic_garbage_collector(
+        broker: MemoryBroker, make_worker: MakeWorker, running: Running,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each run, with every item's outcome, goes as its task is committed: nothing of the data
+    path holds it in a reference cycle, which only a collection (a full one, by then) frees."""
+    runs: list[weakref.ref[TaskRun]] = []
+    made = TaskRun.__post_init__
+
+    def tracked(run: TaskRun) -> None:
+        made(run)
+        runs.append(weakref.ref(run))
+    monkeypatch.setattr(TaskRun, "__post_init__", tracked)
+    config = make_config()
+    put_tasks(broker, config, 6, items=4)
+    gc.collect()
+    gc.disable()
+    try:
+        running.workers(make_worker(config))
+        running.until(all_committed(broker, config))
+        running.wait_for(lambda: all(run() is None for run in runs))
+    finally:
+        gc.enable()
+    assert len(runs) == 6
