@@ -159,7 +159,9 @@ def _run(command: Command, args: argparse.Namespace, config: Config,
 
 def main(argv: Sequence[str] | None = None) -> int:
     from inferstream.commands import COMMANDS
+    from inferstream.garbage import tune_collector
 
+    tune_collector()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
