@@ -19,7 +19,13 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from inferstream import LOG_FORMAT, __version__
-from inferstream.config import SECTIONS, Config, load_config, parse_kafka_config
+from inferstream.config import (
+    SECTIONS,
+    Config,
+    load_config,
+    parse_kafka_config,
+    setting_types,
+)
 from inferstream.errors import ConfigError, InferstreamError
 
 if TYPE_CHECKING:
@@ -38,7 +44,7 @@ def _flag_type(kind: Any) -> Any:
 def add_setting_flags(parser: argparse.ArgumentParser | Any, cls: type,
                       section: str | None = None) -> None:
     """One flag per field of the settings class `cls` (a section's flags carry its name)."""
-    hints = typing.get_type_hints(cls)
+    hints = setting_types(cls)
     for f in dataclasses.fields(cls):
         if f.name in SECTIONS:
             continue

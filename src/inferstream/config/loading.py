@@ -14,6 +14,7 @@ from typing import Any
 
 from inferstream.config.controller import ControllerConfig
 from inferstream.config.core import SECRET_FILES, Config, parse_kafka_config
+from inferstream.config.fields import setting_types
 from inferstream.config.stream import StreamConfig
 from inferstream.config.sysinfo import SysinfoConfig
 from inferstream.config.worker import WorkerConfig
@@ -116,7 +117,7 @@ def _typed(name: str, kind: Any, value: Any) -> Any:
 
 
 def _build(cls: type, values: Mapping[str, Any], prefix: str = "") -> Any:
-    hints = typing.get_type_hints(cls)
+    hints = setting_types(cls)
     return cls(**{k: v if k in SECTIONS else _typed(prefix + k, hints[k], v)
                   for k, v in values.items()})
 
