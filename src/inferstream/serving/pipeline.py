@@ -94,6 +94,12 @@ class TaskRun:
         self.remaining = 0
         self.end()
 
+    def cancel(self) -> None:
+        """Give the run up (its partition was): its items are neither decoded nor answered
+        from now on, and nobody is called back; `on_done` goes as in `end`."""
+        self.cancelled = True
+        self.on_done = _ended
+
     def end(self) -> None:
         """Stamp the run finished and call `on_done`, once; then let go of it. The callback
         holds what holds this run (the worker's pending task, in its closure): kept, that
@@ -250,8 +256,8 @@ class BatchingPipeline:
         return tensor, seconds
 
     async def run_forever(self) -> None:
-        """The batch loop: runs until cancelled. A batch taken with more than a batch of
-        items waiting goes to `after_batch_cycle` with the loop's time since the batch before:
+        """The batch loop: runs until cancelled. A batch taken with a batch of items or
+        more waiting goes to `after_batch_cycle` with the loop's time since the batch before:
         the worker's speed when it has work, which the forward pass alone overstates where
         decoding, or the process's other work, sets the pace."""
         while True:

@@ -191,7 +191,7 @@ class PartitionCommitter(ABC):
         for _ in range(shed):
             task = self._pending.pop()
             if task.run is not None:
-                task.run.cancelled = True
+                task.run.cancel()
         self._changed.set()
         return shed
 
@@ -199,7 +199,7 @@ class PartitionCommitter(ABC):
         self.lost = True
         for task in self._pending:
             if task.run is not None:
-                task.run.cancelled = True
+                task.run.cancel()
         self._pending.clear()
         self._changed.set()
 
