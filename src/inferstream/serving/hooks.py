@@ -24,7 +24,7 @@ class WorkerHooks:
     def after_batch_cycle(self, model: str, size: int, seconds: float,
                           version: str | None = None) -> None:
         """The batch loop of `model` answered `size` items in `seconds` of wall time, from the
-        end of the batch before, while more than a batch of items was waiting: what the
+        end of the batch before, while a batch of items or more was waiting: what the
         worker takes for them when it has work, decoding and everything else the process did
         meanwhile included (`after_batch` times the forward pass alone)."""
 

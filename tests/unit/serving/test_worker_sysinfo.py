@@ -251,19 +251,23 @@ def test_a_worker_whose_decoding_sets_its_pace_reports_that_pace_not_its_models(
 
 def test_seconds_an_item_are_the_batch_loops_where_it_had_work() -> None:
     """A window whose batches took 1 ms an item in the forward pass and 4 ms an item of the
-    loop's wall time while more were waiting reports 4 ms; without such batches, or where the
-    forward pass took longer, the forward pass's time."""
+    loop's wall time while a batch or more was waiting reports 4 ms; so does a later window
+    without such batches (the worker fed less than a batch at a time is not its forward pass
+    again); without any, or where the forward pass took longer, the forward pass's time."""
     windows = PerformanceWindows(window_s=10.0)
     model = ServedModel("sim:ms=1", "sim")
     windows.snapshot((model,), now=0.0)
     for batch in range(1, 11):
         windows.record(model, 8, 0.008, ended=batch * 0.032)
-        windows.after_batch_cycle("sim:ms=1", 8, 0.032, "sim")
-    (perf,) = windows.snapshot((model,)).models
-    assert perf["item_seconds"] == pytest.approx(0.004)
-    assert item_seconds(8, 0.008, 0, 0.0) == pytest.approx(0.001)
-    assert item_seconds(8, 0.008, 8, 0.004) == pytest.approx(0.001)
-    assert item_seconds(0, 0.0, 8, 0.032) is None
+        windows.record_cycle(model, 8, 0.032, ended=batch * 0.032)
+    (perf,) = windows.snapshot((model,), now=1.0).models
+    assert perf["items"] == 80 and perf["item_seconds"] == pytest.approx(0.004)
+    windows.record(model, 2, 0.002, ended=20.0)  # a later window: no batch had others waiting
+    (later,) = windows.snapshot((model,), now=20.5).models
+    assert later["items"] == 2 and later["item_seconds"] == pytest.approx(0.004)
+    assert item_seconds(8, 0.008, None) == pytest.approx(0.001)
+    assert item_seconds(8, 0.008, 0.0005) == pytest.approx(0.001)
+    assert item_seconds(0, 0.0, 0.004) is None
 
 
 def test_throughput_counts_the_last_window_only() -> None:

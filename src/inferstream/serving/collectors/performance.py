@@ -28,7 +28,7 @@ class _Bucket:
     items: int = 0
     batches: int = 0
     seconds: float = 0.0
-    #: items answered, and the batch loop's wall time, in batches taken with more waiting
+    #: items answered, and the batch loop's wall time, in batches taken with a batch waiting
     cycle_items: int = 0
     cycle_seconds: float = 0.0
 
@@ -41,6 +41,10 @@ class ModelWindow:
         self.started = started
         self._buckets: deque[_Bucket] = deque()
         self._latencies: deque[tuple[float, float]] = deque(maxlen=LATENCY_RESERVOIR)
+        #: the batch loop's wall time per item in the latest window that had backlogged
+        #: batches: kept through windows without any, so that a worker fed less than a batch
+        #: at a time is not planned at its forward pass's speed again
+        self.backlogged_item_s: float | None = None
 
     def add(self, size: int, seconds: float, ended: float) -> None:
         bucket = self._bucket(ended)
@@ -68,7 +72,8 @@ class ModelWindow:
         batches = sum(b.batches for b in self._buckets)
         busy_s = sum(b.seconds for b in self._buckets)
         cycle_items = sum(b.cycle_items for b in self._buckets)
-        cycle_s = sum(b.cycle_seconds for b in self._buckets)
+        if cycle_items:
+            self.backlogged_item_s = sum(b.cycle_seconds for b in self._buckets) / cycle_items
         latencies = sorted(s for ended, s in self._latencies if ended > since)
         # The oldest bucket may reach up to a second before the window: count from there.
         start = min(self._buckets[0].second, since) if self._buckets else since
@@ -77,7 +82,7 @@ class ModelWindow:
             model=model.name, version=model.version, items=items, items_per_s=items / span,
             batch_latency_seconds_p50=percentile(latencies, 0.50),
             batch_latency_seconds_p95=percentile(latencies, 0.95),
-            item_seconds=item_seconds(items, busy_s, cycle_items, cycle_s),
+            item_seconds=item_seconds(items, busy_s, self.backlogged_item_s),
             mean_batch_size=items / batches if batches else None)
 
     def latencies(self, now: float) -> list[float]:
@@ -98,8 +103,12 @@ class PerformanceWindows(WorkerHooks):
 
     def after_batch_cycle(self, model: str, size: int, seconds: float,
                           version: str | None = None) -> None:
-        now = time.monotonic()
-        self._window(ServedModel(model, version), seconds, now).add_cycle(size, seconds, now)
+        self.record_cycle(ServedModel(model, version), size, seconds, time.monotonic())
+
+    def record_cycle(self, model: ServedModel, size: int, seconds: float, ended: float
+                     ) -> None:
+        """One backlogged batch of `model` (`after_batch_cycle`) that ended at `ended`."""
+        self._window(model, seconds, ended).add_cycle(size, seconds, ended)
 
     def record(self, model: ServedModel, size: int, seconds: float, ended: float) -> None:
         """One batch of `model` that ended at `ended` (monotonic clock)."""
@@ -126,16 +135,17 @@ class PerformanceWindows(WorkerHooks):
                            batch_latency_seconds_p95=percentile(latencies, 0.95))
 
 
-def item_seconds(items: int, forward_s: float, cycle_items: int, cycle_s: float
+def item_seconds(items: int, forward_s: float, backlogged_item_s: float | None
                  ) -> float | None:
     """Seconds an item over a window: the batch loop's wall time per item in batches taken
-    with more waiting (what the worker takes when it has work), where there were any and that
-    is longer than the forward pass's time per item, else the forward pass's (a worker never
-    backlogged: the best known). None without items."""
+    with a batch or more waiting (what the worker takes when it has work; this window's, else
+    the latest window's that had such batches), where that is longer than the forward pass's
+    time per item in this window, else the forward pass's (a worker never backlogged since it
+    started: the best known). None without items."""
     if not items:
         return None
     forward = forward_s / items
-    return max(forward, cycle_s / cycle_items) if cycle_items else forward
+    return forward if backlogged_item_s is None else max(forward, backlogged_item_s)
 
 
 def percentile(ordered: list[float], q: float) -> float | None:
