@@ -70,9 +70,12 @@ class Row:
         return self.makespan_s / (self.items / CAPACITY)
 
 
-def settle(fleet: TreeFleet, quiet_s: float = 5.0, timeout_s: float = 120.0) -> None:
-    """Wait until no partition has moved for `quiet_s` (the policy's rebalance after the
-    warm-up), at most `timeout_s`."""
+def settle(fleet: TreeFleet, least_s: float = 12.0, quiet_s: float = 5.0,
+           timeout_s: float = 120.0) -> None:
+    """After the warm-up: wait `least_s` (a rebalance interval and a sample, for the policy
+    to act on the warm-up's samples) and then until no partition has moved for `quiet_s`;
+    BenchError after `timeout_s`."""
+    time.sleep(least_s)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         fleet.check_alive(*WORKERS)
@@ -80,6 +83,7 @@ def settle(fleet: TreeFleet, quiet_s: float = 5.0, timeout_s: float = 120.0) -> 
         if events and time.time() - events[-1].t >= quiet_s:
             return
         time.sleep(0.5)
+    raise BenchError(f"the partitions still moved {timeout_s:g} s after the warm-up")
 
 
 def policy_rates(fleet: TreeFleet) -> dict[str, tuple[float, int | None]]:
@@ -104,9 +108,9 @@ def run_job(fleet: TreeFleet, logdir: Path, items: int, tag: str) -> tuple[str, 
     return job.job_id, time.time() - submitted
 
 
-def measure(bootstrap: str, logdir: Path, src: Path, round_: int, args: argparse.Namespace
-            ) -> Row:
-    tag = f"decode-{round_}-{abs(hash(str(src))) % 1000:03d}-"
+def measure(bootstrap: str, logdir: Path, src: Path, round_: int, tree: int,
+            args: argparse.Namespace) -> Row:
+    tag = f"decode-{round_}-{tree}-"
     fleet = TreeFleet(src, bootstrap, args.partitions, logdir, tag)
     try:
         fleet.create_topics()
@@ -169,9 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     try:
         for round_ in range(args.rounds):
-            for src in trees if round_ % 2 == 0 else trees[::-1]:
+            order = list(enumerate(trees))
+            for tree, src in order if round_ % 2 == 0 else order[::-1]:
                 try:
-                    rows.append(measure(broker.bootstrap, workdir, src, round_ + 1, args))
+                    rows.append(measure(broker.bootstrap, workdir, src, round_ + 1, tree, args))
                 except BenchError as exc:
                     print(f"{src} round {round_ + 1} failed: {exc}", flush=True)
                     continue

@@ -24,6 +24,7 @@ from inferstream.config import Config
 from inferstream.controller.book import JobBook
 from inferstream.controller.hooks import ControllerHooks
 from inferstream.controller.replica import Controller
+from inferstream.garbage import tune_collector
 from inferstream.kafka import follower, settings
 from inferstream.kafka.errors import KafkaSetupError
 from inferstream.models import LoadedModel, load_model
@@ -60,6 +61,13 @@ def quick_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(settings, "POLL_TIMEOUT_S", 0.01)
     monkeypatch.setattr(follower, "FOLLOW_ROUND_S", 0.01)
     monkeypatch.setattr(committers, "RETRY_BACKOFF_S", 0.005)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def command_gc_thresholds() -> None:
+    """Every test runs with the garbage collector's thresholds that the `inferstream` command
+    sets (`inferstream.garbage`), not with those of whichever test called `cli.main` first."""
+    tune_collector()
 
 
 @pytest.fixture(autouse=True)
