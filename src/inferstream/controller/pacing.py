@@ -56,12 +56,12 @@ LINE_UP_BELOW_S = 0.05
 #: A worker is kept at most this many of the largest tasks (`max_chunk_size` items each) ahead,
 #: whatever its speed says: one to work on and one behind it, as a worker of unknown speed.
 #: A calibration and the results' times are model time per item, which leaves out the
-#: worker's own work on each item (the policy's rate once the worker has been backlogged does not;
-#: before 2026-12-06 it did too): for a model of next to no compute (sim:ms=0's forward pass
-#: alone, 234,297 items a second)
-#: `issue_ahead_s` of it was a whole job of 1.28 million items at once, all of it outstanding
-#: in the controller (758 MiB) and the worker, and the deadlines made of that speed
-#: (`migration_floor_s`, 20 s, in effect) passed for the tasks at the back.
+#: worker's own work on each item (the policy's rate, once the worker has been backlogged,
+#: does not; before 2026-12-06 it did too): for a model of next to no compute (sim:ms=0's
+#: forward pass alone, 234,297 items a second) `issue_ahead_s` of it was a whole job of 1.28
+#: million items at once, all of it outstanding in the controller (758 MiB) and the worker,
+#: and the deadlines made of that speed (`migration_floor_s`, 20 s, in effect) passed for the
+#: tasks at the back.
 AHEAD_LARGEST_TASKS = 2
 
 #: (pool, worker) -> the highest priority among the tasks of this replica's jobs it holds
