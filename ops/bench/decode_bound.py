@@ -37,7 +37,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from committed import CommittedResults, audit
 from failover_common import (
-    ownership_events,
     source_version,
     start_broker,
     wait_for_group,
@@ -70,20 +69,12 @@ class Row:
         return self.makespan_s / (self.items / CAPACITY)
 
 
-def settle(fleet: TreeFleet, least_s: float = 12.0, quiet_s: float = 5.0,
-           timeout_s: float = 120.0) -> None:
+def settle(fleet: TreeFleet, least_s: float = 12.0) -> None:
     """After the warm-up: wait `least_s` (a rebalance interval and a sample, for the policy
-    to act on the warm-up's samples) and then until no partition has moved for `quiet_s`;
-    BenchError after `timeout_s`."""
+    to act on the warm-up's samples), then until the partitions have not moved for 5 s
+    (BenchError after 120 s)."""
     time.sleep(least_s)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        fleet.check_alive(*WORKERS)
-        events = ownership_events(fleet, list(WORKERS))
-        if events and time.time() - events[-1].t >= quiet_s:
-            return
-        time.sleep(0.5)
-    raise BenchError(f"the partitions still moved {timeout_s:g} s after the warm-up")
+    wait_for_group(fleet, list(WORKERS), timeout_s=120, quiet_s=5.0)
 
 
 def policy_rates(fleet: TreeFleet) -> dict[str, tuple[float, int | None]]:
