@@ -66,6 +66,8 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "finished_at": T0 + 3,
         "decode_seconds": 0.01,
         "inference_seconds": 0.25,
+        "ok_count": 1,
+        "error_count": 1,
     },
     "JobEvent": {
         "job_id": "job-1",

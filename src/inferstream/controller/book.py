@@ -31,16 +31,15 @@ from inferstream.controller.waiting import NOBODY_STARTING, ModelWaits, Starting
 from inferstream.policy.view import PolicyView
 from inferstream.schemas import Codec
 from inferstream.schemas.records import (
-    ItemStatus,
     Job,
     JobEvent,
     JobEventType,
     LedgerStatus,
+    ResultSummary,
     Task,
     TaskControl,
     TaskControlReason,
     TaskDeclined,
-    TaskResult,
     model_ref,
     now_ms,
     read_record,
@@ -152,19 +151,18 @@ class JobBook:
         log.info("job %s cancelled at %d/%s items", state.job_id, state.done_items,
                  state.total_items if state.total_items is not None else "?")
 
-    def on_result(self, result: TaskResult, out: Outbox) -> None:
+    def on_result(self, result: ResultSummary, out: Outbox) -> None:
         """A task's result: the first of each task counts, later ones are dropped."""
         version = result["model_version"]
         answered = model_ref(result["model"],
                              int(version) if version and version.isdecimal() else None)
+        ok, errors = result["ok_count"], result["error_count"]
         self.pools.record_result(result["worker"], answered)
-        self.deadlines.observe(result["worker"], answered, len(result["items"]),
+        self.deadlines.observe(result["worker"], answered, ok + errors,
                                result["inference_seconds"])
         state = self.jobs.get(result["job_id"])
         if state is None:
             return  # a job of another replica's partition, or long finished
-        ok = sum(1 for item in result["items"] if item["status"] == ItemStatus.OK)
-        errors = len(result["items"]) - ok
         if not state.record_result(result["task_id"], ok, errors):
             out.count(state.partition, ("late_results_dropped",))
             log.info("duplicate result dropped job=%s task=%d attempt=%d worker=%s",

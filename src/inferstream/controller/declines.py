@@ -24,6 +24,7 @@ from inferstream.schemas import Codec
 from inferstream.schemas.records import (
     Task,
     TaskResult,
+    encode_result,
     error_items,
     now_ms,
     serves,
@@ -127,6 +128,6 @@ def unserved(view: PoolView, config: Config, codec: Codec, task: Task,
               f"({view.describe_pool(config.worker_group(task['pool']))})")
     log.warning("job %s task %d fails: %s", task["job_id"], task["task_id"], reason)
     results = config.topic("results")
-    failed = codec.encode("TaskResult", failed_result(task, reason))
+    failed = encode_result(codec, failed_result(task, reason))
     return Outgoing(results, results_partition(task, partitions(results)),
                     task["job_id"].encode(), failed)

@@ -17,7 +17,7 @@ from inferstream.controller.ledger import JobState
 from inferstream.controller.outbox import Outbox
 from inferstream.controller.waiting import ModelWaits
 from inferstream.schemas import Codec
-from inferstream.schemas.records import TaskControlReason
+from inferstream.schemas.records import TaskControlReason, encode_result
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class Migration:
                 reason = f"task {task['task_id']} {late.reason}"
                 log.warning("job %s: %s: its items fail", task["job_id"], reason)
                 out.add(home, out.topics.results, home, task["job_id"].encode(),
-                        self.codec.encode("TaskResult", failed_result(task, reason)))
+                        encode_result(self.codec, failed_result(task, reason)))
                 continue
             again = self.issuer.again(state, task, late.partition, out, now, why=late.reason,
                                       kind="migrated")

@@ -56,7 +56,7 @@ from inferstream.schemas.records import (
     TaskDeclined,
     as_record,
     now_ms,
-    read_result,
+    read_result_summary,
 )
 
 log = logging.getLogger(__name__)
@@ -211,7 +211,7 @@ class Controller:
                 else:
                     raise SchemaError(f"a {name} record, not a Job, on {self.topics.jobs}")
                 return
-            record = read_result(self.codec, message.value() or b"")
+            record = read_result_summary(self.codec, message.value() or b"")
             if "served_models" in record:
                 self.book.on_declined(cast(TaskDeclined, record), out)
             else:

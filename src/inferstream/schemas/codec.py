@@ -176,15 +176,32 @@ class Codec:
         writer, start = self._writer_for(data)
         if writer.name != expected:
             raise SchemaError(f"expected a {expected} record, got a {writer.name} record")
-        key = (id(writer), names)
-        head = self._heads.get(key)
+        head = self._head(writer, names)
         if head is None:
-            fields = writer.schema["fields"][: len(names)]
-            if tuple(field["name"] for field in fields) != names:
-                raise SchemaError(f"{writer.name} records do not begin with {', '.join(names)}")
-            head = self._heads[key] = parse_schema(
-                {"type": "record", "name": f"{NAMESPACE}.{writer.name}Head", "fields": fields})
+            raise SchemaError(f"{writer.name} records do not begin with {', '.join(names)}")
         return _read(data, start, _Writer(writer.name, head, None))[0]
+
+    def decode_leading(self, data: bytes, expected: str, names: tuple[str, ...]
+                       ) -> tuple[str, dict[str, Any]]:
+        """A record of any inferstream type, with its name: of an `expected` record whose
+        writer begins with the fields `names`, those fields alone, as `decode_head` reads
+        them; of any other, the whole record, as `decode_named` reads it."""
+        writer, start = self._writer_for(data)
+        head = self._head(writer, names) if writer.name == expected else None
+        if head is None:
+            return writer.name, _read_body(data, start, writer)
+        return writer.name, _read(data, start, _Writer(writer.name, head, None))[0]
+
+    def _head(self, writer: _Writer, names: tuple[str, ...]) -> Any:
+        """The schema of the leading fields `names` of `writer`'s records; None where its
+        records do not begin with them."""
+        key = (id(writer), names)
+        if key not in self._heads:
+            fields = writer.schema["fields"][: len(names)]
+            self._heads[key] = None if tuple(f["name"] for f in fields) != names else (
+                parse_schema({"type": "record", "name": f"{NAMESPACE}.{writer.name}Head",
+                              "fields": fields}))
+        return self._heads[key]
 
     def decode_named(self, data: bytes) -> tuple[str, dict[str, Any]]:
         """Decode one record of any inferstream type; return its name ("Job", ...) and it."""

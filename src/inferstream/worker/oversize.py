@@ -20,7 +20,13 @@ import sys
 
 from inferstream.kafka.topics import LARGE_MESSAGE_BYTES
 from inferstream.schemas import Codec
-from inferstream.schemas.records import ItemResult, TaskItem, TaskResult, error_items
+from inferstream.schemas.records import (
+    ItemResult,
+    TaskItem,
+    TaskResult,
+    encode_result,
+    error_items,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +59,10 @@ def fitted(codec: Codec, result: TaskResult, encoded: bytes,
         repeat_bytes = 0
         error_sizes = _error_sizes(codec, result, names, reason, repeat_bytes, empty)
     # with every item an error, the record fits; the reason in full moves to the first
-    # error, whichever item that is: room for it (and its longer length prefix) kept aside
-    room = cap - empty - sum(error_sizes) - len(reason.encode()) - LENGTH_PREFIX_BYTES
+    # error, whichever item that is: room for it (and its longer length prefix) kept aside,
+    # and for the item counts, longer than the 0s of `empty`
+    room = (cap - empty - sum(error_sizes) - len(reason.encode()) - LENGTH_PREFIX_BYTES
+            - _counts_growth(len(items)))
     kept = 0  # the first items, in order, while each one's output fits
     while kept < len(items) and sizes[kept] - error_sizes[kept] <= room:
         room -= sizes[kept] - error_sizes[kept]
@@ -62,12 +70,18 @@ def fitted(codec: Codec, result: TaskResult, encoded: bytes,
     log.warning("the result of job=%s task=%d takes %d bytes, over the %d a record holds: "
                 "its first %d of %d items kept, the rest made errors", result["job_id"],
                 result["task_id"], len(encoded), cap, kept, len(items))
-    return codec.encode("TaskResult", TaskResult(
+    return encode_result(codec, TaskResult(
         **{**result, "items": [*items[:kept], *error_items(names[kept:], reason, repeat_bytes)]}))
 
 
 def _size(codec: Codec, result: TaskResult, items: list[ItemResult]) -> int:
-    return len(codec.encode("TaskResult", TaskResult(**{**result, "items": items})))
+    return len(encode_result(codec, TaskResult(**{**result, "items": items})))
+
+
+def _counts_growth(items: int) -> int:
+    """The most bytes a result's two item counts take beyond their 0s: each is at most
+    `items`, an Avro int (a zigzag varint of 7 bits a byte)."""
+    return 2 * (max(1, -(-(2 * items).bit_length() // 7)) - 1)
 
 
 def _error_sizes(codec: Codec, result: TaskResult, names: list[TaskItem], reason: str,

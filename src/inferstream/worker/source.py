@@ -25,6 +25,7 @@ from inferstream.schemas.records import (
     Task,
     TaskDeclined,
     TaskResult,
+    encode_result,
     now_ms,
     read_record,
     task_ref,
@@ -107,7 +108,7 @@ class TaskSource(Source):
             decode_seconds=run.decode_seconds, inference_seconds=run.inference_seconds,
         )
         return [self._result(task, fitted(self.codec, result,
-                                          self.codec.encode("TaskResult", result)))]
+                                          encode_result(self.codec, result)))]
 
     def _declined(self, task: Task, reason: str) -> Outgoing:
         """The TaskDeclined that answers `task`, committed with its offset like a result."""

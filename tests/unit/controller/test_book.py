@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pytest
 
@@ -25,14 +25,17 @@ from inferstream.schemas.records import (
     LedgerKind,
     LedgerStatus,
     Prediction,
+    ResultSummary,
     Task,
     TaskControl,
     TaskControlReason,
     TaskDeclined,
     TaskResult,
+    encode_result,
     now_ms,
     ok_item,
     read_record,
+    read_result_summary,
 )
 from tests.unit.support.memory import CODEC, MODEL, POOL
 from tests.unit.support.memory import make_config as base_config
@@ -82,15 +85,17 @@ def controls(book: JobBook, out: Outbox) -> list[TaskControl]:
     return [control for _, control in written(out, book.topics.controls, TaskControl)]
 
 
-def result_of(task: Task, worker: str = "w1") -> TaskResult:
-    """The task's result from `worker`, on the version the task asks for."""
+def result_of(task: Task, worker: str = "w1") -> ResultSummary:
+    """The task's result from `worker`, on the version the task asks for, as the controller
+    reads it off the results topic."""
     top = [Prediction(class_id=1, label="goldfish", score=0.9)]
     version = task["model_version"]
-    return TaskResult(job_id=task["job_id"], task_id=task["task_id"], attempt=task["attempt"],
-                      worker=worker, model=task["model"],
-                      model_version=None if version is None else str(version),
-                      items=[ok_item(item, top) for item in task["items"]], started_at=0,
-                      finished_at=0, decode_seconds=0.0, inference_seconds=0.01)
+    result = TaskResult(job_id=task["job_id"], task_id=task["task_id"], attempt=task["attempt"],
+                        worker=worker, model=task["model"],
+                        model_version=None if version is None else str(version),
+                        items=[ok_item(item, top) for item in task["items"]], started_at=0,
+                        finished_at=0, decode_seconds=0.0, inference_seconds=0.01)
+    return cast(ResultSummary, read_result_summary(CODEC, encode_result(CODEC, result)))
 
 
 def accepted(book: JobBook, job: Job | None = None) -> tuple[Outbox, list[Task]]:

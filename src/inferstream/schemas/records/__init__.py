@@ -10,7 +10,8 @@ a type here and its `.avsc` disagree on a field's name or on whether it may be n
 The modules, by what the records are about: `jobs` (Job, Task, JobEvent), `results`
 (TaskResult, TaskDeclined), `tracking` (the controller's LedgerEntry and TaskControl),
 `readings` (SysInfoSample), `policy_entry` (PolicyEntry, ModelRange, ModelRate), `streams`
-(StreamResult, DeadLetter), `announcements` (WorkerAnnouncement); import them all from here.
+(StreamResult, DeadLetter), `announcements` (WorkerAnnouncement), `summary` (a TaskResult as
+the controller reads it, without its items); import them all from here.
 """
 
 from inferstream.schemas.records.announcements import WorkerAnnouncement, WorkerState
@@ -56,6 +57,7 @@ from inferstream.schemas.records.results import (
     NamedTensor,
     OutputFields,
     Prediction,
+    ResultSummary,
     TaskDeclined,
     TaskResult,
     error_item,
@@ -68,6 +70,11 @@ from inferstream.schemas.records.streams import (
     StreamOrigin,
     StreamResult,
     new_dead_letter,
+)
+from inferstream.schemas.records.summary import (
+    encode_result,
+    read_result_summary,
+    summary_of,
 )
 from inferstream.schemas.records.tracking import (
     LedgerEntry,
@@ -115,6 +122,7 @@ __all__ = [
     "Prediction",
     "PublisherFields",
     "QueueFields",
+    "ResultSummary",
     "SoftwareFields",
     "StreamOrigin",
     "StreamResult",
@@ -129,6 +137,7 @@ __all__ = [
     "WorkerHealth",
     "WorkerState",
     "as_record",
+    "encode_result",
     "error_item",
     "error_items",
     "model_ref",
@@ -141,7 +150,9 @@ __all__ = [
     "plain_record",
     "read_record",
     "read_result",
+    "read_result_summary",
     "serves",
     "split_ref",
+    "summary_of",
     "task_ref",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from inferstream.schemas.records.jobs import TaskItem
 
@@ -54,18 +54,37 @@ class ItemResult(TypedDict):
     error: str | None
 
 
-class TaskResult(TypedDict):
+class _ResultHead(TypedDict):
+    """The fields a TaskResult begins with, before its item counts and its items."""
+
     job_id: str
     task_id: int
     attempt: int
     worker: str
     model: str
     model_version: str | None
-    items: list[ItemResult]
     started_at: int
     finished_at: int
     decode_seconds: float
     inference_seconds: float
+
+
+class TaskResult(_ResultHead):
+    """One task attempt's outcome. `ok_count` and `error_count` are written by
+    `summary.encode_result`, from the items (-1, their default, where a writer left them
+    out)."""
+
+    ok_count: NotRequired[int]
+    error_count: NotRequired[int]
+    items: list[ItemResult]
+
+
+class ResultSummary(_ResultHead):
+    """A TaskResult without its items, which the controller reads in their place: how many
+    are OK and how many ERROR."""
+
+    ok_count: int
+    error_count: int
 
 
 class TaskDeclined(TypedDict):

@@ -1,0 +1,63 @@
+"""A task's result as the controller reads it: everything but its items, and how many of
+those are OK and ERROR (`ResultSummary`).
+
+A TaskResult's item counts are written before its items (`encode_result`), so the
+controller reads a result's summary without decoding its items (`read_result_summary`),
+which took most of its CPU per item: its work per result no longer grows with the task's
+size (BENCHMARKS.md, "The controller reads no item"). A result whose writer left the counts
+out (written before they were, or by a producer of its own) is read in full and counted.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from inferstream.schemas.codec import Codec
+from inferstream.schemas.errors import SchemaError
+from inferstream.schemas.records.results import (
+    ItemResult,
+    ItemStatus,
+    ResultSummary,
+    TaskDeclined,
+    TaskResult,
+)
+from inferstream.schemas.records.typed import as_record
+
+#: The leading fields of a TaskResult, which make its summary, in the schema's order.
+SUMMARY_FIELDS: tuple[str, ...] = tuple(typing.get_type_hints(ResultSummary))
+#: The counts among them, which a result read in full may lack.
+COUNT_FIELDS = ("ok_count", "error_count")
+
+
+def item_counts(items: Sequence[ItemResult] | Sequence[Mapping[str, Any]]) -> tuple[int, int]:
+    """How many of `items` are OK, and how many ERROR."""
+    ok = sum(1 for item in items if item["status"] == ItemStatus.OK)
+    return ok, len(items) - ok
+
+
+def encode_result(codec: Codec, result: TaskResult) -> bytes:
+    """`result` encoded with the counts of its items (whatever counts it holds)."""
+    ok, errors = item_counts(result["items"])
+    return codec.encode("TaskResult", {**result, "ok_count": ok, "error_count": errors})
+
+
+def summary_of(result: Mapping[str, Any]) -> ResultSummary:
+    """The summary of a result read in full: its fields but the items, and their counts."""
+    ok, errors = item_counts(result["items"])
+    fields = {name: result[name] for name in SUMMARY_FIELDS if name not in COUNT_FIELDS}
+    return typing.cast(ResultSummary, {**fields, "ok_count": ok, "error_count": errors})
+
+
+def read_result_summary(codec: Codec, value: bytes) -> ResultSummary | TaskDeclined:
+    """A record of the results topic as the controller reads it: a TaskResult's summary,
+    without decoding its items where its writer counted them; or a worker's TaskDeclined."""
+    name, record = codec.decode_leading(value, "TaskResult", SUMMARY_FIELDS)
+    if name == "TaskDeclined":
+        return as_record(TaskDeclined, record)
+    if name != "TaskResult":
+        raise SchemaError(f"expected a TaskResult or TaskDeclined record, got a {name} record")
+    if record["ok_count"] >= 0 and record["error_count"] >= 0:
+        return typing.cast(ResultSummary, record)
+    return summary_of(record if "items" in record else codec.decode(value))
