@@ -10,12 +10,14 @@ out (written before they were, or by a producer of its own) is read in full and 
 
 from __future__ import annotations
 
+import functools
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from inferstream.schemas.codec import Codec
+from inferstream.schemas.codec import Codec, load_schema
 from inferstream.schemas.errors import SchemaError
+from inferstream.schemas.item_writer import ItemWriter
 from inferstream.schemas.records.results import (
     ItemResult,
     ItemStatus,
@@ -38,9 +40,18 @@ def item_counts(items: Sequence[ItemResult] | Sequence[Mapping[str, Any]]) -> tu
 
 
 def encode_result(codec: Codec, result: TaskResult) -> bytes:
-    """`result` encoded with the counts of its items (whatever counts it holds)."""
-    ok, errors = item_counts(result["items"])
-    return codec.encode("TaskResult", {**result, "ok_count": ok, "error_count": errors})
+    """`result` encoded with the counts of its items (whatever counts it holds): its other
+    fields by `codec`, its items, the record's last field, by `item_writer`."""
+    items = result["items"]
+    ok, errors = item_counts(items)
+    head = codec.encode("TaskResult", {**result, "ok_count": ok, "error_count": errors,
+                                       "items": []})
+    return head[:-1] + _item_writer().items_array(items)  # in place of the empty array
+
+
+@functools.cache
+def _item_writer() -> ItemWriter:
+    return ItemWriter(load_schema("TaskResult"))
 
 
 def summary_of(result: Mapping[str, Any]) -> ResultSummary:

@@ -1,0 +1,143 @@
+"""A TaskResult's items in Avro binary, written here rather than by fastavro: the worker's
+largest cost per item where its model is fast (BENCHMARKS.md, "The worker writes its items").
+
+fastavro walks the schema for every value, 8.7 us an item of five predictions; the same bytes
+written here take about 2.2: each (class id, label) pair's bytes are kept once made, and an
+item is one join of its parts. Only the common shapes are written here: an item whose
+`embedding` is null and whose `tensors` are empty, with values of the schema's types. Any
+other item (an embedding or tensor model's, or a value of another type) goes to fastavro,
+which writes it, or says why it does not fit, as `Codec.encode` would. The bytes are the same
+either way (tests/unit/schemas/test_item_writer.py compares them on random items), and
+`ItemWriter` refuses to start where the schema's ItemResult is not the one this code writes.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fastavro import parse_schema, schemaless_writer
+
+from inferstream.schemas.errors import SchemaError
+
+#: ItemResult's fields and Prediction's, in the order this module writes them.
+ITEM_FIELDS = ("index", "name", "status", "top_k", "embedding", "tensors", "error")
+PREDICTION_FIELDS = ("class_id", "label", "score")
+#: ItemStatus's symbols: an enum is written as its symbol's index.
+STATUS_BYTES = {"OK": b"\x00", "ERROR": b"\x02"}
+#: The (class id, label) pairs whose bytes are kept; the store starts again past this.
+MOST_PAIRS = 65_536
+
+_INT_LIMIT = 2**31
+_LONG_LIMIT = 2**63
+_FLOAT = struct.Struct("<f").pack
+#: An empty array, and a union's null branch (index 0).
+_EMPTY = _NULL = b"\x00"
+#: A union's second branch (index 1: the string of a nullable string).
+_SECOND = b"\x02"
+#: What follows an item's predictions: their array's end, a null embedding, no tensors.
+_AFTER_TOP_K = _EMPTY + _NULL + _EMPTY
+
+
+def _varint(n: int) -> bytes:
+    """An Avro int or long: zigzag, then 7 bits a byte, lowest first."""
+    n = (n << 1) ^ (n >> 63)
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _string(text: str) -> bytes:
+    data = text.encode()
+    return _varint(len(data)) + data
+
+
+def _array(count: int, body: bytes) -> bytes:
+    """An Avro array of `count` items already written as `body`: one block, then its end."""
+    return _EMPTY if count == 0 else _varint(count) + body + _EMPTY
+
+
+class ItemWriter:
+    """Writes the `items` array of a TaskResult (`items_array`); one per codec, shared."""
+
+    def __init__(self, task_result_schema: Mapping[str, Any]) -> None:
+        item = next(f["type"]["items"] for f in task_result_schema["fields"]
+                    if f["name"] == "items")
+        _check(item)
+        self._fallback = parse_schema(item)
+        self._pairs: dict[tuple[int, str], bytes] = {}
+
+    def items_array(self, items: Sequence[Mapping[str, Any]]) -> bytes:
+        """`items` as the Avro array of ItemResult; SchemaError for an item that does not
+        fit the schema."""
+        return _array(len(items), b"".join([self._item(item) for item in items]))
+
+    def _item(self, item: Mapping[str, Any]) -> bytes:
+        try:
+            if item["embedding"] is None and not item["tensors"]:
+                return self._common(item)
+        except (KeyError, TypeError, ValueError, AttributeError, struct.error):
+            pass  # fastavro says what does not fit
+        return self._fastavro(item)
+
+    def _common(self, item: Mapping[str, Any]) -> bytes:
+        """An item of top-k predictions or an error, in the order of ITEM_FIELDS."""
+        index, top_k, error = item["index"], item["top_k"], item["error"]
+        if (type(index) is not int or not -_LONG_LIMIT <= index < _LONG_LIMIT
+                or len(item) != len(ITEM_FIELDS)):
+            raise ValueError("not the common shape")
+        parts = [_varint(index), _string(item["name"]), STATUS_BYTES[item["status"]]]
+        if top_k:
+            parts.append(_varint(len(top_k)))
+            pairs = self._pairs
+            for prediction in top_k:
+                class_id, label = prediction["class_id"], prediction["label"]
+                if type(class_id) is not int or len(prediction) != len(PREDICTION_FIELDS):
+                    raise ValueError("not a Prediction of the common shape")
+                pair = pairs.get((class_id, label)) or self._pair(class_id, label)
+                parts += (pair, _FLOAT(prediction["score"]))
+        parts.append(_AFTER_TOP_K)
+        parts.append(_NULL if error is None else _SECOND + _string(error))
+        return b"".join(parts)
+
+    def _pair(self, class_id: int, label: str) -> bytes:
+        """The bytes of a Prediction's class id and label, kept for the next time."""
+        if not -_INT_LIMIT <= class_id < _INT_LIMIT:
+            raise ValueError("class_id is not an Avro int")
+        if len(self._pairs) >= MOST_PAIRS:
+            self._pairs.clear()
+        pair = self._pairs[(class_id, label)] = _varint(class_id) + _string(label)
+        return pair
+
+    def _fastavro(self, item: Mapping[str, Any]) -> bytes:
+        buffer = io.BytesIO()
+        try:
+            schemaless_writer(buffer, self._fallback, item, strict_allow_default=True)
+        except Exception as exc:  # fastavro raises ValueError, TypeError, KeyError, ...
+            raise SchemaError(f"an item does not fit schema ItemResult: {exc}") from exc
+        return buffer.getvalue()
+
+
+def _check(item: Mapping[str, Any]) -> None:
+    """SchemaError unless `item` is the ItemResult schema this module writes."""
+    fields = {f["name"]: f["type"] for f in item["fields"]}
+    top_k = fields.get("top_k", {})
+    prediction = top_k.get("items", {}) if isinstance(top_k, dict) else {}
+    written = (
+        tuple(fields) == ITEM_FIELDS
+        and fields["index"] == "long" and fields["name"] == "string"
+        and fields["status"].get("symbols") == list(STATUS_BYTES)
+        and fields["embedding"][0] == "null" and fields["error"] == ["null", "string"]
+        and tuple(f["name"] for f in prediction.get("fields", ())) == PREDICTION_FIELDS
+        and [f["type"] for f in prediction["fields"]] == ["int", "string", "float"]
+    )
+    if not written:
+        raise SchemaError("the ItemResult schema is not the one item_writer.py writes: "
+                          "change the module with the schema")
