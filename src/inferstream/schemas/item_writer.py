@@ -67,12 +67,14 @@ def _array(count: int, body: bytes) -> bytes:
 class ItemWriter:
     """Writes the `items` array of a TaskResult (`items_array`); one per codec, shared."""
 
-    def __init__(self, task_result_schema: Mapping[str, Any]) -> None:
+    def __init__(self, task_result_schema: Mapping[str, Any], most_pairs: int = MOST_PAIRS
+                 ) -> None:
         item = next(f["type"]["items"] for f in task_result_schema["fields"]
                     if f["name"] == "items")
         _check(item)
         self._fallback = parse_schema(item)
         self._pairs: dict[tuple[int, str], bytes] = {}
+        self._most_pairs = most_pairs
 
     def items_array(self, items: Sequence[Mapping[str, Any]]) -> bytes:
         """`items` as the Avro array of ItemResult; SchemaError for an item that does not
@@ -111,7 +113,7 @@ class ItemWriter:
         """The bytes of a Prediction's class id and label, kept for the next time."""
         if not -_INT_LIMIT <= class_id < _INT_LIMIT:
             raise ValueError("class_id is not an Avro int")
-        if len(self._pairs) >= MOST_PAIRS:
+        if len(self._pairs) >= self._most_pairs:
             self._pairs.clear()
         pair = self._pairs[(class_id, label)] = _varint(class_id) + _string(label)
         return pair

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from inferstream.schemas import Codec, SchemaError, load_schema
-from inferstream.schemas.item_writer import MOST_PAIRS, ItemWriter
+from inferstream.schemas.item_writer import ItemWriter
 from inferstream.schemas.records import ItemStatus, TaskResult, encode_result
 
 CODEC = Codec()
@@ -58,10 +58,10 @@ def test_random_items_are_written_as_fastavro_writes_them(seed: int) -> None:
 
 
 def test_a_nan_score_and_the_pair_store_starting_again_write_the_same_bytes() -> None:
-    writer = ItemWriter(load_schema("TaskResult"))
+    writer = ItemWriter(load_schema("TaskResult"), most_pairs=8)
     items = [{"index": i, "name": "n", "status": "OK", "embedding": None, "tensors": [],
-              "error": None, "top_k": [{"class_id": i, "label": "x", "score": math.nan}]}
-             for i in range(MOST_PAIRS + 10)]
+              "error": None, "top_k": [{"class_id": i % 11, "label": "x", "score": math.nan}]}
+             for i in range(30)]
     written = writer.items_array(items)
     assert written == fastavro_bytes(items)[-len(written):]
 
