@@ -183,11 +183,14 @@ class Codec:
 
     def decode_leading(self, data: bytes, expected: str, names: tuple[str, ...]
                        ) -> tuple[str, dict[str, Any]]:
-        """A record of any inferstream type, with its name: of an `expected` record whose
-        writer begins with the fields `names`, those fields alone, as `decode_head` reads
-        them; of any other, the whole record, as `decode_named` reads it."""
+        """A record of any inferstream type, with its name: of an `expected` record written
+        with the current schema, which begins with the fields `names`, those fields alone, as
+        `decode_head` reads them; of any other (an older or foreign writer's too, whose
+        fields of those names may have other types), the whole record, as `decode_named`
+        reads it, projected onto the current schema."""
         writer, start = self._writer_for(data)
-        head = self._head(writer, names) if writer.name == expected else None
+        current = writer.name == expected and writer.reader is None
+        head = self._head(writer, names) if current else None
         if head is None:
             return writer.name, _read_body(data, start, writer)
         return writer.name, _read(data, start, _Writer(writer.name, head, None))[0]

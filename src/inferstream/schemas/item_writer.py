@@ -1,14 +1,16 @@
 """A TaskResult's items in Avro binary, written here rather than by fastavro: the worker's
-largest cost per item where its model is fast (BENCHMARKS.md, "The worker writes its items").
+largest cost per item where its model is fast (BENCHMARKS.md, "The controller reads no item,
+and the worker writes its items").
 
-fastavro walks the schema for every value, 8.7 us an item of five predictions; the same bytes
-written here take about 2.2: each (class id, label) pair's bytes are kept once made, and an
-item is one join of its parts. Only the common shapes are written here: an item whose
-`embedding` is null and whose `tensors` are empty, with values of the schema's types. Any
-other item (an embedding or tensor model's, or a value of another type) goes to fastavro,
-which writes it, or says why it does not fit, as `Codec.encode` would. The bytes are the same
-either way (tests/unit/schemas/test_item_writer.py compares them on random items), and
-`ItemWriter` refuses to start where the schema's ItemResult is not the one this code writes.
+fastavro walks the schema for every value, 7.7 us an item of five predictions; the same bytes
+written here take about 2.9 (ops/bench/result_codec.py): each (class id, label) pair's bytes
+are kept once made, and an item is one join of its parts. Only the common shapes are
+written here: an item whose `embedding` is null and whose `tensors` are an empty list, with
+values of the schema's types. Any other item (an embedding or tensor model's, or a value of
+another type) goes to fastavro, which writes it, or says why it does not fit, as
+`Codec.encode` would. The bytes are the same either way (tests/unit/schemas/
+test_item_writer.py compares them on random items), and `ItemWriter` refuses to start where
+the schema's ItemResult is not the one this code writes.
 """
 
 from __future__ import annotations
@@ -65,7 +67,9 @@ def _array(count: int, body: bytes) -> bytes:
 
 
 class ItemWriter:
-    """Writes the `items` array of a TaskResult (`items_array`); one per codec, shared."""
+    """Writes the `items` array of a TaskResult (`items_array`); one a process
+    (`records.summary`), shared by its threads: a race on the pair store writes the same
+    bytes twice at worst."""
 
     def __init__(self, task_result_schema: Mapping[str, Any], most_pairs: int = MOST_PAIRS
                  ) -> None:
@@ -83,9 +87,10 @@ class ItemWriter:
 
     def _item(self, item: Mapping[str, Any]) -> bytes:
         try:
-            if item["embedding"] is None and not item["tensors"]:
+            tensors = item["tensors"]
+            if item["embedding"] is None and type(tensors) is list and not tensors:
                 return self._common(item)
-        except (KeyError, TypeError, ValueError, AttributeError, struct.error):
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError, struct.error):
             pass  # fastavro says what does not fit
         return self._fastavro(item)
 
@@ -93,7 +98,7 @@ class ItemWriter:
         """An item of top-k predictions or an error, in the order of ITEM_FIELDS."""
         index, top_k, error = item["index"], item["top_k"], item["error"]
         if (type(index) is not int or not -_LONG_LIMIT <= index < _LONG_LIMIT
-                or len(item) != len(ITEM_FIELDS)):
+                or type(top_k) is not list or len(item) != len(ITEM_FIELDS)):
             raise ValueError("not the common shape")
         parts = [_varint(index), _string(item["name"]), STATUS_BYTES[item["status"]]]
         if top_k:

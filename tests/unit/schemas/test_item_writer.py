@@ -44,7 +44,8 @@ def random_item(rng: random.Random, index: int) -> dict[str, Any]:
         item["top_k"] = [{"class_id": rng.choice([0, 63, 64, 8191, 8192, -1, 2**31 - 1,
                                                   -(2**31), rng.randrange(1000)]),
                           "label": rng.choice(["tabby", "", "Ärger", "l" * 130]),
-                          "score": rng.choice([rng.random(), 0.0, 1, math.inf, -0.0])}
+                          "score": rng.choice([rng.random(), 0.0, 1, math.inf, -0.0, 1e39,
+                                               -3.4028235677973366e38])}
                          for _ in range(rng.randrange(6))]
     return item
 
@@ -70,6 +71,7 @@ def test_a_nan_score_and_the_pair_store_starting_again_write_the_same_bytes() ->
     {"index": 1.5}, {"index": True}, {"status": ItemStatus.ERROR, "error": "e"},
     {"top_k": [{"class_id": 2**31, "label": "a", "score": 0.5}]},
     {"top_k": [{"class_id": False, "label": "a", "score": 0.5}]},
+    {"top_k": ()}, {"tensors": ()},
 ])
 def test_values_outside_the_common_shape_that_fastavro_takes_are_written_by_it(
         change: dict[str, Any]) -> None:
@@ -81,6 +83,7 @@ def test_values_outside_the_common_shape_that_fastavro_takes_are_written_by_it(
 
 @pytest.mark.parametrize("change", [
     {"index": 2**63}, {"name": None}, {"status": "MAYBE"}, {"error": 3}, {"extra": 1},
+    {"top_k": None}, {"tensors": None},
     {"top_k": [{"class_id": "7", "label": "a", "score": 0.5}]},
     {"top_k": [{"class_id": 7, "label": "a", "score": "high"}]},
     {"top_k": [{"class_id": 7, "label": "a", "score": 0.5, "extra": 1}]},

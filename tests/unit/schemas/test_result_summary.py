@@ -5,12 +5,15 @@ or by a producer that left them out) are read in full and counted."""
 from __future__ import annotations
 
 import copy
+import io
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fastavro import parse_schema, schemaless_writer
 
 from inferstream.schemas import Codec, SchemaError, load_schema
+from inferstream.schemas.codec import schema_fingerprint
 from inferstream.schemas.records import (
     ItemStatus,
     TaskControl,
@@ -83,6 +86,29 @@ def test_a_current_result_written_without_counts_is_read_in_full_and_counted() -
     uncounted = CODEC.encode("TaskResult", result)  # the counts at their default, -1
     assert CODEC.decode(uncounted)["ok_count"] == -1
     assert read_result_summary(CODEC, uncounted) == summary_of(result)
+
+
+def test_a_foreign_writer_with_the_same_leading_names_is_read_in_full_and_resolved() -> None:
+    """A writer schema whose counts may be null (a producer of its own, learned by the codec):
+    its leading fields are not read as the current schema's; the full read resolves them (a
+    null count where the current schema has an int is a SchemaError: a dead letter), and its
+    items are counted."""
+    schema = load_schema("TaskResult")
+    for field in schema["fields"]:
+        if field["name"] in ("ok_count", "error_count"):
+            field.update(type=["null", "int"], default=None)
+    codec = Codec()
+    codec.add_writer_schema(schema)
+    header = b"\xc3\x01" + schema_fingerprint(parse_schema(schema))
+
+    def written(ok: int | None) -> bytes:
+        body = io.BytesIO()
+        schemaless_writer(body, parse_schema(schema), {**example(2, 1), "ok_count": ok,
+                                                        "error_count": ok})
+        return header + body.getvalue()
+    with pytest.raises(SchemaError):
+        read_result_summary(codec, written(None))
+    assert read_result_summary(codec, written(7)) == summary_of(example(2, 1))
 
 
 def test_a_decline_reads_whole_and_another_record_is_a_schema_error() -> None:

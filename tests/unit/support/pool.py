@@ -11,6 +11,7 @@ from inferstream.schemas.records import (
     Prediction,
     Task,
     TaskResult,
+    encode_result,
     error_item,
     ok_item,
     read_record,
@@ -64,6 +65,6 @@ class Responder(threading.Thread):
         topic = self.config.topic("results")
         partition = partition_for(task["job_id"], self.config.partitions)
         for _ in range(self.copies):
-            producer.produce(topic, CODEC.encode("TaskResult", result),
+            producer.produce(topic, encode_result(CODEC, result),
                              task["job_id"].encode(), partition=partition)
         self.answered += 1

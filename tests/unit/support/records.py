@@ -22,6 +22,7 @@ from inferstream.schemas.records import (
     Task,
     TaskItem,
     TaskResult,
+    encode_result,
     error_item,
     new_task,
     now_ms,
@@ -65,7 +66,7 @@ def put_results(clients: MemoryKafkaClients, config: Config, job_id: str, tasks:
                                    else error_item(i, "not an image") for i in items],
                             started_at=0, finished_at=0, decode_seconds=0.0,
                             inference_seconds=0.0)
-        producer.produce(topic, CODEC.encode("TaskResult", result), job_id.encode(),
+        producer.produce(topic, encode_result(CODEC, result), job_id.encode(),
                          partition=partition_for(job_id, config.partitions))
 
 

@@ -4,8 +4,10 @@ those are OK and ERROR (`ResultSummary`).
 A TaskResult's item counts are written before its items (`encode_result`), so the
 controller reads a result's summary without decoding its items (`read_result_summary`),
 which took most of its CPU per item: its work per result no longer grows with the task's
-size (BENCHMARKS.md, "The controller reads no item"). A result whose writer left the counts
-out (written before they were, or by a producer of its own) is read in full and counted.
+size (BENCHMARKS.md, "The controller reads no item, and the worker writes its items"). A
+result written with another schema than the current one (before the counts were, or by a
+producer of its own), or whose writer left the counts out, is read in full and its items
+counted.
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ def read_result_summary(codec: Codec, value: bytes) -> ResultSummary | TaskDecli
         return as_record(TaskDeclined, record)
     if name != "TaskResult":
         raise SchemaError(f"expected a TaskResult or TaskDeclined record, got a {name} record")
+    if "items" in record:  # an older or foreign writer's, read in full: count what it holds
+        return summary_of(record)
     if record["ok_count"] >= 0 and record["error_count"] >= 0:
         return typing.cast(ResultSummary, record)
-    return summary_of(record if "items" in record else codec.decode(value))
+    return summary_of(codec.decode(value))
