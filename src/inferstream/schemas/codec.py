@@ -122,7 +122,7 @@ class Codec:
         self._by_fingerprint: dict[bytes, _Writer] = {}
         self._ids: dict[str, int] = {}
         self._by_id: dict[int, _Writer] = {}
-        self._heads: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._heads: dict[tuple[int, tuple[str, ...]], _Writer | None] = {}
         for name in SCHEMA_NAMES:
             self._add_current(name)
         for schema in history_schemas():
@@ -179,7 +179,7 @@ class Codec:
         head = self._head(writer, names)
         if head is None:
             raise SchemaError(f"{writer.name} records do not begin with {', '.join(names)}")
-        return _read(data, start, _Writer(writer.name, head, None))[0]
+        return _read(data, start, head)[0]
 
     def decode_leading(self, data: bytes, expected: str, names: tuple[str, ...]
                        ) -> tuple[str, dict[str, Any]]:
@@ -193,17 +193,17 @@ class Codec:
         head = self._head(writer, names) if current else None
         if head is None:
             return writer.name, _read_body(data, start, writer)
-        return writer.name, _read(data, start, _Writer(writer.name, head, None))[0]
+        return writer.name, _read(data, start, head)[0]
 
-    def _head(self, writer: _Writer, names: tuple[str, ...]) -> Any:
-        """The schema of the leading fields `names` of `writer`'s records; None where its
-        records do not begin with them."""
+    def _head(self, writer: _Writer, names: tuple[str, ...]) -> _Writer | None:
+        """What reads the leading fields `names` of `writer`'s records, and stops; None where
+        its records do not begin with them."""
         key = (id(writer), names)
         if key not in self._heads:
             fields = writer.schema["fields"][: len(names)]
-            self._heads[key] = None if tuple(f["name"] for f in fields) != names else (
-                parse_schema({"type": "record", "name": f"{NAMESPACE}.{writer.name}Head",
-                              "fields": fields}))
+            self._heads[key] = None if tuple(f["name"] for f in fields) != names else _Writer(
+                writer.name, parse_schema({"type": "record", "fields": fields,
+                                           "name": f"{NAMESPACE}.{writer.name}Head"}), None)
         return self._heads[key]
 
     def decode_named(self, data: bytes) -> tuple[str, dict[str, Any]]:

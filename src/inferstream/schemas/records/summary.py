@@ -18,7 +18,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from inferstream.schemas.codec import Codec, load_schema
-from inferstream.schemas.errors import SchemaError
 from inferstream.schemas.item_writer import ItemWriter
 from inferstream.schemas.records.results import (
     ItemResult,
@@ -27,7 +26,7 @@ from inferstream.schemas.records.results import (
     TaskDeclined,
     TaskResult,
 )
-from inferstream.schemas.records.typed import as_record
+from inferstream.schemas.records.typed import decline_of
 
 #: The leading fields of a TaskResult, which make its summary, in the schema's order.
 SUMMARY_FIELDS: tuple[str, ...] = tuple(typing.get_type_hints(ResultSummary))
@@ -67,10 +66,9 @@ def read_result_summary(codec: Codec, value: bytes) -> ResultSummary | TaskDecli
     """A record of the results topic as the controller reads it: a TaskResult's summary,
     without decoding its items where its writer counted them; or a worker's TaskDeclined."""
     name, record = codec.decode_leading(value, "TaskResult", SUMMARY_FIELDS)
-    if name == "TaskDeclined":
-        return as_record(TaskDeclined, record)
-    if name != "TaskResult":
-        raise SchemaError(f"expected a TaskResult or TaskDeclined record, got a {name} record")
+    declined = decline_of(name, record)
+    if declined is not None:
+        return declined
     if "items" in record:  # an older or foreign writer's, read in full: count what it holds
         return summary_of(record)
     if record["ok_count"] >= 0 and record["error_count"] >= 0:

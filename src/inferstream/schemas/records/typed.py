@@ -61,11 +61,18 @@ def read_record(codec: Codec, value: bytes, kind: type[R]) -> R:
 def read_result(codec: Codec, value: bytes) -> TaskResult | TaskDeclined:
     """A record of the results topic: a TaskResult, or a worker's TaskDeclined."""
     name, record = codec.decode_named(value)
+    declined = decline_of(name, record)
+    return declined if declined is not None else as_record(TaskResult, record)
+
+
+def decline_of(name: str, record: dict[str, Any]) -> TaskDeclined | None:
+    """A record of the results topic, by its name: the TaskDeclined it is, None where it is
+    a TaskResult; SchemaError for a record of any other kind."""
     if name == "TaskDeclined":
         return as_record(TaskDeclined, record)
     if name != "TaskResult":
         raise SchemaError(f"expected a TaskResult or TaskDeclined record, got a {name} record")
-    return as_record(TaskResult, record)
+    return None
 
 
 def as_record(kind: type[R], plain: dict[str, Any]) -> R:
