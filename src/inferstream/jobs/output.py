@@ -19,7 +19,12 @@ from inferstream.config import Config
 from inferstream.jobs.ids import job_time_ms
 from inferstream.jobs.spool import ResultSpool
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients, SyncConsumer
-from inferstream.kafka.reader import PartitionReader, reader_consumer, topic_partitions
+from inferstream.kafka.reader import (
+    PartitionReader,
+    offsets_for_times,
+    reader_consumer,
+    topic_partitions,
+)
 from inferstream.kafka.settings import partition_for
 from inferstream.schemas import Codec, SchemaError
 from inferstream.schemas.records import TaskResult, output_json
@@ -48,8 +53,8 @@ def open_job_partition(config: Config, topic: str, job_id: str,
     tp = TopicPartition(topic, index, OFFSET_BEGINNING)
     since = job_time_ms(job_id)
     if since is not None:
-        found = consumer.offsets_for_times(
-            [TopicPartition(tp.topic, tp.partition, since - SKEW_MS)], timeout=30)[0]
+        found = offsets_for_times(
+            consumer, [TopicPartition(tp.topic, tp.partition, since - SKEW_MS)])[0]
         if found.offset >= 0:
             tp = found
         elif found.offset == -1:  # nothing that new: start at the end

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from inferstream.config import Config
 from inferstream.kafka import settings
@@ -77,12 +77,46 @@ def topic_partitions(client: SyncConsumer | SyncProducer, topic: str,
     return sorted(meta.partitions)
 
 
+#: The errors of a partition whose leader is not there yet, or moved: a lookup of offsets by
+#: time asks again (`offsets_for_times`).
+LEADER_ERRORS = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+})
+#: How long a lookup of offsets by time asks again, and how often.
+OFFSETS_TIMEOUT_S = 30.0
+OFFSETS_RETRY_S = 0.1
+
+
+def offsets_for_times(consumer: SyncConsumer, partitions: list[TopicPartition],
+                      timeout_s: float = OFFSETS_TIMEOUT_S) -> list[TopicPartition]:
+    """`consumer.offsets_for_times(partitions)`, asked again while a partition's leader is not
+    there yet or moved (`LEADER_ERRORS`), up to `timeout_s`. librdkafka hands those errors
+    to the caller rather than asking the new leader
+    (https://github.com/confluentinc/librdkafka/issues/1641): a client that read its job's
+    events the moment its topics were created met NOT_LEADER_FOR_PARTITION in CI."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            found = consumer.offsets_for_times(
+                partitions, timeout=max(deadline - time.monotonic(), 1.0))
+        except KafkaException as exc:
+            if exc.args[0].code() not in LEADER_ERRORS or time.monotonic() >= deadline:
+                raise
+        else:
+            moved = any(tp.error is not None and tp.error.code() in LEADER_ERRORS
+                        for tp in found)
+            if not moved or time.monotonic() >= deadline:
+                return found
+        time.sleep(OFFSETS_RETRY_S)
+
+
 def assign_since(consumer: SyncConsumer, topic: str, since_ms: int) -> list[int]:
     """Assign `consumer` every partition of `topic` from its first record at or after
     `since_ms`; the partitions that have one (the others hold nothing that new)."""
-    starts = consumer.offsets_for_times(
-        [TopicPartition(topic, p, since_ms) for p in topic_partitions(consumer, topic)],
-        timeout=30)
+    starts = offsets_for_times(
+        consumer, [TopicPartition(topic, p, since_ms) for p in topic_partitions(consumer, topic)])
     live = [tp for tp in starts if tp.offset >= 0]
     if live:
         consumer.assign(live)

@@ -1,0 +1,65 @@
+"""`reader.offsets_for_times` asks again while a partition's leader is not there yet or moved
+(what librdkafka hands to the caller), and gives any other error back at once."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from inferstream.kafka import reader
+from inferstream.kafka.reader import offsets_for_times
+
+ASKED = [TopicPartition("t.job-events", 3, 1_000)]
+
+
+class Answers:
+    """A consumer whose offsets_for_times answers with each of `answers` in turn: an
+    exception to raise, or the partitions to return."""
+
+    def __init__(self, *answers: Any) -> None:
+        self.answers = list(answers)
+        self.calls = 0
+
+    def offsets_for_times(self, partitions: list[TopicPartition], timeout: float = -1
+                          ) -> list[TopicPartition]:
+        self.calls += 1
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return list(answer)
+
+
+@pytest.fixture(autouse=True)
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reader, "OFFSETS_RETRY_S", 0.001)
+
+
+def not_leader() -> KafkaException:
+    return KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION))
+
+
+def test_a_partition_without_its_leader_yet_is_asked_again() -> None:
+    # a TopicPartition's error is read-only: a stand-in with the same attributes
+    with_error = SimpleNamespace(topic="t.job-events", partition=3, offset=-1,
+                                 error=KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
+    found = [TopicPartition("t.job-events", 3, 42)]
+    consumer = Answers(not_leader(), [with_error], found)
+    assert offsets_for_times(consumer, ASKED) == found  # type: ignore[arg-type]
+    assert consumer.calls == 3
+
+
+def test_another_error_is_given_back_at_once() -> None:
+    consumer = Answers(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)))
+    with pytest.raises(KafkaException):
+        offsets_for_times(consumer, ASKED)  # type: ignore[arg-type]
+    assert consumer.calls == 1
+
+
+def test_a_leader_error_past_the_timeout_is_given_back() -> None:
+    consumer = Answers(*[not_leader()] * 1000)
+    with pytest.raises(KafkaException):
+        offsets_for_times(consumer, ASKED, timeout_s=0.02)  # type: ignore[arg-type]
+    assert 1 < consumer.calls < 1000
