@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 from collections.abc import Iterator
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from inferstream.client.admin import print_json
@@ -22,6 +23,7 @@ from inferstream.schemas.records import model_ref
 
 if TYPE_CHECKING:
     from inferstream.client.client import Client, Job, JobStatus
+    from inferstream.jobs.follow import OutputFollower
 
 ALL_FAILED = 1
 
@@ -94,25 +96,45 @@ def run_submit(args: argparse.Namespace, client: Client) -> int:
     print(job.job_id, flush=True)
     if not (args.wait or args.output):
         return 0
-    try:
-        status = _follow(job, args.timeout)
-    except KeyboardInterrupt:
-        print(f"\ninterrupted: job {job.job_id} goes on without this client; follow it with "
-              f"`inferstream status {job.job_id}`, get its output with "
-              f"`inferstream results {job.job_id} --output FILE`", file=sys.stderr)
-        return 130
-    print(f"completed: {status.ok_items} ok, {status.error_items} errors", file=sys.stderr)
-    if args.output:
-        _write_output(job.results(), args.output, "jsonl")
+    with _output_follower(client, job, args.output) as output:
+        try:
+            status = _follow(job, args.timeout, output)
+        except KeyboardInterrupt:
+            print(f"\ninterrupted: job {job.job_id} goes on without this client; follow it "
+                  f"with `inferstream status {job.job_id}`, get its output with "
+                  f"`inferstream results {job.job_id} --output FILE`", file=sys.stderr)
+            return 130
+        print(f"completed: {status.ok_items} ok, {status.error_items} errors",
+              file=sys.stderr)
+        if output is not None:
+            count = output.finish(status.total_tasks, status.home_partition)
+            print(f"wrote {count} lines to {args.output}", file=sys.stderr)
     return _all_failed(job.job_id, status.ok_items, status.error_items)
 
 
-def _follow(job: Job, timeout_s: float | None) -> JobStatus:
+def _output_follower(client: Client, job: Job, path: str | None
+                     ) -> AbstractContextManager[OutputFollower | None]:
+    """What writes `--output` while the job runs (`jobs.follow`); nothing without it."""
+    from inferstream.jobs.follow import OutputFollower
+
+    if path is None:
+        return nullcontext()
+    return OutputFollower(client.config, job.job_id, path, client.codec, client.clients)
+
+
+def _follow(job: Job, timeout_s: float | None, output: OutputFollower | None) -> JobStatus:
+    from inferstream.client.client import SUBMITTED
     from inferstream.client.progress import ProgressBar
 
     bar = ProgressBar()
+
+    def progress(status: JobStatus) -> None:
+        bar.update(status)
+        if output is not None and status.state != SUBMITTED:  # its home partition is known
+            output.start(status.home_partition)
+
     try:
-        return job.wait(timeout_s=timeout_s, on_progress=bar.update, on_notice=bar.notice)
+        return job.wait(timeout_s=timeout_s, on_progress=progress, on_notice=bar.notice)
     finally:
         bar.close()
 

@@ -87,16 +87,22 @@ def _spool_results(config: Config, job_id: str, total_tasks: int | None, spool: 
         reader = PartitionReader(consumer, [partition], follow=total_tasks is not None,
                                  timeout_s=600)
         for record in reader:
-            try:  # the ids alone: all of a result of 32 embeddings takes thousands of times longer
-                ids = spool.codec.decode_head(record.value, "TaskResult", _IDS)
-            except SchemaError:
-                continue  # a decline, or a dead letter for the controller: no output
-            if ids["job_id"] == job_id:
-                spool.add(ids["task_id"], record.value)
+            keep_result(spool, job_id, record.value)
             if total_tasks is not None and len(spool) >= total_tasks:
                 break
     finally:
         consumer.close()
+
+
+def keep_result(spool: ResultSpool, job_id: str, value: bytes) -> None:
+    """Keep a record of the results topic in `spool` if it is a result of `job_id` (the
+    first of its task): its ids are read, not its items."""
+    try:  # the ids alone: all of a result of 32 embeddings takes thousands of times longer
+        ids = spool.codec.decode_head(value, "TaskResult", _IDS)
+    except SchemaError:
+        return  # a decline, or a dead letter for the controller: no output
+    if ids["job_id"] == job_id:
+        spool.add(ids["task_id"], value)
 
 
 def output_lines(results: Iterable[TaskResult]) -> Iterator[dict[str, Any]]:

@@ -25,26 +25,41 @@ class ResultSpool:
         self._file: IO[bytes] = tempfile.TemporaryFile(prefix="inferstream-results-")
         self._where: dict[int, tuple[int, int]] = {}  # task id -> (offset, length)
         self._end = 0
+        self._kept = 0
+        self._next = 0  # the tasks below it were handed out by `ready`
 
     def __len__(self) -> int:
-        return len(self._where)
+        """How many tasks' results were kept, handed out or not."""
+        return self._kept
 
     def add(self, task_id: int, value: bytes) -> bool:
         """Keep `value` as the result of `task_id` unless one was kept already."""
-        if task_id in self._where:
+        if task_id < self._next or task_id in self._where:
             return False
         self._file.seek(self._end)
         self._file.write(value)
         self._where[task_id] = (self._end, len(value))
         self._end += len(value)
+        self._kept += 1
         return True
 
+    def ready(self) -> Iterator[TaskResult]:
+        """The kept results of tasks 0, 1, 2 ... up to the first task not kept yet, each
+        handed out once: what can be written in task order before the rest arrive (task ids
+        count from 0)."""
+        while self._next in self._where:
+            offset, length = self._where.pop(self._next)
+            self._next += 1
+            yield self._read(offset, length)
+
     def in_task_order(self) -> Iterator[TaskResult]:
-        """The kept results, decoded one at a time, by task id."""
+        """The kept results `ready` has not handed out, decoded one at a time, by task id."""
         for task_id in sorted(self._where):
-            offset, length = self._where[task_id]
-            self._file.seek(offset)
-            yield read_record(self.codec, self._file.read(length), TaskResult)
+            yield self._read(*self._where[task_id])
+
+    def _read(self, offset: int, length: int) -> TaskResult:
+        self._file.seek(offset)
+        return read_record(self.codec, self._file.read(length), TaskResult)
 
     def close(self) -> None:
         self._file.close()

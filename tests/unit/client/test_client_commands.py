@@ -268,6 +268,15 @@ def test_a_malformed_model_goes_to_the_controller_which_rejects_it_with_the_reas
         job.wait(timeout_s=10)
 
 
+def test_submit_output_of_a_rejected_job_leaves_no_file(
+        cli: Cli, controller: Controller, tmp_path: Path) -> None:
+    code, _, err = cli("submit", "--model", "resnet50:2", "--input", "a.jpg",
+                       "--output", str(tmp_path / "out.jsonl"), "--timeout", "20")
+    assert code == 2
+    assert "only repository models have versions" in err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_submit_sends_the_priority_and_weight_and_status_shows_them(
         clients: MemoryKafkaClients, cli: Cli) -> None:
     code, _, _ = cli("submit", "--model", MODEL, "--input", "a.jpg", "--priority", "3",

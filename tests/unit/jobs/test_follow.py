@@ -1,0 +1,120 @@
+"""A job's output written while it runs (`OutputFollower`, `submit --wait --output`): the
+tasks whose predecessors are all in are written before the job completes, the file ends as
+`results` writes it (first result of each task, task order), and a job given up leaves no file.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from inferstream.client.client import Client
+from inferstream.jobs.follow import OutputFollower
+from inferstream.jobs.ids import new_job_id
+from inferstream.jobs.spool import ResultSpool
+from inferstream.schemas.records import JobEventType
+from inferstream.testing import MemoryKafkaClients
+from tests.unit.support.memory import CODEC, make_config
+from tests.unit.support.records import put_event, put_results
+
+CHUNK = 3
+
+
+def _wait_for_lines(follower: OutputFollower, lines: int) -> None:
+    """Until the follower wrote `lines` lines (it runs on a thread of its own)."""
+    deadline = time.monotonic() + 30
+    while follower.lines < lines:
+        assert time.monotonic() < deadline, f"{follower.lines} lines written, not {lines}"
+        time.sleep(0.01)
+
+
+def _names(path: Path) -> list[str]:
+    return [json.loads(line)["item"] for line in path.read_text().splitlines()]
+
+
+def test_tasks_are_written_as_soon_as_every_task_before_them_is_in(
+        clients: MemoryKafkaClients, tmp_path: Path) -> None:
+    config, job_id, path = make_config(), new_job_id(), tmp_path / "out.jsonl"
+    put_results(clients, config, job_id, tasks=6, chunk=CHUNK, order=[1, 0, 3])
+    with OutputFollower(config, job_id, str(path), CODEC, clients) as follower:
+        follower.start()
+        _wait_for_lines(follower, 2 * CHUNK)  # tasks 0 and 1; 3 waits for 2
+        assert not path.exists()
+        put_results(clients, config, job_id, tasks=6, chunk=CHUNK, order=[0, 5, 2, 4],
+                    worker="late")
+        put_results(clients, config, job_id, tasks=6, chunk=CHUNK, order=[2], worker="later")
+        assert follower.finish(6) == 6 * CHUNK
+    put_event(clients, config, job_id, JobEventType.COMPLETED, tasks=6, chunk=CHUNK)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines == list(Client(config, CODEC, clients).job(job_id).results())
+    assert [line["item"] for line in lines] == [f"/data/images/n{i:07d}.JPEG"
+                                                for i in range(6 * CHUNK)]
+    assert [line["worker"] for line in lines[::CHUNK]] == ["w1", "w1", "late", "w1", "late",
+                                                          "late"]
+    assert [p.name for p in tmp_path.iterdir()] == ["out.jsonl"]
+
+
+def test_a_task_whose_result_comes_last_holds_back_only_the_tasks_after_it(
+        clients: MemoryKafkaClients, tmp_path: Path) -> None:
+    config, job_id, path = make_config(), new_job_id(), tmp_path / "out.jsonl"
+    put_results(clients, config, job_id, tasks=4, chunk=CHUNK, order=[0, 2, 3])
+    with OutputFollower(config, job_id, str(path), CODEC, clients) as follower:
+        follower.start()
+        _wait_for_lines(follower, CHUNK)
+        put_results(clients, config, job_id, tasks=4, chunk=CHUNK, order=[1])
+        assert follower.finish(4) == 4 * CHUNK
+    assert _names(path) == [f"/data/images/n{i:07d}.JPEG" for i in range(4 * CHUNK)]
+
+
+def test_a_follower_left_before_the_job_completed_leaves_no_file(
+        clients: MemoryKafkaClients, tmp_path: Path) -> None:
+    config, job_id, path = make_config(), new_job_id(), tmp_path / "out.jsonl"
+    put_results(clients, config, job_id, tasks=3, chunk=CHUNK)
+    with OutputFollower(config, job_id, str(path), CODEC, clients) as follower:
+        follower.start()
+        _wait_for_lines(follower, 3 * CHUNK)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_finish_without_start_or_a_known_total_reads_the_partition(
+        clients: MemoryKafkaClients, tmp_path: Path) -> None:
+    """A controller that did not say the total: the partition is read to its end."""
+    config, job_id = make_config(), new_job_id()
+    put_results(clients, config, job_id, tasks=2, chunk=CHUNK, order=[1, 0])
+    for total in (2, None):
+        path = tmp_path / f"out-{total}.jsonl"
+        with OutputFollower(config, job_id, str(path), CODEC, clients) as follower:
+            assert follower.finish(total) == 2 * CHUNK
+        assert _names(path) == [f"/data/images/n{i:07d}.JPEG" for i in range(2 * CHUNK)]
+
+
+def test_a_read_that_fails_is_raised_by_finish_and_leaves_no_file(
+        clients: MemoryKafkaClients, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config, job_id, path = make_config(), new_job_id(), tmp_path / "out.jsonl"
+    put_results(clients, config, job_id, tasks=2, chunk=CHUNK)
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("the broker went away")
+    monkeypatch.setattr("inferstream.jobs.follow.keep_result", broken)
+    with OutputFollower(config, job_id, str(path), CODEC, clients) as follower:
+        follower.start()
+        with pytest.raises(RuntimeError, match="went away"):
+            follower.finish(2)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_spool_hands_out_tasks_in_order_once_each(clients: MemoryKafkaClients) -> None:
+    config, job_id = make_config(), new_job_id()
+    put_results(clients, config, job_id, tasks=4, chunk=1)
+    values = {CODEC.decode_head(value, "TaskResult", ("job_id", "task_id"))["task_id"]: value
+              for value in clients.broker.values(config.topic("results"))}
+    with ResultSpool(CODEC) as spool:
+        assert spool.add(1, values[1]) and not list(spool.ready())
+        assert spool.add(0, values[0])
+        assert [r["task_id"] for r in spool.ready()] == [0, 1]
+        assert not spool.add(0, values[0]) and not spool.add(1, values[1])
+        assert spool.add(3, values[3]) and len(spool) == 3
+        assert [r["task_id"] for r in spool.in_task_order()] == [3]
