@@ -8,12 +8,15 @@ five runs, and here within 20 kills (librdkafka#5456, see `kafka.call_with_deadl
 Three `sim:ms=5` workers run 60,000-item jobs one after another while a random broker is killed
 every 15-30 s and restarted 2-8 s later. Fails when the controller's progress stops for longer
 than --stall-s, when a job ends other than COMPLETED, or when a job's output is not exactly one
-line per item. Prints each kill, each job and the controller's recoveries from stuck calls.
+line per item, as `results` reads it after the job and as `submit --output` writes it during
+the job (`jobs.follow.OutputFollower`, reading through the kills). Prints each kill, each job
+and the controller's recoveries from stuck calls.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import random
 import sys
@@ -24,6 +27,7 @@ from pathlib import Path
 
 from inferstream.client.client import Client
 from inferstream.config import Config
+from inferstream.jobs.follow import OutputFollower
 from inferstream.kafka.topics import ensure_topics
 from tests.chaos.fleets import ChaosCluster, ClusterUnavailableError, WorkerFleet
 from tests.chaos.progress import ProgressFollower
@@ -41,13 +45,30 @@ class StormReport:
     problems: list[str] = field(default_factory=list)
 
 
-def _finish_job(config: Config, follower: ProgressFollower, report: StormReport) -> None:
-    state = follower.status.state if follower.status else "unseen"
-    lines = sum(1 for _ in Client(config).job(follower.job_id).results())
-    report.jobs.append((follower.job_id, state, lines))
-    print(f"job {follower.job_id}: {state}, {lines} output lines", flush=True)
-    if state != "COMPLETED" or lines != ITEMS:
-        report.problems.append(f"job {follower.job_id} ended {state} with {lines}/{ITEMS} lines")
+def _finish_job(config: Config, follower: ProgressFollower, output: OutputFollower,
+                report: StormReport) -> None:
+    """Check the job's output as `results` reads it after the job and as `submit --output`
+    wrote it while the job ran through the kills: one line per item, the same lines."""
+    status = follower.status
+    state = status.state if status else "unseen"
+    items = [line["item"] for line in Client(config).job(follower.job_id).results()]
+    report.jobs.append((follower.job_id, state, len(items)))
+    print(f"job {follower.job_id}: {state}, {len(items)} output lines", flush=True)
+    with output:
+        if status is None or state != "COMPLETED" or len(items) != ITEMS:
+            report.problems.append(f"job {follower.job_id} ended {state} with "
+                                   f"{len(items)}/{ITEMS} lines")
+            return
+        try:
+            output.finish(status.total_tasks, status.home_partition)
+        except Exception as exc:  # a read that failed for good: the storm's finding
+            report.problems.append(f"job {follower.job_id}: submit's output failed: {exc!r}")
+            return
+    written = [json.loads(line)["item"] for line in Path(output.path).read_text().splitlines()]
+    Path(output.path).unlink()
+    if written != items:
+        report.problems.append(f"job {follower.job_id}: submit's output written during the job "
+                               f"({len(written)} lines) differs from `results`")
 
 
 def storm(directory: Path, seed: int, minutes: float, stall_s: float) -> StormReport:
@@ -68,11 +89,13 @@ def storm(directory: Path, seed: int, minutes: float, stall_s: float) -> StormRe
         listing = directory / "items.txt"
         listing.write_text("\n".join(f"item-{i:06d}" for i in range(ITEMS)) + "\n")
 
-        def submit() -> ProgressFollower:
+        def submit() -> tuple[ProgressFollower, OutputFollower]:
             job = Client(config).submit(MODEL, [f"@{listing}"], chunk_size=16)
-            return ProgressFollower(config, job.job_id).start()
+            output = OutputFollower(config, job.job_id, str(directory / f"{job.job_id}.jsonl"))
+            output.start()
+            return ProgressFollower(config, job.job_id).start(), output
 
-        follower = submit()
+        follower, output = submit()
         started = last_change = time.monotonic()
         next_kill, last_done = started + 25, -1
         while time.monotonic() - started < minutes * 60:
@@ -82,8 +105,8 @@ def storm(directory: Path, seed: int, minutes: float, stall_s: float) -> StormRe
             report.longest_stall_s = max(report.longest_stall_s, now - last_change)
             if follower.status is not None and follower.status.finished:
                 follower.stop()
-                _finish_job(config, follower, report)
-                follower, last_done, last_change = submit(), -1, time.monotonic()
+                _finish_job(config, follower, output, report)
+                (follower, output), last_done, last_change = submit(), -1, time.monotonic()
             if now - last_change > stall_s:
                 report.problems.append(f"no progress for {stall_s:.0f}s at {last_done} items "
                                        f"of job {follower.job_id}")
@@ -103,6 +126,7 @@ def storm(directory: Path, seed: int, minutes: float, stall_s: float) -> StormRe
                     report.problems.append(f"broker-{broker} did not restart (exit {code})")
             time.sleep(0.2)
         follower.stop()
+        output.close()
     finally:
         if procs is not None:
             procs.stop_all()

@@ -14,6 +14,7 @@ once every task's lines are in it; a job that fails, is cancelled or is given up
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -30,11 +31,16 @@ from inferstream.jobs.output import (
 )
 from inferstream.jobs.spool import ResultSpool
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
+from inferstream.kafka.errors import PartitionReadError
 from inferstream.kafka.reader import PartitionReader
 from inferstream.schemas import Codec
 
 #: How long `finish` waits for the job's last results once it completed (as `job_results`).
 FINISH_TIMEOUT_S = 600.0
+#: The pause before reading on after a read error (a broker restarting, leadership moving).
+RETRY_S = 0.5
+
+log = logging.getLogger(__name__)
 
 
 class _Enough(Exception):
@@ -126,16 +132,26 @@ class OutputFollower:
             if self._enough(len(spool)):
                 raise _Enough
 
+        failed: PartitionReadError | None = None
         try:
-            for record in PartitionReader(consumer, [home], follow=True, on_idle=idle):
-                keep_result(spool, self.job_id, record.value)
-                self.lines += write_lines(output_lines(spool.ready()), handle)
-                if self._enough(len(spool)):
-                    break
+            while not self._enough(len(spool)):
+                try:
+                    for record in PartitionReader(consumer, [home], follow=True, on_idle=idle):
+                        keep_result(spool, self.job_id, record.value)
+                        self.lines += write_lines(output_lines(spool.ready()), handle)
+                        if self._enough(len(spool)):
+                            break
+                except PartitionReadError as exc:  # a broker going away: read on from there
+                    if failed is None:
+                        log.warning("%s; reading on", exc)
+                    failed = exc
+                    self._stop.wait(RETRY_S)
         except _Enough:
             pass
         finally:
             consumer.close()
+        if failed is not None and not self._stop.is_set() and len(spool) < (self._total or 0):
+            raise failed  # the job's results could not all be read back in time
 
     def _enough(self, kept: int) -> bool:
         """Left; or the job completed and every task's result is kept, or time is up."""

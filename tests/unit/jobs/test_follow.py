@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Message
 
 from inferstream.client.client import Client
 from inferstream.jobs.follow import OutputFollower
 from inferstream.jobs.ids import new_job_id
 from inferstream.jobs.spool import ResultSpool
+from inferstream.kafka.errors import PartitionReadError
+from inferstream.kafka.reader import PartitionReader
 from inferstream.schemas.records import JobEventType
 from inferstream.testing import MemoryKafkaClients
 from tests.unit.support.memory import CODEC, make_config
@@ -118,3 +122,35 @@ def test_the_spool_hands_out_tasks_in_order_once_each(clients: MemoryKafkaClient
         assert not spool.add(0, values[0]) and not spool.add(1, values[1])
         assert spool.add(3, values[3]) and len(spool) == 3
         assert [r["task_id"] for r in spool.in_task_order()] == [3]
+
+
+class _FailingReader(PartitionReader):
+    """A reader whose first `failures` reads end in a read error, as a broker's death does."""
+
+    failures = 0
+
+    def messages(self) -> Iterator[Message]:
+        if _FailingReader.failures > 0:
+            _FailingReader.failures -= 1
+            raise PartitionReadError("read of t.results failed: the broker went away")
+        return super().messages()
+
+
+@pytest.mark.parametrize("failures", [3, 10**9])
+def test_a_read_error_is_read_past_and_one_that_lasts_is_raised_by_finish(
+        clients: MemoryKafkaClients, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        failures: int) -> None:
+    config, job_id, path = make_config(), new_job_id(), tmp_path / "out.jsonl"
+    put_results(clients, config, job_id, tasks=2, chunk=CHUNK)
+    monkeypatch.setattr("inferstream.jobs.follow.PartitionReader", _FailingReader)
+    monkeypatch.setattr("inferstream.jobs.follow.RETRY_S", 0.01)
+    monkeypatch.setattr(_FailingReader, "failures", failures)
+    with OutputFollower(config, job_id, str(path), CODEC, clients) as follower:
+        follower.start()
+        if failures < 10:
+            assert follower.finish(2) == 2 * CHUNK
+            assert _names(path) == [f"/data/images/n{i:07d}.JPEG" for i in range(2 * CHUNK)]
+            return
+        with pytest.raises(PartitionReadError, match="went away"):
+            follower.finish(2, timeout_s=0.2)
+    assert list(tmp_path.iterdir()) == []
