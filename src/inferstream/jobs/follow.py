@@ -39,6 +39,10 @@ from inferstream.schemas import Codec
 FINISH_TIMEOUT_S = 600.0
 #: The pause before reading on after a read error (a broker restarting, leadership moving).
 RETRY_S = 0.5
+#: How much the reading thread's CPU priority is below its process's (a nice value; Linux
+#: sets it for one thread): on a host whose cores it shares with the job's worker, the output
+#: takes what the job leaves, and catches up at full speed once the job completed.
+NICE = 10
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +120,7 @@ class OutputFollower:
         self.close()
 
     def _run(self, handle: IO[str], partition: int | None) -> None:
+        _lower_priority(NICE)
         try:
             with handle, ResultSpool(self.codec) as spool:
                 self._follow(spool, handle, partition)
@@ -160,3 +165,12 @@ class OutputFollower:
         until, total = self._until, self._total
         return until is not None and total is not None and (
             kept >= total or time.monotonic() >= until)
+
+
+def _lower_priority(by: int) -> None:
+    """Lower the calling thread's CPU priority by `by`, where the system allows it."""
+    try:
+        thread = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, thread, os.getpriority(os.PRIO_PROCESS, thread) + by)
+    except (AttributeError, OSError):  # no per-thread priority here: the output runs as it is
+        pass

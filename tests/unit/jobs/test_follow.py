@@ -6,6 +6,8 @@ tasks whose predecessors are all in are written before the job completes, the fi
 from __future__ import annotations
 
 import json
+import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +16,9 @@ import pytest
 from confluent_kafka import Message
 
 from inferstream.client.client import Client
-from inferstream.jobs.follow import OutputFollower
+from inferstream.jobs.follow import NICE, OutputFollower
 from inferstream.jobs.ids import new_job_id
+from inferstream.jobs.output import keep_result
 from inferstream.jobs.spool import ResultSpool
 from inferstream.kafka.errors import PartitionReadError
 from inferstream.kafka.reader import PartitionReader
@@ -154,3 +157,20 @@ def test_a_read_error_is_read_past_and_one_that_lasts_is_raised_by_finish(
         with pytest.raises(PartitionReadError, match="went away"):
             follower.finish(2, timeout_s=0.2)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_reading_thread_runs_below_its_process_priority(
+        clients: MemoryKafkaClients, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a host shared with the job's worker, the output takes the cores the job leaves."""
+    seen: list[int] = []
+
+    def keep(spool: ResultSpool, job_id: str, value: bytes) -> None:
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        keep_result(spool, job_id, value)
+    config, job_id = make_config(), new_job_id()
+    put_results(clients, config, job_id, tasks=1, chunk=CHUNK)
+    monkeypatch.setattr("inferstream.jobs.follow.keep_result", keep)
+    with OutputFollower(config, job_id, str(tmp_path / "out.jsonl"), CODEC, clients) as follower:
+        follower.start()
+        assert follower.finish(1) == CHUNK
+    assert seen == [os.getpriority(os.PRIO_PROCESS, 0) + NICE]
