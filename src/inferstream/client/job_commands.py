@@ -1,17 +1,21 @@
 """`inferstream submit`, `status` and `results`: the client's commands.
 
 Each command's work takes a `Client`, so tests run it on the in-memory transport. Exit
-codes: 0 done, 1 a job whose every item failed, 2 an error (see `cli.main`), 130 Ctrl-C.
+codes: 0 done, 1 a job whose every item failed, 2 an error (see `cli.main`), 130 Ctrl-C, 143
+SIGTERM during `submit --wait`.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from types import FrameType
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from inferstream.client.admin import print_json
 from inferstream.config import Config
@@ -26,6 +30,8 @@ if TYPE_CHECKING:
     from inferstream.jobs.follow import OutputFollower
 
 ALL_FAILED = 1
+INTERRUPTED = 130  # Ctrl-C
+TERMINATED = 128 + signal.SIGTERM
 
 
 def submit_needs(config: Config) -> Needs:
@@ -98,18 +104,41 @@ def run_submit(args: argparse.Namespace, client: Client) -> int:
         return 0
     with _output_follower(client, job, args.output) as output:
         try:
-            status = _follow(job, args.timeout, output)
-        except KeyboardInterrupt:
+            with _sigterm_as_interrupt():
+                status = _follow(job, args.timeout, output)
+        except KeyboardInterrupt as exc:
             print(f"\ninterrupted: job {job.job_id} goes on without this client; follow it "
                   f"with `inferstream status {job.job_id}`, get its output with "
                   f"`inferstream results {job.job_id} --output FILE`", file=sys.stderr)
-            return 130
+            return TERMINATED if isinstance(exc, _Terminated) else INTERRUPTED
         print(f"completed: {status.ok_items} ok, {status.error_items} errors",
               file=sys.stderr)
         if output is not None:
             count = output.finish(status.total_tasks, status.home_partition)
             print(f"wrote {count} lines to {args.output}", file=sys.stderr)
     return _all_failed(job.job_id, status.ok_items, status.error_items)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM during `submit --wait`: the wait ends as on Ctrl-C, the job goes on."""
+
+
+def _terminated(_signum: int, _frame: FrameType | None) -> NoReturn:
+    raise _Terminated
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises `_Terminated` in the main thread for the block (elsewhere: nothing),
+    so the output's partial file is removed and the exit says what happened."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _output_follower(client: Client, job: Job, path: str | None

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -163,6 +165,29 @@ def test_ctrl_c_during_submit_wait_says_the_job_goes_on(
     assert f"job {job_id} goes on" in err
     assert f"`inferstream status {job_id}`" in err
     assert f"`inferstream results {job_id} --output FILE`" in err
+
+
+def test_sigterm_during_submit_output_ends_the_wait_and_leaves_no_partial_file(
+        cli: Cli, controller: Controller, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The output is being written while the job runs; a SIGTERM ends the wait as Ctrl-C
+    does (exit 128 + 15), and neither the file nor its partial one is left."""
+    wait = Job.wait
+
+    def terminated(job: Job, *args: Any, **kwargs: Any) -> Any:
+        def progress(status: Any) -> None:
+            kwargs["on_progress"](status)
+            os.kill(os.getpid(), signal.SIGTERM)  # once the output is being written
+        return wait(job, *args, **{**kwargs, "on_progress": progress})
+    monkeypatch.setattr(Job, "wait", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    code, out, err = cli("submit", "--model", MODEL, "--input", "a.jpg",
+                         "--output", str(tmp_path / "out.jsonl"))
+    job_id = out.strip()
+    assert code == 143
+    assert f"job {job_id} goes on" in err
+    assert list(tmp_path.iterdir()) == []
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 @pytest.mark.parametrize(("option", "value"), [("top_k", 0), ("chunk_size", -2)])
