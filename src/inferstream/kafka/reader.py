@@ -147,7 +147,8 @@ class PartitionReader:
     Stops once every partition reached its end, or with `follow` keeps waiting for new
     records; either way stops at `timeout_s`. `on_idle` is called after each fetch that
     brought nothing (about every 0.2 s while nothing arrives). After the loop, `waiting`
-    names the partitions whose end was not reached. A read error is a PartitionReadError.
+    names the partitions whose end was not reached. A read error is a PartitionReadError,
+    raised once the records fetched with it are handed out: a caller that reads on loses none.
     """
 
     def __init__(self, consumer: SyncConsumer, partitions: Iterable[int], *,
@@ -181,11 +182,14 @@ class PartitionReader:
             messages = consume_ready(self.consumer, 1000, settings.POLL_TIMEOUT_S)
             if not messages and self.on_idle is not None:
                 self.on_idle()
+            failed: str | None = None
             for message in messages:
                 error = message.error()
                 if error is not None and error.code() == PARTITION_EOF:
                     self.waiting.discard(message.partition() or 0)
                 elif error is not None:
-                    raise PartitionReadError(f"read of {message.topic()} failed: {error}")
+                    failed = failed or f"read of {message.topic()} failed: {error}"
                 else:
                     yield message
+            if failed is not None:  # after the batch's records: the consumer is past them
+                raise PartitionReadError(failed)

@@ -1,12 +1,15 @@
 """A reader's librdkafka settings: its prefetch queue is bounded (memory of results/submit);
-tombstones reach only the readers that ask for them (the ledger standby)."""
+tombstones reach only the readers that ask for them (the ledger standby); a read error comes
+after the records fetched with it."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
+from inferstream.kafka.errors import PartitionReadError
 from inferstream.kafka.reader import (
     FOLLOW_FETCH_WAIT_MS,
     READ_TO_END_FETCH_WAIT_MS,
@@ -72,3 +75,52 @@ def test_a_reader_gives_tombstones_only_to_whoever_asks_for_them(
     assert read(tombstones=False) == [ReadRecord(0, 0, b"1", b"a"), ReadRecord(0, 2, b"2", b"b")]
     assert read(tombstones=True) == [ReadRecord(0, 0, b"1", b"a"), Tombstone(0, 1, b"a"),
                                      ReadRecord(0, 2, b"2", b"b")]
+
+
+class _Message:
+    """A consumer's message: a record at `offset`, or an error."""
+
+    def __init__(self, offset: int, error: KafkaError | None = None) -> None:
+        self._offset, self._error = offset, error
+
+    def error(self) -> KafkaError | None:
+        return self._error
+
+    def topic(self) -> str:
+        return "t.results"
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return self._offset
+
+    def value(self) -> bytes:
+        return b"v%d" % self._offset
+
+    def key(self) -> None:
+        return None
+
+
+class _OneBatch:
+    """A consumer that fetches one batch: a record, a read error, two more records."""
+
+    def __init__(self) -> None:
+        self.batches = [[_Message(0), _Message(-1, KafkaError(KafkaError._TRANSPORT)),
+                         _Message(1), _Message(2)]]
+
+    def poll(self, timeout: float) -> _Message | None:
+        return self.batches[0].pop(0) if self.batches else None
+
+    def consume(self, num_messages: int, timeout: float) -> list[_Message]:
+        return self.batches.pop(0) if self.batches else []
+
+
+def test_a_read_error_comes_after_the_records_fetched_with_it() -> None:
+    """A caller that reads on after the error (the consumer is past the batch) loses none."""
+    read: list[int] = []
+    reader = PartitionReader(_OneBatch(), [0], follow=True)  # type: ignore[arg-type]
+    with pytest.raises(PartitionReadError, match=r"read of t\.results failed"):
+        for record in reader:
+            read.append(record.offset)
+    assert read == [0, 1, 2]
