@@ -21,6 +21,7 @@ from inferstream.jobs.spool import ResultSpool
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients, SyncConsumer
 from inferstream.kafka.reader import (
     PartitionReader,
+    end_offset,
     offsets_for_times,
     reader_consumer,
     topic_partitions,
@@ -53,12 +54,13 @@ def open_job_partition(config: Config, topic: str, job_id: str,
     tp = TopicPartition(topic, index, OFFSET_BEGINNING)
     since = job_time_ms(job_id)
     if since is not None:
+        # the end before the lookup: a record written between the two is read, not skipped
+        high = end_offset(consumer, tp)
         found = offsets_for_times(
             consumer, [TopicPartition(tp.topic, tp.partition, since - SKEW_MS)])[0]
         if found.offset >= 0:
             tp = found
-        elif found.offset == -1:  # nothing that new: start at the end
-            _, high = consumer.get_watermark_offsets(tp, timeout=30)
+        elif found.offset == -1:  # nothing that new: start at that end
             tp = TopicPartition(tp.topic, tp.partition, high)
     consumer.assign([tp])
     return consumer, tp.partition

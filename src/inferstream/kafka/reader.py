@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
@@ -84,6 +85,7 @@ LEADER_ERRORS = frozenset({
     KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.FENCED_LEADER_EPOCH,
     KafkaError.UNKNOWN_LEADER_EPOCH,
 })
+_T = TypeVar("_T")
 #: How long a lookup of offsets by time asks again, and how often.
 OFFSETS_TIMEOUT_S = 30.0
 OFFSETS_RETRY_S = 0.1
@@ -96,18 +98,33 @@ def offsets_for_times(consumer: SyncConsumer, partitions: list[TopicPartition],
     to the caller rather than asking the new leader
     (https://github.com/confluentinc/librdkafka/issues/1641): a client that read its job's
     events the moment its topics were created met NOT_LEADER_FOR_PARTITION in CI."""
+    return _asked_again(lambda wait_s: consumer.offsets_for_times(partitions, timeout=wait_s),
+                        lambda found: any(tp.error is not None
+                                          and tp.error.code() in LEADER_ERRORS for tp in found),
+                        timeout_s)
+
+
+def end_offset(consumer: SyncConsumer, partition: TopicPartition,
+               timeout_s: float = OFFSETS_TIMEOUT_S) -> int:
+    """The offset after the last record of `partition` (its high watermark), asked again as
+    `offsets_for_times` is."""
+    return _asked_again(lambda wait_s: consumer.get_watermark_offsets(partition, timeout=wait_s),
+                        lambda _found: False, timeout_s)[1]
+
+
+def _asked_again(ask: Callable[[float], _T], moved: Callable[[_T], bool],
+                 timeout_s: float) -> _T:
+    """`ask(seconds left)` again every `OFFSETS_RETRY_S` while it raises one of
+    `LEADER_ERRORS` or its answer `moved`, until `timeout_s` has passed."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            found = consumer.offsets_for_times(
-                partitions, timeout=max(deadline - time.monotonic(), 1.0))
+            found = ask(max(deadline - time.monotonic(), 1.0))
         except KafkaException as exc:
             if exc.args[0].code() not in LEADER_ERRORS or time.monotonic() >= deadline:
                 raise
         else:
-            moved = any(tp.error is not None and tp.error.code() in LEADER_ERRORS
-                        for tp in found)
-            if not moved or time.monotonic() >= deadline:
+            if not moved(found) or time.monotonic() >= deadline:
                 return found
         time.sleep(OFFSETS_RETRY_S)
 

@@ -8,10 +8,14 @@ import io
 import json
 import struct
 import tracemalloc
+from typing import Any
 
 import numpy as np
+import pytest
+from confluent_kafka import TopicPartition
 
 from inferstream.client.client import Client
+from inferstream.jobs import output
 from inferstream.jobs.ids import new_job_id
 from inferstream.jobs.output import job_results, output_lines, write_lines
 from inferstream.schemas.records import JobEventType, NamedTensor, TaskItem, TaskResult, ok_item
@@ -76,3 +80,17 @@ def test_an_output_line_carries_the_model_version_and_an_embedding_or_tensors() 
     assert "embedding" not in second and second["top_k"] == []
     decoded = np.frombuffer(base64.b64decode(second["tensors"][0]["data"]), "<f4")
     assert decoded.tolist() == [0.5, -2.0]
+
+
+def test_a_result_committed_while_the_reader_looks_up_its_start_is_read(
+        clients: MemoryKafkaClients, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing of the job yet when the lookup by time answers (-1): the reader starts at the
+    partition's end as it was before the lookup, so a result written meanwhile is read."""
+    config, job_id = make_config(), new_job_id()
+
+    def lookup(consumer: Any, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        put_results(clients, config, job_id, tasks=1, chunk=2)  # a worker commits meanwhile
+        return [TopicPartition(tp.topic, tp.partition, -1) for tp in partitions]
+    monkeypatch.setattr(output, "offsets_for_times", lookup)
+    lines = output_lines(job_results(config, job_id, None, CODEC, clients))
+    assert [line["item"] for line in lines] == [f"/data/images/n{i:07d}.JPEG" for i in range(2)]

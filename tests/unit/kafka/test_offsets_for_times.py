@@ -1,5 +1,6 @@
-"""`reader.offsets_for_times` asks again while a partition's leader is not there yet or moved
-(what librdkafka hands to the caller), and gives any other error back at once."""
+"""`reader.offsets_for_times` and `reader.end_offset` ask again while a partition's leader is
+not there yet or moved (what librdkafka hands to the caller), and give any other error back at
+once."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from inferstream.kafka import reader
-from inferstream.kafka.reader import offsets_for_times
+from inferstream.kafka.reader import end_offset, offsets_for_times
 
 ASKED = [TopicPartition("t.job-events", 3, 1_000)]
 
@@ -30,6 +31,14 @@ class Answers:
         if isinstance(answer, Exception):
             raise answer
         return list(answer)
+
+    def get_watermark_offsets(self, partition: TopicPartition, timeout: float = -1
+                              ) -> tuple[int, int]:
+        self.calls += 1
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return tuple(answer)  # type: ignore[return-value]
 
 
 @pytest.fixture(autouse=True)
@@ -63,3 +72,9 @@ def test_a_leader_error_past_the_timeout_is_given_back() -> None:
     with pytest.raises(KafkaException):
         offsets_for_times(consumer, ASKED, timeout_s=0.02)  # type: ignore[arg-type]
     assert 1 < consumer.calls < 1000
+
+
+def test_a_partition_end_is_asked_again_while_its_leader_is_not_there() -> None:
+    consumer = Answers(not_leader(), not_leader(), (0, 7))
+    assert end_offset(consumer, ASKED[0]) == 7  # type: ignore[arg-type]
+    assert consumer.calls == 3
