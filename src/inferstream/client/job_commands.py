@@ -23,7 +23,7 @@ from inferstream.errors import ConfigError
 from inferstream.kafka.preflight import Needs
 from inferstream.models import known_models
 from inferstream.models.names import SIM_SYNTAX
-from inferstream.schemas.records import model_ref
+from inferstream.schemas.records import JobEventType, model_ref
 
 if TYPE_CHECKING:
     from inferstream.client.client import Client, Job, JobStatus
@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 ALL_FAILED = 1
 INTERRUPTED = 130  # Ctrl-C
 TERMINATED = 128 + signal.SIGTERM
+#: A job in these states has no output to read: not accepted yet, or ended without one.
+NO_OUTPUT = frozenset({"SUBMITTED", JobEventType.REJECTED, JobEventType.FAILED,
+                       JobEventType.CANCELLED})
 
 
 def submit_needs(config: Config) -> Needs:
@@ -102,21 +105,31 @@ def run_submit(args: argparse.Namespace, client: Client) -> int:
     print(job.job_id, flush=True)
     if not (args.wait or args.output):
         return 0
+    completed: JobStatus | None = None
     with _output_follower(client, job, args.output) as output:
         try:
             with _sigterm_as_interrupt():
-                status = _follow(job, args.timeout, output)
+                completed = _follow(job, args.timeout, output)
+                print(f"completed: {completed.ok_items} ok, {completed.error_items} errors",
+                      file=sys.stderr)
+                if output is not None:
+                    count = output.finish(completed.total_tasks, completed.home_partition)
+                    print(f"wrote {count} lines to {args.output}", file=sys.stderr)
         except KeyboardInterrupt as exc:
-            print(f"\ninterrupted: job {job.job_id} goes on without this client; follow it "
-                  f"with `inferstream status {job.job_id}`, get its output with "
-                  f"`inferstream results {job.job_id} --output FILE`", file=sys.stderr)
+            _say_interrupted(job.job_id, completed is not None)
             return TERMINATED if isinstance(exc, _Terminated) else INTERRUPTED
-        print(f"completed: {status.ok_items} ok, {status.error_items} errors",
+    return _all_failed(job.job_id, completed.ok_items, completed.error_items)
+
+
+def _say_interrupted(job_id: str, completed: bool) -> None:
+    """What Ctrl-C or SIGTERM during `submit --wait` leaves: the job, or only its output."""
+    where = f"get its output with `inferstream results {job_id} --output FILE`"
+    if completed:
+        print(f"\ninterrupted while writing the output of job {job_id} (completed): {where}",
               file=sys.stderr)
-        if output is not None:
-            count = output.finish(status.total_tasks, status.home_partition)
-            print(f"wrote {count} lines to {args.output}", file=sys.stderr)
-    return _all_failed(job.job_id, status.ok_items, status.error_items)
+        return
+    print(f"\ninterrupted: job {job_id} goes on without this client; follow it with "
+          f"`inferstream status {job_id}`, {where}", file=sys.stderr)
 
 
 class _Terminated(KeyboardInterrupt):
@@ -152,14 +165,13 @@ def _output_follower(client: Client, job: Job, path: str | None
 
 
 def _follow(job: Job, timeout_s: float | None, output: OutputFollower | None) -> JobStatus:
-    from inferstream.client.client import SUBMITTED
     from inferstream.client.progress import ProgressBar
 
     bar = ProgressBar()
 
     def progress(status: JobStatus) -> None:
         bar.update(status)
-        if output is not None and status.state != SUBMITTED:  # its home partition is known
+        if output is not None and status.state not in NO_OUTPUT:  # its partition is known
             output.start(status.home_partition)
 
     try:

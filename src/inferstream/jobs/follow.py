@@ -9,6 +9,8 @@ completes only its last tasks are left to write.
 The lines and their order are `job_results`'s: the first committed result of each task, tasks
 in order, items in order. They go to a temporary file beside `path`, renamed into place only
 once every task's lines are in it; a job that fails, is cancelled or is given up leaves no file.
+A read error during the job (a broker restarting) is read past; a reading that failed for good
+is done again from the start once the job completed, as `results` reads a job.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from types import TracebackType
 from typing import IO
 
 from inferstream.config import Config
+from inferstream.errors import InferstreamError
 from inferstream.jobs.output import (
     keep_result,
     open_job_partition,
@@ -51,6 +54,15 @@ class _Enough(Exception):
     """Raised from the reader's idle callback: stop reading."""
 
 
+class OutputIncompleteError(InferstreamError):
+    """Some tasks' results were not read back within `finish`'s timeout."""
+
+    def __init__(self, job_id: str, missing: int, total: int) -> None:
+        super().__init__(f"job {job_id} completed, but the results of {missing} of its {total} "
+                         f"tasks were not read back in time: no output written; `inferstream "
+                         f"results {job_id} --output FILE` reads them again")
+
+
 class OutputFollower:
     """Writes the output of `job_id` to `path` as JSON lines while the job runs.
 
@@ -72,6 +84,7 @@ class OutputFollower:
         self._stop = threading.Event()  # left: write nothing more
         self._total: int | None = None
         self._until: float | None = None  # set by `finish`: read until then at most
+        self._finished = False
 
     def start(self, partition: int | None = None) -> None:
         """Start reading the job's results (`partition`: its home partition, as its events
@@ -81,28 +94,40 @@ class OutputFollower:
     def _started(self, partition: int | None) -> threading.Thread:
         if self._thread is None:
             handle = open(self._tmp, "w", encoding="utf-8", newline="")
-            self._thread = threading.Thread(target=self._run, args=(handle, partition),
-                                            name=f"output-{self.job_id}", daemon=True)
-            self._thread.start()
+            thread = threading.Thread(target=self._run, args=(handle, partition),
+                                      name=f"output-{self.job_id}", daemon=True)
+            thread.start()  # before it is kept: `close` joins only a thread that started
+            self._thread = thread
         return self._thread
 
     def finish(self, total_tasks: int | None, partition: int | None = None,
                timeout_s: float = FINISH_TIMEOUT_S) -> int:
         """The job completed with `total_tasks` tasks: wait until each one's lines are
         written (for `timeout_s` at most), put the file in place and return how many lines
-        it has. Raises what stopped the reading. An unknown total (a controller that did not
-        say it) reads the partition to its end once more, as `results` does."""
-        if total_tasks is None:
-            self.close()
-            return write_job_output(self.config, self.job_id, self.path, None,
-                                    clients=self.clients, partition=partition)
-        self._total = total_tasks
-        self._until = time.monotonic() + timeout_s  # after `_total`: the thread reads both
-        self._started(partition).join()
-        if self._error is not None:
-            raise self._error
-        os.replace(self._tmp, self.path)
-        return self.lines
+        it has; `OutputIncompleteError` if some task's result was not read by then.
+
+        Where the reading failed during the job, or the total is unknown (a controller that
+        did not say it), the job's results are read again from the start, as `results` reads
+        them, and what stops that read is raised."""
+        if self._stop.is_set():
+            raise RuntimeError("OutputFollower.finish after close")
+        if self._finished:
+            return self.lines
+        if total_tasks is not None:
+            self._total = total_tasks
+            self._until = time.monotonic() + timeout_s  # after `_total`: read both
+            self._started(partition).join()
+            if self._error is None:
+                os.replace(self._tmp, self.path)
+                self._finished = True
+                return self.lines
+            if isinstance(self._error, OutputIncompleteError):
+                raise self._error
+            log.warning("writing the output during the job failed (%s); reading the job's "
+                        "results again", self._error)
+        self.close()
+        return write_job_output(self.config, self.job_id, self.path, total_tasks,
+                                clients=self.clients, partition=partition)
 
     def close(self) -> None:
         """Stop reading and remove the partial file (nothing once `finish` moved it)."""
@@ -124,9 +149,13 @@ class OutputFollower:
         try:
             with handle, ResultSpool(self.codec) as spool:
                 self._follow(spool, handle, partition)
-                if not self._stop.is_set():  # tasks after one whose result never came
-                    self.lines += write_lines(output_lines(spool.in_task_order()), handle)
-        except BaseException as exc:  # `finish` raises it in the caller
+                if self._stop.is_set():
+                    return
+                if self._total is not None and len(spool) < self._total:
+                    raise OutputIncompleteError(self.job_id, self._total - len(spool),
+                                                self._total)
+                self.lines += write_lines(output_lines(spool.in_task_order()), handle)
+        except BaseException as exc:  # `finish` raises it in the caller, or reads again
             self._error = exc
 
     def _follow(self, spool: ResultSpool, handle: IO[str], partition: int | None) -> None:
@@ -137,7 +166,7 @@ class OutputFollower:
             if self._enough(len(spool)):
                 raise _Enough
 
-        failed: PartitionReadError | None = None
+        warned = False
         try:
             while not self._enough(len(spool)):
                 try:
@@ -147,16 +176,16 @@ class OutputFollower:
                         if self._enough(len(spool)):
                             break
                 except PartitionReadError as exc:  # a broker going away: read on from there
-                    if failed is None:
+                    if self._until is not None:
+                        raise  # the job completed: `finish` reads its results again
+                    if not warned:
                         log.warning("%s; reading on", exc)
-                    failed = exc
+                        warned = True
                     self._stop.wait(RETRY_S)
         except _Enough:
             pass
         finally:
             consumer.close()
-        if failed is not None and not self._stop.is_set() and len(spool) < (self._total or 0):
-            raise failed  # the job's results could not all be read back in time
 
     def _enough(self, kept: int) -> bool:
         """Left; or the job completed and every task's result is kept, or time is up."""

@@ -20,6 +20,7 @@ from inferstream.client import client as client_module
 from inferstream.client.client import Client, Job
 from inferstream.controller.replica import Controller
 from inferstream.jobs.errors import JobRejectedError, JobTimeoutError
+from inferstream.jobs.follow import OutputFollower
 from inferstream.jobs.ids import new_job_id
 from inferstream.kafka import preflight
 from inferstream.schemas.records import Job as JobRecord
@@ -188,6 +189,25 @@ def test_sigterm_during_submit_output_ends_the_wait_and_leaves_no_partial_file(
     assert f"job {job_id} goes on" in err
     assert list(tmp_path.iterdir()) == []
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_ctrl_c_while_submit_writes_the_output_of_a_completed_job_says_so(
+        cli: Cli, controller: Controller, make_responder: Callable[..., Responder],
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_responder()
+    finish = OutputFollower.finish
+
+    def interrupted(follower: OutputFollower, *args: Any, **kwargs: Any) -> int:
+        finish(follower, *args, **kwargs)  # the file is in place: it stays, whole
+        raise KeyboardInterrupt
+    monkeypatch.setattr(OutputFollower, "finish", interrupted)
+    code, out, err = cli("submit", "--model", MODEL, "--input", "a.jpg",
+                         "--output", str(tmp_path / "out.jsonl"), "--timeout", "20")
+    job_id = out.strip()
+    assert code == 130
+    assert f"interrupted while writing the output of job {job_id} (completed)" in err
+    assert f"`inferstream results {job_id} --output FILE`" in err
+    assert [p.name for p in tmp_path.iterdir()] == ["out.jsonl"]
 
 
 @pytest.mark.parametrize(("option", "value"), [("top_k", 0), ("chunk_size", -2)])

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Message
 
 from inferstream.client.client import Client
-from inferstream.jobs.follow import NICE, OutputFollower
+from inferstream.jobs.follow import NICE, OutputFollower, OutputIncompleteError
 from inferstream.jobs.ids import new_job_id
 from inferstream.jobs.output import keep_result
 from inferstream.jobs.spool import ResultSpool
@@ -98,7 +98,7 @@ def test_finish_without_start_or_a_known_total_reads_the_partition(
         assert _names(path) == [f"/data/images/n{i:07d}.JPEG" for i in range(2 * CHUNK)]
 
 
-def test_a_read_that_fails_is_raised_by_finish_and_leaves_no_file(
+def test_a_reading_that_failed_during_the_job_is_done_again_by_finish(
         clients: MemoryKafkaClients, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config, job_id, path = make_config(), new_job_id(), tmp_path / "out.jsonl"
     put_results(clients, config, job_id, tasks=2, chunk=CHUNK)
@@ -108,9 +108,34 @@ def test_a_read_that_fails_is_raised_by_finish_and_leaves_no_file(
     monkeypatch.setattr("inferstream.jobs.follow.keep_result", broken)
     with OutputFollower(config, job_id, str(path), CODEC, clients) as follower:
         follower.start()
-        with pytest.raises(RuntimeError, match="went away"):
-            follower.finish(2)
+        assert follower.finish(2) == 2 * CHUNK
+    assert _names(path) == [f"/data/images/n{i:07d}.JPEG" for i in range(2 * CHUNK)]
+    assert [p.name for p in tmp_path.iterdir()] == ["out.jsonl"]
+
+
+def test_a_task_whose_result_is_not_read_in_time_is_an_error_and_leaves_no_file(
+        clients: MemoryKafkaClients, tmp_path: Path) -> None:
+    config, job_id, path = make_config(), new_job_id(), tmp_path / "out.jsonl"
+    put_results(clients, config, job_id, tasks=3, chunk=CHUNK, order=[0, 2])
+    with OutputFollower(config, job_id, str(path), CODEC, clients) as follower:
+        follower.start()
+        with pytest.raises(OutputIncompleteError, match=f"results of 1 of its 3 tasks .*"
+                           f"`inferstream results {job_id} --output FILE`"):
+            follower.finish(3, timeout_s=0.3)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_finish_twice_gives_the_same_count_and_after_close_is_a_mistake(
+        clients: MemoryKafkaClients, tmp_path: Path) -> None:
+    config, job_id = make_config(), new_job_id()
+    put_results(clients, config, job_id, tasks=1, chunk=CHUNK)
+    with OutputFollower(config, job_id, str(tmp_path / "a.jsonl"), CODEC, clients) as follower:
+        assert follower.finish(1) == follower.finish(1) == CHUNK
+    follower = OutputFollower(config, job_id, str(tmp_path / "b.jsonl"), CODEC, clients)
+    follower.close()
+    with pytest.raises(RuntimeError, match="after close"):
+        follower.finish(1)
+    assert [p.name for p in tmp_path.iterdir()] == ["a.jsonl"]
 
 
 def test_the_spool_hands_out_tasks_in_order_once_each(clients: MemoryKafkaClients) -> None:
@@ -140,7 +165,7 @@ class _FailingReader(PartitionReader):
 
 
 @pytest.mark.parametrize("failures", [3, 10**9])
-def test_a_read_error_is_read_past_and_one_that_lasts_is_raised_by_finish(
+def test_a_read_error_is_read_past_and_one_that_lasts_is_read_again_by_finish(
         clients: MemoryKafkaClients, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         failures: int) -> None:
     config, job_id, path = make_config(), new_job_id(), tmp_path / "out.jsonl"
@@ -151,12 +176,9 @@ def test_a_read_error_is_read_past_and_one_that_lasts_is_raised_by_finish(
     with OutputFollower(config, job_id, str(path), CODEC, clients) as follower:
         follower.start()
         if failures < 10:
-            assert follower.finish(2) == 2 * CHUNK
-            assert _names(path) == [f"/data/images/n{i:07d}.JPEG" for i in range(2 * CHUNK)]
-            return
-        with pytest.raises(PartitionReadError, match="went away"):
-            follower.finish(2, timeout_s=0.2)
-    assert list(tmp_path.iterdir()) == []
+            _wait_for_lines(follower, 2 * CHUNK)  # read on during the job
+        assert follower.finish(2) == 2 * CHUNK
+    assert _names(path) == [f"/data/images/n{i:07d}.JPEG" for i in range(2 * CHUNK)]
 
 
 def test_the_reading_thread_runs_below_its_process_priority(
