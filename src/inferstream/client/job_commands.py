@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -116,7 +116,7 @@ def run_submit(args: argparse.Namespace, client: Client) -> int:
                     count = output.finish(completed.total_tasks, completed.home_partition)
                     print(f"wrote {count} lines to {args.output}", file=sys.stderr)
         except KeyboardInterrupt as exc:
-            _say_interrupted(job.job_id, completed is not None)
+            _say_interrupted(job.job_id, completed is not None and output is not None)
             return TERMINATED if isinstance(exc, _Terminated) else INTERRUPTED
     return _all_failed(job.job_id, completed.ok_items, completed.error_items)
 
@@ -333,6 +333,12 @@ def _write_output(lines: Any, path: str | None, fmt: str) -> None:
     if path is None:
         write_lines(iter(lines), sys.stdout, fmt)
         return
-    with open(path, "w", encoding="utf-8", newline="") as handle:
-        count = write_lines(iter(lines), handle, fmt)
+    tmp = f"{path}.tmp-{os.getpid()}"  # renamed into place once whole
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="") as handle:
+            count = write_lines(iter(lines), handle, fmt)
+        os.replace(tmp, path)
+    finally:
+        with suppress(FileNotFoundError):
+            os.remove(tmp)
     print(f"wrote {count} lines to {path}", file=sys.stderr)

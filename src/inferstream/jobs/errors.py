@@ -83,3 +83,14 @@ class InvalidJobError(InferstreamError):
 class OutputFormatError(InferstreamError):
     """A job's outputs cannot be written in the format asked for (e.g. npz arrays of one
     width, from items of different widths)."""
+
+
+class OutputIncompleteError(InferstreamError):
+    """A completed job's results were not all read back in time: no output is written."""
+
+    def __init__(self, job_id: str, missing: int, total: int, why: str = "") -> None:
+        super().__init__(f"job {job_id} completed, but the results of {missing} of its {total} "
+                         f"tasks were not read back in time{why}: no output written; "
+                         f"`inferstream results {job_id} --output FILE` reads them again")
+        self.job_id = job_id
+        self.missing = missing

@@ -9,8 +9,8 @@ completes only its last tasks are left to write.
 The lines and their order are `job_results`'s: the first committed result of each task, tasks
 in order, items in order. They go to a temporary file beside `path`, renamed into place only
 once every task's lines are in it; a job that fails, is cancelled or is given up leaves no file.
-A read error during the job (a broker restarting) is read past; a reading that failed for good
-is done again from the start once the job completed, as `results` reads a job.
+A read error (a broker restarting) is read past, up to `finish`'s deadline; a reading that
+failed otherwise is done again from the start once the job completed, as `results` reads a job.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from types import TracebackType
 from typing import IO
 
 from inferstream.config import Config
-from inferstream.errors import InferstreamError
+from inferstream.jobs.errors import OutputIncompleteError
 from inferstream.jobs.output import (
+    READ_TIMEOUT_S,
     keep_result,
     open_job_partition,
     output_lines,
@@ -39,7 +40,7 @@ from inferstream.kafka.reader import PartitionReader
 from inferstream.schemas import Codec
 
 #: How long `finish` waits for the job's last results once it completed (as `job_results`).
-FINISH_TIMEOUT_S = 600.0
+FINISH_TIMEOUT_S = READ_TIMEOUT_S
 #: The pause before reading on after a read error (a broker restarting, leadership moving).
 RETRY_S = 0.5
 #: How much the reading thread's CPU priority is below its process's (a nice value; Linux
@@ -52,15 +53,6 @@ log = logging.getLogger(__name__)
 
 class _Enough(Exception):
     """Raised from the reader's idle callback: stop reading."""
-
-
-class OutputIncompleteError(InferstreamError):
-    """Some tasks' results were not read back within `finish`'s timeout."""
-
-    def __init__(self, job_id: str, missing: int, total: int) -> None:
-        super().__init__(f"job {job_id} completed, but the results of {missing} of its {total} "
-                         f"tasks were not read back in time: no output written; `inferstream "
-                         f"results {job_id} --output FILE` reads them again")
 
 
 class OutputFollower:
@@ -106,13 +98,13 @@ class OutputFollower:
         written (for `timeout_s` at most), put the file in place and return how many lines
         it has; `OutputIncompleteError` if some task's result was not read by then.
 
-        Where the reading failed during the job, or the total is unknown (a controller that
-        did not say it), the job's results are read again from the start, as `results` reads
-        them, and what stops that read is raised."""
-        if self._stop.is_set():
-            raise RuntimeError("OutputFollower.finish after close")
+        Where the reading failed for another reason than a read error, or the total is
+        unknown (a controller that did not say it), the job's results are read again from the
+        start, as `results` reads them, and what stops that read is raised."""
         if self._finished:
             return self.lines
+        if self._stop.is_set():
+            raise RuntimeError("OutputFollower.finish after close")
         if total_tasks is not None:
             self._total = total_tasks
             self._until = time.monotonic() + timeout_s  # after `_total`: read both
@@ -126,8 +118,10 @@ class OutputFollower:
             log.warning("writing the output during the job failed (%s); reading the job's "
                         "results again", self._error)
         self.close()
-        return write_job_output(self.config, self.job_id, self.path, total_tasks,
-                                clients=self.clients, partition=partition)
+        self.lines = write_job_output(self.config, self.job_id, self.path, total_tasks,
+                                      clients=self.clients, partition=partition)
+        self._finished = True
+        return self.lines
 
     def close(self) -> None:
         """Stop reading and remove the partial file (nothing once `finish` moved it)."""
@@ -148,17 +142,20 @@ class OutputFollower:
         _lower_priority(NICE)
         try:
             with handle, ResultSpool(self.codec) as spool:
-                self._follow(spool, handle, partition)
+                failed = self._follow(spool, handle, partition)
                 if self._stop.is_set():
                     return
                 if self._total is not None and len(spool) < self._total:
-                    raise OutputIncompleteError(self.job_id, self._total - len(spool),
-                                                self._total)
+                    raise OutputIncompleteError(
+                        self.job_id, self._total - len(spool), self._total,
+                        f" (the last read error: {failed})" if failed else "")
                 self.lines += write_lines(output_lines(spool.in_task_order()), handle)
         except BaseException as exc:  # `finish` raises it in the caller, or reads again
             self._error = exc
 
-    def _follow(self, spool: ResultSpool, handle: IO[str], partition: int | None) -> None:
+    def _follow(self, spool: ResultSpool, handle: IO[str], partition: int | None
+                ) -> PartitionReadError | None:
+        """Read until `_enough`; the last read error read past, if any."""
         consumer, home = open_job_partition(self.config, self.config.topic("results"),
                                             self.job_id, self.clients, partition, follow=True)
 
@@ -166,7 +163,7 @@ class OutputFollower:
             if self._enough(len(spool)):
                 raise _Enough
 
-        warned = False
+        failed: PartitionReadError | None = None
         try:
             while not self._enough(len(spool)):
                 try:
@@ -176,16 +173,15 @@ class OutputFollower:
                         if self._enough(len(spool)):
                             break
                 except PartitionReadError as exc:  # a broker going away: read on from there
-                    if self._until is not None:
-                        raise  # the job completed: `finish` reads its results again
-                    if not warned:
+                    if failed is None:
                         log.warning("%s; reading on", exc)
-                        warned = True
+                    failed = exc
                     self._stop.wait(RETRY_S)
         except _Enough:
             pass
         finally:
             consumer.close()
+        return failed
 
     def _enough(self, kept: int) -> bool:
         """Left; or the job completed and every task's result is kept, or time is up."""

@@ -13,12 +13,14 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
 from inferstream.config import Config
+from inferstream.jobs.errors import OutputIncompleteError
 from inferstream.jobs.ids import job_time_ms
 from inferstream.jobs.spool import ResultSpool
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients, SyncConsumer
+from inferstream.kafka.errors import PartitionReadError
 from inferstream.kafka.reader import (
     PartitionReader,
     end_offset,
@@ -32,6 +34,8 @@ from inferstream.schemas.records import TaskResult, output_json
 
 #: How far before the time in a job id its records may lie (clock skew between hosts).
 SKEW_MS = 5 * 60 * 1000
+#: How long a completed job's results are waited for before its output is given up.
+READ_TIMEOUT_S = 600.0
 _IDS = ("job_id", "task_id")
 #: What writes a JSON line: `json.dumps(line, ensure_ascii=False)` would make one of these
 #: for every line, a fifth of its time.
@@ -54,16 +58,26 @@ def open_job_partition(config: Config, topic: str, job_id: str,
     tp = TopicPartition(topic, index, OFFSET_BEGINNING)
     since = job_time_ms(job_id)
     if since is not None:
-        # the end before the lookup: a record written between the two is read, not skipped
-        high = end_offset(consumer, tp)
-        found = offsets_for_times(
-            consumer, [TopicPartition(tp.topic, tp.partition, since - SKEW_MS)])[0]
-        if found.offset >= 0:
-            tp = found
-        elif found.offset == -1:  # nothing that new: start at that end
-            tp = TopicPartition(tp.topic, tp.partition, high)
+        try:
+            tp = _start_since(consumer, tp, since - SKEW_MS)
+        except KafkaException as exc:
+            consumer.close()
+            raise PartitionReadError(f"cannot find where job {job_id} begins in {topic}: "
+                                     f"{exc.args[0]}") from exc
     consumer.assign([tp])
     return consumer, tp.partition
+
+
+def _start_since(consumer: SyncConsumer, tp: TopicPartition, since_ms: int) -> TopicPartition:
+    """Where `tp`'s records of `since_ms` or later begin; its end where it has none."""
+    # the end before the lookup: a record written between the two is read, not skipped
+    high = end_offset(consumer, tp)
+    found = offsets_for_times(consumer, [TopicPartition(tp.topic, tp.partition, since_ms)])[0]
+    if found.offset >= 0:
+        return found
+    if found.offset == -1:  # nothing that new: start at that end
+        return TopicPartition(tp.topic, tp.partition, high)
+    return tp
 
 
 def job_results(config: Config, job_id: str, total_tasks: int | None,
@@ -87,13 +101,15 @@ def _spool_results(config: Config, job_id: str, total_tasks: int | None, spool: 
                                              home)
     try:
         reader = PartitionReader(consumer, [partition], follow=total_tasks is not None,
-                                 timeout_s=600)
+                                 timeout_s=READ_TIMEOUT_S)
         for record in reader:
             keep_result(spool, job_id, record.value)
             if total_tasks is not None and len(spool) >= total_tasks:
                 break
     finally:
         consumer.close()
+    if total_tasks is not None and len(spool) < total_tasks:
+        raise OutputIncompleteError(job_id, total_tasks - len(spool), total_tasks)
 
 
 def keep_result(spool: ResultSpool, job_id: str, value: bytes) -> None:

@@ -84,6 +84,7 @@ LEADER_ERRORS = frozenset({
     KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.FENCED_LEADER_EPOCH,
     KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.OFFSET_NOT_AVAILABLE,  # a new leader not caught up yet (KIP-207)
 })
 _T = TypeVar("_T")
 #: How long a lookup of offsets by time asks again, and how often.

@@ -19,6 +19,7 @@ from inferstream.cli import main
 from inferstream.client import client as client_module
 from inferstream.client.client import Client, Job
 from inferstream.controller.replica import Controller
+from inferstream.jobs import output
 from inferstream.jobs.errors import JobRejectedError, JobTimeoutError
 from inferstream.jobs.follow import OutputFollower
 from inferstream.jobs.ids import new_job_id
@@ -132,6 +133,21 @@ def test_results_of_an_unknown_or_unaccepted_job_is_an_error(clients: MemoryKafk
     job = submit(clients)
     code, out, err = cli("results", job.job_id)
     assert (code, out) == (2, "") and "has not been accepted by a controller yet" in err
+
+
+def test_results_output_of_a_completed_job_missing_a_task_is_an_error_and_leaves_no_file(
+        clients: MemoryKafkaClients, cli: Cli, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    config, job_id = make_config(), new_job_id()
+    put_results(clients, config, job_id, tasks=3, chunk=2, order=[0, 2])
+    put_event(clients, config, job_id, JobEventType.COMPLETED, tasks=3, chunk=2)
+    monkeypatch.setattr(output, "READ_TIMEOUT_S", 0.2)
+    code, out, err = cli("results", job_id, "--output", str(tmp_path / "out.jsonl"))
+    assert (code, out) == (2, "")
+    assert err.startswith(f"inferstream: error: job {job_id} completed, but the results of 1 "
+                          "of its 3 tasks were not read back in time")
+    assert err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_job_whose_every_item_failed_exits_non_zero(clients: MemoryKafkaClients,

@@ -16,7 +16,9 @@ import pytest
 from confluent_kafka import Message
 
 from inferstream.client.client import Client
-from inferstream.jobs.follow import NICE, OutputFollower, OutputIncompleteError
+from inferstream.jobs import output
+from inferstream.jobs.errors import OutputIncompleteError
+from inferstream.jobs.follow import NICE, OutputFollower
 from inferstream.jobs.ids import new_job_id
 from inferstream.jobs.output import keep_result
 from inferstream.jobs.spool import ResultSpool
@@ -108,9 +110,25 @@ def test_a_reading_that_failed_during_the_job_is_done_again_by_finish(
     monkeypatch.setattr("inferstream.jobs.follow.keep_result", broken)
     with OutputFollower(config, job_id, str(path), CODEC, clients) as follower:
         follower.start()
-        assert follower.finish(2) == 2 * CHUNK
+        assert follower.finish(2) == follower.finish(2) == 2 * CHUNK
     assert _names(path) == [f"/data/images/n{i:07d}.JPEG" for i in range(2 * CHUNK)]
     assert [p.name for p in tmp_path.iterdir()] == ["out.jsonl"]
+
+
+def test_a_reading_done_again_that_misses_a_task_is_an_error_and_leaves_no_file(
+        clients: MemoryKafkaClients, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config, job_id, path = make_config(), new_job_id(), tmp_path / "out.jsonl"
+    put_results(clients, config, job_id, tasks=3, chunk=CHUNK, order=[0, 2])
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("a bug")
+    monkeypatch.setattr("inferstream.jobs.follow.keep_result", broken)
+    monkeypatch.setattr(output, "READ_TIMEOUT_S", 0.3)
+    with OutputFollower(config, job_id, str(path), CODEC, clients) as follower:
+        follower.start()
+        with pytest.raises(OutputIncompleteError, match="results of 1 of its 3 tasks"):
+            follower.finish(3)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_task_whose_result_is_not_read_in_time_is_an_error_and_leaves_no_file(
@@ -119,7 +137,7 @@ def test_a_task_whose_result_is_not_read_in_time_is_an_error_and_leaves_no_file(
     put_results(clients, config, job_id, tasks=3, chunk=CHUNK, order=[0, 2])
     with OutputFollower(config, job_id, str(path), CODEC, clients) as follower:
         follower.start()
-        with pytest.raises(OutputIncompleteError, match=f"results of 1 of its 3 tasks .*"
+        with pytest.raises(OutputIncompleteError, match=f"results of [123] of its 3 tasks .*"
                            f"`inferstream results {job_id} --output FILE`"):
             follower.finish(3, timeout_s=0.3)
     assert list(tmp_path.iterdir()) == []
@@ -165,7 +183,7 @@ class _FailingReader(PartitionReader):
 
 
 @pytest.mark.parametrize("failures", [3, 10**9])
-def test_a_read_error_is_read_past_and_one_that_lasts_is_read_again_by_finish(
+def test_a_read_error_is_read_past_up_to_finishs_deadline(
         clients: MemoryKafkaClients, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         failures: int) -> None:
     config, job_id, path = make_config(), new_job_id(), tmp_path / "out.jsonl"
@@ -177,8 +195,12 @@ def test_a_read_error_is_read_past_and_one_that_lasts_is_read_again_by_finish(
         follower.start()
         if failures < 10:
             _wait_for_lines(follower, 2 * CHUNK)  # read on during the job
-        assert follower.finish(2) == 2 * CHUNK
-    assert _names(path) == [f"/data/images/n{i:07d}.JPEG" for i in range(2 * CHUNK)]
+            assert follower.finish(2) == 2 * CHUNK
+            assert _names(path) == [f"/data/images/n{i:07d}.JPEG" for i in range(2 * CHUNK)]
+            return
+        with pytest.raises(OutputIncompleteError, match=r"the last read error: .*went away"):
+            follower.finish(2, timeout_s=0.3)  # read past until the deadline
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_reading_thread_runs_below_its_process_priority(

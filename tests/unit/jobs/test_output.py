@@ -12,12 +12,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from inferstream.client.client import Client
 from inferstream.jobs import output
+from inferstream.jobs.errors import OutputIncompleteError
 from inferstream.jobs.ids import new_job_id
 from inferstream.jobs.output import job_results, output_lines, write_lines
+from inferstream.kafka.errors import PartitionReadError
 from inferstream.schemas.records import JobEventType, NamedTensor, TaskItem, TaskResult, ok_item
 from inferstream.testing import MemoryKafkaClients
 from tests.unit.support.memory import CODEC, make_config
@@ -94,3 +96,23 @@ def test_a_result_committed_while_the_reader_looks_up_its_start_is_read(
     monkeypatch.setattr(output, "offsets_for_times", lookup)
     lines = output_lines(job_results(config, job_id, None, CODEC, clients))
     assert [line["item"] for line in lines] == [f"/data/images/n{i:07d}.JPEG" for i in range(2)]
+
+
+def test_results_of_a_completed_job_missing_a_task_are_an_error(
+        clients: MemoryKafkaClients, monkeypatch: pytest.MonkeyPatch) -> None:
+    config, job_id = make_config(), new_job_id()
+    put_results(clients, config, job_id, tasks=3, chunk=2, order=[0, 2])
+    monkeypatch.setattr(output, "READ_TIMEOUT_S", 0.2)
+    with pytest.raises(OutputIncompleteError, match="results of 1 of its 3 tasks"):
+        list(job_results(config, job_id, 3, CODEC, clients))
+
+
+def test_a_lookup_the_cluster_refuses_is_a_one_line_error(
+        clients: MemoryKafkaClients, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(*_args: Any) -> list[TopicPartition]:
+        raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    monkeypatch.setattr(output, "offsets_for_times", refused)
+    job_id = new_job_id()
+    with pytest.raises(PartitionReadError, match=f"cannot find where job {job_id} begins in "
+                       "t.results: .*TOPIC_AUTHORIZATION_FAILED"):
+        list(job_results(make_config(), job_id, None, CODEC, clients))
