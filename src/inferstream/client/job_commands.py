@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -328,17 +328,11 @@ def _check_writable(path: str) -> None:
 
 
 def _write_output(lines: Any, path: str | None, fmt: str) -> None:
-    from inferstream.jobs.output import write_lines
+    from inferstream.jobs.output import replacing, write_lines
 
     if path is None:
         write_lines(iter(lines), sys.stdout, fmt)
         return
-    tmp = f"{path}.tmp-{os.getpid()}"  # renamed into place once whole
-    try:
-        with open(tmp, "w", encoding="utf-8", newline="") as handle:
-            count = write_lines(iter(lines), handle, fmt)
-        os.replace(tmp, path)
-    finally:
-        with suppress(FileNotFoundError):
-            os.remove(tmp)
+    with replacing(path) as handle:  # in place once whole
+        count = write_lines(iter(lines), handle, fmt)
     print(f"wrote {count} lines to {path}", file=sys.stderr)

@@ -30,6 +30,7 @@ from inferstream.jobs.output import (
     keep_result,
     open_job_partition,
     output_lines,
+    partial_path,
     write_job_output,
     write_lines,
 )
@@ -70,7 +71,7 @@ class OutputFollower:
         self.clients = clients
         #: output lines written so far
         self.lines = 0
-        self._tmp = f"{path}.tmp-{os.getpid()}"
+        self._tmp = partial_path(path)
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._stop = threading.Event()  # left: write nothing more

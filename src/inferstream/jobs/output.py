@@ -11,6 +11,7 @@ import csv
 import json
 import os
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
 from typing import IO, Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
@@ -163,8 +164,24 @@ def write_job_output(config: Config, job_id: str, path: str, total_tasks: int | 
     """Write the job's output to `path` atomically (a temporary file renamed into place),
     line by line; `partition` as for `job_results`."""
     results = job_results(config, job_id, total_tasks, clients=clients, partition=partition)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8", newline="") as handle:
-        count = write_lines(output_lines(results), handle, fmt)
-    os.replace(tmp, path)
-    return count
+    with replacing(path) as handle:
+        return write_lines(output_lines(results), handle, fmt)
+
+
+def partial_path(path: str) -> str:
+    """Where a file that is to replace `path` is written until it is whole."""
+    return f"{path}.tmp-{os.getpid()}"
+
+
+@contextmanager
+def replacing(path: str) -> Iterator[IO[str]]:
+    """A text file written at `partial_path`, renamed to `path` once the block ends; where
+    the block raises, nothing is left."""
+    tmp = partial_path(path)
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="") as handle:
+            yield handle
+        os.replace(tmp, path)
+    finally:
+        with suppress(FileNotFoundError):
+            os.remove(tmp)

@@ -25,12 +25,11 @@ class ResultSpool:
         self._file: IO[bytes] = tempfile.TemporaryFile(prefix="inferstream-results-")
         self._where: dict[int, tuple[int, int]] = {}  # task id -> (offset, length)
         self._end = 0
-        self._kept = 0
-        self._next = 0  # the tasks below it were handed out by `ready`
+        self._next = 0  # the tasks below it were kept, and handed out by `ready`
 
     def __len__(self) -> int:
         """How many tasks' results were kept, handed out or not."""
-        return self._kept
+        return len(self._where) + self._next
 
     def add(self, task_id: int, value: bytes) -> bool:
         """Keep `value` as the result of `task_id` unless one was kept already."""
@@ -40,7 +39,6 @@ class ResultSpool:
         self._file.write(value)
         self._where[task_id] = (self._end, len(value))
         self._end += len(value)
-        self._kept += 1
         return True
 
     def ready(self) -> Iterator[TaskResult]:

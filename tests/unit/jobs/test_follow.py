@@ -44,12 +44,28 @@ def _names(path: Path) -> list[str]:
     return [json.loads(line)["item"] for line in path.read_text().splitlines()]
 
 
+def _items(count: int) -> list[str]:
+    """The names of the first `count` items `put_results` writes."""
+    return [f"/data/images/n{i:07d}.JPEG" for i in range(count)]
+
+
+def _following(clients: MemoryKafkaClients, job_id: str, path: Path) -> OutputFollower:
+    """A follower of the output of `job_id` to `path`, reading already."""
+    follower = OutputFollower(make_config(), job_id, str(path), CODEC, clients)
+    follower.start()
+    return follower
+
+
+def _broken(*_args: object, **_kwargs: object) -> None:
+    """In place of `keep_result`: the follower's reading fails otherwise than by a read."""
+    raise RuntimeError("a bug")
+
+
 def test_tasks_are_written_as_soon_as_every_task_before_them_is_in(
         clients: MemoryKafkaClients, tmp_path: Path) -> None:
     config, job_id, path = make_config(), new_job_id(), tmp_path / "out.jsonl"
     put_results(clients, config, job_id, tasks=6, chunk=CHUNK, order=[1, 0, 3])
-    with OutputFollower(config, job_id, str(path), CODEC, clients) as follower:
-        follower.start()
+    with _following(clients, job_id, path) as follower:
         _wait_for_lines(follower, 2 * CHUNK)  # tasks 0 and 1; 3 waits for 2
         assert not path.exists()
         put_results(clients, config, job_id, tasks=6, chunk=CHUNK, order=[0, 5, 2, 4],
@@ -59,8 +75,7 @@ def test_tasks_are_written_as_soon_as_every_task_before_them_is_in(
     put_event(clients, config, job_id, JobEventType.COMPLETED, tasks=6, chunk=CHUNK)
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert lines == list(Client(config, CODEC, clients).job(job_id).results())
-    assert [line["item"] for line in lines] == [f"/data/images/n{i:07d}.JPEG"
-                                                for i in range(6 * CHUNK)]
+    assert [line["item"] for line in lines] == _items(6 * CHUNK)
     assert [line["worker"] for line in lines[::CHUNK]] == ["w1", "w1", "late", "w1", "late",
                                                           "late"]
     assert [p.name for p in tmp_path.iterdir()] == ["out.jsonl"]
@@ -70,20 +85,18 @@ def test_a_task_whose_result_comes_last_holds_back_only_the_tasks_after_it(
         clients: MemoryKafkaClients, tmp_path: Path) -> None:
     config, job_id, path = make_config(), new_job_id(), tmp_path / "out.jsonl"
     put_results(clients, config, job_id, tasks=4, chunk=CHUNK, order=[0, 2, 3])
-    with OutputFollower(config, job_id, str(path), CODEC, clients) as follower:
-        follower.start()
+    with _following(clients, job_id, path) as follower:
         _wait_for_lines(follower, CHUNK)
         put_results(clients, config, job_id, tasks=4, chunk=CHUNK, order=[1])
         assert follower.finish(4) == 4 * CHUNK
-    assert _names(path) == [f"/data/images/n{i:07d}.JPEG" for i in range(4 * CHUNK)]
+    assert _names(path) == _items(4 * CHUNK)
 
 
 def test_a_follower_left_before_the_job_completed_leaves_no_file(
         clients: MemoryKafkaClients, tmp_path: Path) -> None:
     config, job_id, path = make_config(), new_job_id(), tmp_path / "out.jsonl"
     put_results(clients, config, job_id, tasks=3, chunk=CHUNK)
-    with OutputFollower(config, job_id, str(path), CODEC, clients) as follower:
-        follower.start()
+    with _following(clients, job_id, path) as follower:
         _wait_for_lines(follower, 3 * CHUNK)
     assert list(tmp_path.iterdir()) == []
 
@@ -97,21 +110,17 @@ def test_finish_without_start_or_a_known_total_reads_the_partition(
         path = tmp_path / f"out-{total}.jsonl"
         with OutputFollower(config, job_id, str(path), CODEC, clients) as follower:
             assert follower.finish(total) == 2 * CHUNK
-        assert _names(path) == [f"/data/images/n{i:07d}.JPEG" for i in range(2 * CHUNK)]
+        assert _names(path) == _items(2 * CHUNK)
 
 
 def test_a_reading_that_failed_during_the_job_is_done_again_by_finish(
         clients: MemoryKafkaClients, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config, job_id, path = make_config(), new_job_id(), tmp_path / "out.jsonl"
     put_results(clients, config, job_id, tasks=2, chunk=CHUNK)
-
-    def broken(*_args: object, **_kwargs: object) -> None:
-        raise RuntimeError("the broker went away")
-    monkeypatch.setattr("inferstream.jobs.follow.keep_result", broken)
-    with OutputFollower(config, job_id, str(path), CODEC, clients) as follower:
-        follower.start()
+    monkeypatch.setattr("inferstream.jobs.follow.keep_result", _broken)
+    with _following(clients, job_id, path) as follower:
         assert follower.finish(2) == follower.finish(2) == 2 * CHUNK
-    assert _names(path) == [f"/data/images/n{i:07d}.JPEG" for i in range(2 * CHUNK)]
+    assert _names(path) == _items(2 * CHUNK)
     assert [p.name for p in tmp_path.iterdir()] == ["out.jsonl"]
 
 
@@ -119,13 +128,9 @@ def test_a_reading_done_again_that_misses_a_task_is_an_error_and_leaves_no_file(
         clients: MemoryKafkaClients, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config, job_id, path = make_config(), new_job_id(), tmp_path / "out.jsonl"
     put_results(clients, config, job_id, tasks=3, chunk=CHUNK, order=[0, 2])
-
-    def broken(*_args: object, **_kwargs: object) -> None:
-        raise RuntimeError("a bug")
-    monkeypatch.setattr("inferstream.jobs.follow.keep_result", broken)
+    monkeypatch.setattr("inferstream.jobs.follow.keep_result", _broken)
     monkeypatch.setattr(output, "READ_TIMEOUT_S", 0.3)
-    with OutputFollower(config, job_id, str(path), CODEC, clients) as follower:
-        follower.start()
+    with _following(clients, job_id, path) as follower:
         with pytest.raises(OutputIncompleteError, match="results of 1 of its 3 tasks"):
             follower.finish(3)
     assert list(tmp_path.iterdir()) == []
@@ -135,8 +140,7 @@ def test_a_task_whose_result_is_not_read_in_time_is_an_error_and_leaves_no_file(
         clients: MemoryKafkaClients, tmp_path: Path) -> None:
     config, job_id, path = make_config(), new_job_id(), tmp_path / "out.jsonl"
     put_results(clients, config, job_id, tasks=3, chunk=CHUNK, order=[0, 2])
-    with OutputFollower(config, job_id, str(path), CODEC, clients) as follower:
-        follower.start()
+    with _following(clients, job_id, path) as follower:
         with pytest.raises(OutputIncompleteError, match=f"results of [123] of its 3 tasks .*"
                            f"`inferstream results {job_id} --output FILE`"):
             follower.finish(3, timeout_s=0.3)
@@ -191,12 +195,11 @@ def test_a_read_error_is_read_past_up_to_finishs_deadline(
     monkeypatch.setattr("inferstream.jobs.follow.PartitionReader", _FailingReader)
     monkeypatch.setattr("inferstream.jobs.follow.RETRY_S", 0.01)
     monkeypatch.setattr(_FailingReader, "failures", failures)
-    with OutputFollower(config, job_id, str(path), CODEC, clients) as follower:
-        follower.start()
+    with _following(clients, job_id, path) as follower:
         if failures < 10:
             _wait_for_lines(follower, 2 * CHUNK)  # read on during the job
             assert follower.finish(2) == 2 * CHUNK
-            assert _names(path) == [f"/data/images/n{i:07d}.JPEG" for i in range(2 * CHUNK)]
+            assert _names(path) == _items(2 * CHUNK)
             return
         with pytest.raises(OutputIncompleteError, match=r"the last read error: .*went away"):
             follower.finish(2, timeout_s=0.3)  # read past until the deadline
@@ -214,7 +217,6 @@ def test_the_reading_thread_runs_below_its_process_priority(
     config, job_id = make_config(), new_job_id()
     put_results(clients, config, job_id, tasks=1, chunk=CHUNK)
     monkeypatch.setattr("inferstream.jobs.follow.keep_result", keep)
-    with OutputFollower(config, job_id, str(tmp_path / "out.jsonl"), CODEC, clients) as follower:
-        follower.start()
+    with _following(clients, job_id, tmp_path / "out.jsonl") as follower:
         assert follower.finish(1) == CHUNK
     assert seen == [os.getpriority(os.PRIO_PROCESS, 0) + NICE]
