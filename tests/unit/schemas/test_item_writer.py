@@ -67,6 +67,29 @@ def test_a_nan_score_and_the_pair_store_starting_again_write_the_same_bytes() ->
     assert written == fastavro_bytes(items)[-len(written):]
 
 
+def common_item(index: int, name: str = "n", top_k: int = 1) -> dict[str, Any]:
+    return {"index": index, "name": name, "status": "OK", "embedding": None, "tensors": [],
+            "error": None, "top_k": [{"class_id": j, "label": "l", "score": 0.25}
+                                     for j in range(top_k)]}
+
+
+def test_numbers_on_either_side_of_the_kept_small_ones_write_the_same_bytes() -> None:
+    edges = [0, 1, 63, 64, 4094, 4095, 4096, 4097, 2**20]
+    items = [common_item(n, "é" * (n // 2) if n < 5000 else "x" * 4096, top_k=1)
+             for n in edges]
+    items += [common_item(7, top_k=k) for k in (0, 63, 64)]
+    result = TaskResult(**HEAD, items=items)  # type: ignore[typeddict-item]
+    assert encode_result(CODEC, result) == fastavro_bytes(items)
+
+
+def test_an_item_left_to_fastavro_halfway_through_leaves_none_of_its_own_parts() -> None:
+    odd = common_item(2, top_k=3)
+    odd["top_k"][2]["class_id"] = 2**31  # its first predictions were written by hand
+    items = [common_item(1), odd, common_item(3)]
+    result = TaskResult(**HEAD, items=items)  # type: ignore[typeddict-item]
+    assert encode_result(CODEC, result) == fastavro_bytes(items)
+
+
 @pytest.mark.parametrize("change", [
     {"index": 1.5}, {"index": True}, {"status": ItemStatus.ERROR, "error": "e"},
     {"top_k": [{"class_id": 2**31, "label": "a", "score": 0.5}]},
