@@ -1,24 +1,26 @@
 """Benchmark: a job of ImageNet's size end to end (issue 30.1), and its memory as jobs grow.
 
 On one local broker (started by ops/kafka/cluster, or `--bootstrap` of a running one), one
-controller and one worker process with `--members 8` on `sim:ms=0` (no compute: what is left
-is the Kafka path) take a job of `--items` items (ImageNet's 1,281,167 training images by
-default; a comma-separated list runs one job per size, each with a controller and worker of
-its own on a topic prefix of its own) from an @LIST file of ImageNet-like paths, submitted as a
-user would: `inferstream submit --wait --output FILE`. Reported per job: items/s (submit's
-start to its exit, output written), tasks issued and re-issued (attempt > 1: the controller's
+controller and one worker process with `--members 8` on `sim:ms=0` (no compute: what is left is
+the Kafka path; `--worker-processes P` shares the members among P processes) take a job of
+`--items` items (ImageNet's 1,281,167 training images by default; a comma-separated list runs
+one job per size, each with a controller and worker of its own on a topic prefix of its own)
+from an @LIST file of ImageNet-like paths, submitted as a user would: `inferstream submit
+--wait --output FILE`. Reported per job: items/s (submit's start to its exit, output written),
+tasks issued and re-issued (attempt > 1: the controller's
 `inferstream_controller_tasks_reissued_total` by reason, and its log's "re-issued as attempt"
 lines), peak RSS of the controller and the worker (VmHWM of /proc/PID/status, read after the
 job) and of the client (`submit`'s and `results`'s own, `child_usage.py`), CPU seconds per item
 of the broker's JVM, the controller, the worker and submit (/proc/PID/stat utime + stime across
-the job; the client's from its wait4), and a check of submit's output file and of
-`inferstream results JOB --output FILE` (every item exactly once, all ok), and the entries of
-the controller's ledger after it (what compaction leaves, and a standby copy holds). With
-`--one-fleet` the jobs run one after another on one controller and worker: what a replica
-keeps across jobs. The load average is printed at the start and the end: other sessions may
-share the machine.
+the job; the client's from its wait4), and a check of submit's output file and of `inferstream
+results JOB --output FILE` (every item exactly once, all ok), and the entries of the
+controller's ledger after it (what compaction leaves, and a standby copy holds). With
+`--one-fleet` the jobs run one after another on one controller and worker: what a replica keeps
+across jobs. The load average is printed at the start and the end: other sessions may share the
+machine.
 
     .venv/bin/python ops/bench/imagenet_job.py [--items 1281167] [--members 8]
+        [--worker-processes 1]
         [--bootstrap HOST:PORT] [--task-partitions 120] [--workdir DIR] [--one-fleet]
         [--chunk-size N] [--sysinfo]
 
@@ -112,14 +114,25 @@ class Measured:
 
 
 class JobFleet(Fleet):
-    """A controller and one worker process of `members` members under a topic prefix of
-    their own; client commands run as children whose own resource use is measured."""
+    """A controller and worker processes under a topic prefix of their own; client commands
+    run as children whose own resource use is measured."""
 
     def __init__(self, bootstrap: str, partitions: int, task_partitions: int, logdir: Path,
                  tag: str) -> None:
         super().__init__(bootstrap, partitions, logdir, tag)
         self.config = replace(self.config, task_partitions=task_partitions)
         self.client = Client(self.config)
+        #: the worker processes' names (and worker ids), in the order started
+        self.workers: list[str] = []
+
+    def start_workers(self, model: str, members: int, processes: int) -> None:
+        """`processes` worker processes sharing `members` members (the first takes what
+        does not divide evenly)."""
+        for number in range(processes):
+            name = "w" if number == 0 else f"w{number + 1}"
+            share = members // processes + (members % processes if number == 0 else 0)
+            self.worker(name, model, "--members", str(share))
+            self.workers.append(name)
 
     def run_client(self, name: str, *args: str) -> ChildRun:
         """`inferstream ARGS` to its end; BenchError unless it exits 0."""
@@ -139,18 +152,20 @@ def run_job(fleet: JobFleet, broker_pid: int, items: int, model: str,
     """Submit one job of `items` items with --wait --output, then read it with `results`."""
     measured = Measured(items, loads=(os.getloadavg()[0], 0.0))
     listing = write_imagenet_listing(fleet.logdir / f"items-{items}.txt", items)
-    pids = {"broker": broker_pid, "controller": fleet.procs["controller"].pid,
-            "worker": fleet.procs["w"].pid}
+    pids = {"broker": broker_pid, "controller": fleet.procs["controller"].pid}
+    pids.update({name: fleet.procs[name].pid for name in fleet.workers})
     before = {name: cpu_s(pid) for name, pid in pids.items()}
     output = fleet.logdir / f"submit-{items}.jsonl"
     submit = fleet.run_client("submit", "submit", "--model", model, "--input", f"@{listing}",
                               *(["--chunk-size", str(chunk_size)] if chunk_size else []),
                               "--wait", "--output", str(output))
-    measured.cpu_s_per_item = {name: (cpu_s(pid) - before[name]) / items
-                               for name, pid in pids.items()}
-    measured.cpu_s_per_item["submit"] = submit.cpu_s / items
+    spent = {name: (cpu_s(pid) - before[name]) / items for name, pid in pids.items()}
+    measured.cpu_s_per_item = {"broker": spent["broker"], "controller": spent["controller"],
+                               "worker": sum(spent[name] for name in fleet.workers),
+                               "submit": submit.cpu_s / items}
     measured.seconds = submit.seconds
-    measured.peak_mib = {name: peak_rss_mib(pids[name]) for name in ("controller", "worker")}
+    measured.peak_mib = {"controller": peak_rss_mib(pids["controller"]),
+                         "worker": max(peak_rss_mib(pids[name]) for name in fleet.workers)}
     measured.peak_mib["controller now"] = status_mib(pids["controller"], "VmRSS")
     measured.peak_mib["submit"] = submit.peak_mib
     measured.loads = (measured.loads[0], os.getloadavg()[0])
@@ -207,8 +222,8 @@ def measure_fleet(bootstrap: str, broker_pid: int, args: argparse.Namespace, log
         if args.sysinfo:
             fleet.sysinfo()
         fleet.start("controller", "controller", "--metrics-port", str(port))
-        fleet.worker("w", args.model, "--members", str(args.members))
-        fleet.wait_for_members(args.members, 600, "controller", "w")
+        fleet.start_workers(args.model, args.members, args.worker_processes)
+        fleet.wait_for_members(args.members, 600, "controller", *fleet.workers)
         if args.sysinfo:
             wait_for_task_size(fleet, args.model)
         rows: list[Measured] = []
@@ -288,7 +303,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--items", type=sizes, default=[IMAGENET_TRAIN],
                         help="items of the job; a comma-separated list runs one job per size")
     parser.add_argument("--members", type=int, default=8,
-                        help="group members of the one worker process")
+                        help="group members of the worker processes, together")
+    parser.add_argument("--worker-processes", type=int, default=1,
+                        help="worker processes sharing the members (the worker's CPU is "
+                        "theirs summed, its peak RSS the largest)")
     parser.add_argument("--model", default="sim:ms=0")
     parser.add_argument("--partitions", type=int, default=12,
                         help="partitions of the jobs, results and events topics")
@@ -355,7 +373,8 @@ def main(argv: list[str] | None = None) -> list[Measured]:
         with tempfile.TemporaryDirectory(prefix="imagenet-job-") as tmp:
             rows = run(args, Path(tmp))
     print(table(rows))
-    print(f"\nload average at the end {os.getloadavg()[0]:.1f}; members {args.members}, "
+    print(f"\nload average at the end {os.getloadavg()[0]:.1f}; members {args.members} in "
+          f"{args.worker_processes} worker process(es), "
           f"task partitions {args.task_partitions}; submit s: submit --wait --output from "
           f"start to exit (items/s over it), job items/s: the controller's, acceptance to "
           f"completion; peak RSS from VmHWM (controller, worker) and the clients' own "

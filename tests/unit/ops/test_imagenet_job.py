@@ -36,6 +36,19 @@ def test_the_defaults_are_imagenet_s_size_on_one_process_of_eight_members() -> N
     assert "cores" in first and "UTC, load average at start " in first
 
 
+def test_worker_processes_share_the_members_the_first_taking_the_rest(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert imagenet_job.parse_args([]).worker_processes == 1
+    started: list[tuple[str, ...]] = []
+    fleet = imagenet_job.JobFleet("127.0.0.1:9", 1, 8, tmp_path, "t")
+    monkeypatch.setattr(fleet, "worker", lambda *args: started.append(args))
+    fleet.start_workers("sim:ms=0", 8, 3)
+    assert fleet.workers == ["w", "w2", "w3"]
+    assert started == [("w", "sim:ms=0", "--members", "4"),
+                       ("w2", "sim:ms=0", "--members", "2"),
+                       ("w3", "sim:ms=0", "--members", "2")]
+
+
 @pytest.mark.parametrize("items", ["0", "100,-1", ",", "many"])
 def test_item_counts_below_one_or_not_numbers_are_refused(items: str) -> None:
     with pytest.raises(SystemExit):
