@@ -68,11 +68,6 @@ def _string(text: str) -> bytes:
     return _varint(len(data)) + data
 
 
-def _array(count: int, body: bytes) -> bytes:
-    """An Avro array of `count` items already written as `body`: one block, then its end."""
-    return _EMPTY if count == 0 else _varint(count) + body + _EMPTY
-
-
 class ItemWriter:
     """Writes the `items` array of a TaskResult (`items_array`); one a process
     (`records.summary`), shared by its threads: a race on the pair store writes the same
@@ -89,8 +84,9 @@ class ItemWriter:
 
     def items_array(self, items: Sequence[Mapping[str, Any]]) -> bytes:
         """`items` as the Avro array of ItemResult; SchemaError for an item that does not
-        fit the schema. One pass, one list of parts for the whole array: a list and a join
-        an item, and a call for each small number, were a third of its time."""
+        fit the schema: one block of every item, then the array's end. One pass, one list
+        of parts for the whole array: a list and a join an item, and a call for each small
+        number, were a third of its time."""
         if not items:
             return _EMPTY
         parts, pairs, small = [_varint(len(items))], self._pairs, _SMALL
