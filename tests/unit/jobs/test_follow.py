@@ -27,7 +27,7 @@ from inferstream.kafka.reader import PartitionReader
 from inferstream.schemas.records import JobEventType
 from inferstream.testing import MemoryKafkaClients
 from tests.unit.support.memory import CODEC, make_config
-from tests.unit.support.records import put_event, put_results
+from tests.unit.support.records import put_event, put_results, result_item_name
 
 CHUNK = 3
 
@@ -46,7 +46,7 @@ def _names(path: Path) -> list[str]:
 
 def _items(count: int) -> list[str]:
     """The names of the first `count` items `put_results` writes."""
-    return [f"/data/images/n{i:07d}.JPEG" for i in range(count)]
+    return [result_item_name(i) for i in range(count)]
 
 
 def _following(clients: MemoryKafkaClients, job_id: str, path: Path) -> OutputFollower:

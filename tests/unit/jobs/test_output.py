@@ -23,7 +23,7 @@ from inferstream.kafka.errors import PartitionReadError
 from inferstream.schemas.records import JobEventType, NamedTensor, TaskItem, TaskResult, ok_item
 from inferstream.testing import MemoryKafkaClients
 from tests.unit.support.memory import CODEC, make_config
-from tests.unit.support.records import put_event, put_results
+from tests.unit.support.records import put_event, put_results, result_item_name
 
 
 def test_results_of_a_large_job_are_written_in_bounded_memory(
@@ -56,8 +56,7 @@ def test_results_come_in_item_order_with_the_first_result_of_each_task(
     put_results(clients, config, job_id, tasks=4, chunk=2, order=[0, 2], worker="late")
     put_event(clients, config, job_id, JobEventType.COMPLETED, tasks=4, chunk=2)
     lines = list(Client(config, CODEC, clients).job(job_id).results())
-    assert [line["item"] for line in lines] == [f"/data/images/n{i:07d}.JPEG"
-                                                for i in range(8)]
+    assert [line["item"] for line in lines] == [result_item_name(i) for i in range(8)]
     assert {line["worker"] for line in lines} == {"w1"}
 
 
@@ -95,7 +94,7 @@ def test_a_result_committed_while_the_reader_looks_up_its_start_is_read(
         return [TopicPartition(tp.topic, tp.partition, -1) for tp in partitions]
     monkeypatch.setattr(output, "offsets_for_times", lookup)
     lines = output_lines(job_results(config, job_id, None, CODEC, clients))
-    assert [line["item"] for line in lines] == [f"/data/images/n{i:07d}.JPEG" for i in range(2)]
+    assert [line["item"] for line in lines] == [result_item_name(i) for i in range(2)]
 
 
 def test_results_of_a_completed_job_missing_a_task_are_an_error(

@@ -20,6 +20,7 @@ from inferstream.kafka.reader import (
     reader_consumer,
 )
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
+from inferstream.testing.clients.metadata import MemoryMessage
 from tests.unit.support.memory import make_config
 
 
@@ -77,42 +78,21 @@ def test_a_reader_gives_tombstones_only_to_whoever_asks_for_them(
                                      ReadRecord(0, 2, b"2", b"b")]
 
 
-class _Message:
-    """A consumer's message: a record at `offset`, or an error."""
-
-    def __init__(self, offset: int, error: KafkaError | None = None) -> None:
-        self._offset, self._error = offset, error
-
-    def error(self) -> KafkaError | None:
-        return self._error
-
-    def topic(self) -> str:
-        return "t.results"
-
-    def partition(self) -> int:
-        return 0
-
-    def offset(self) -> int:
-        return self._offset
-
-    def value(self) -> bytes:
-        return b"v%d" % self._offset
-
-    def key(self) -> None:
-        return None
+def _record(offset: int) -> MemoryMessage:
+    return MemoryMessage("t.results", 0, offset, value=b"v%d" % offset)
 
 
 class _OneBatch:
     """A consumer that fetches one batch: a record, a read error, two more records."""
 
     def __init__(self) -> None:
-        self.batches = [[_Message(0), _Message(-1, KafkaError(KafkaError._TRANSPORT)),
-                         _Message(1), _Message(2)]]
+        failed = MemoryMessage("t.results", 0, -1, error=KafkaError(KafkaError._TRANSPORT))
+        self.batches = [[_record(0), failed, _record(1), _record(2)]]
 
-    def poll(self, timeout: float) -> _Message | None:
+    def poll(self, timeout: float) -> MemoryMessage | None:
         return self.batches[0].pop(0) if self.batches else None
 
-    def consume(self, num_messages: int, timeout: float) -> list[_Message]:
+    def consume(self, num_messages: int, timeout: float) -> list[MemoryMessage]:
         return self.batches.pop(0) if self.batches else []
 
 

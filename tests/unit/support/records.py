@@ -49,6 +49,11 @@ def put_tasks(broker: MemoryBroker, config: Config, count: int, items: int = 2) 
                        CODEC.encode("Task", new_task(job, task_id, names)))
 
 
+def result_item_name(index: int) -> str:
+    """The name of item `index` in the results `put_results` writes."""
+    return f"/data/images/n{index:07d}.JPEG"
+
+
 def put_results(clients: MemoryKafkaClients, config: Config, job_id: str, tasks: int,
                 chunk: int, order: list[int] | None = None, worker: str = "w1",
                 ok: bool = True, answer: Callable[[TaskItem], ItemResult] | None = None
@@ -58,7 +63,7 @@ def put_results(clients: MemoryKafkaClients, config: Config, job_id: str, tasks:
     producer = clients.producer({})
     topic = config.topic("results")
     for task_id in order if order is not None else range(tasks):
-        items = [TaskItem(index=i, name=f"/data/images/n{i:07d}.JPEG", data=None)
+        items = [TaskItem(index=i, name=result_item_name(i), data=None)
                  for i in range(task_id * chunk, (task_id + 1) * chunk)]
         result = TaskResult(job_id=job_id, task_id=task_id, attempt=1, worker=worker,
                             model="sim:ms=0", model_version="sim",
