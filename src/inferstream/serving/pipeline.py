@@ -25,20 +25,18 @@ import torch
 
 from inferstream.config import WorkerConfig
 from inferstream.models import ItemError, LoadedModel
-from inferstream.models.outputs import Embedding, ItemOutput, Tensors
 from inferstream.models.threads import plan_threads, thread_initializer
 from inferstream.schemas.records import (
     Calibration,
     ItemResult,
-    NamedTensor,
     OutputFields,
-    Prediction,
     Task,
     TaskItem,
     error_item,
     ok_item,
 )
 from inferstream.serving.calibration import calibrate
+from inferstream.serving.forward import ForwardPlace, output_fields
 from inferstream.serving.hooks import WorkerHooks
 from inferstream.serving.tuning import LatencyTuner
 
@@ -148,6 +146,7 @@ class BatchingPipeline:
                                             initializer=thread_initializer(1))
         self._inference = ThreadPoolExecutor(
             1, "inferstream-infer", initializer=thread_initializer(self.threads.torch_threads))
+        self._place = ForwardPlace(model.device)
         self._queue: asyncio.Queue[_Slot] = asyncio.Queue()
         #: items waiting for their decode to start, in arrival order
         self._undecoded: deque[tuple[_Slot, TaskItem]] = deque()
@@ -299,12 +298,14 @@ class BatchingPipeline:
             return answered
         for slot, _ in good:
             slot.run.started = True
-        top_k = max(s.run.task["top_k"] for s, _ in good)
+        top_k, tensors = max(s.run.task["top_k"] for s, _ in good), [t for _, t in good]
         started = time.perf_counter()
         try:
-            predictions = await asyncio.get_running_loop().run_in_executor(
-                self._inference, self._forward, [t for _, t in good], top_k
-            )
+            if self._place.inline(len(tensors)):  # (serving.forward: microseconds)
+                predictions, took = self._forward(tensors, top_k)
+            else:
+                predictions, took = await asyncio.get_running_loop().run_in_executor(
+                    self._inference, self._forward, tensors, top_k)
         except Exception as exc:  # a failed forward pass fails its items, not the worker
             log.exception("inference failed for a batch of %d items", len(good))
             for slot, _ in good:
@@ -312,6 +313,7 @@ class BatchingPipeline:
                     _item(slot), f"inference failed: {type(exc).__name__}: {exc}"))
             return answered
         seconds = time.perf_counter() - started
+        self._place.learn(len(tensors), took)
         if self.tuner is not None:
             self.tuner.observe(len(batch), seconds)
         self.hooks.after_batch(self.model.name, len(good), seconds, self.model.version)
@@ -354,9 +356,13 @@ class BatchingPipeline:
         self._finish(slot, ok_item(_item(slot), top_k if len(top_k) <= wanted else top_k[:wanted],
                                    embedding=output["embedding"], tensors=output["tensors"]))
 
-    def _forward(self, tensors: list[torch.Tensor], top_k: int) -> list[OutputFields | str]:
-        return [item if isinstance(item, str) else output_fields(item)
-                for item in self.model.predict_items(tensors, top_k)]
+    def _forward(self, tensors: list[torch.Tensor], top_k: int
+                 ) -> tuple[list[OutputFields | str], float]:
+        """The batch's outputs, and the seconds its pass took where it ran."""
+        started = time.perf_counter()
+        outputs = [item if isinstance(item, str) else output_fields(item)
+                   for item in self.model.predict_items(tensors, top_k)]
+        return outputs, time.perf_counter() - started
 
     async def calibrate(self, items: int) -> Calibration | None:
         """The model's speed on a batch of `items` synthetic items (at most `max_batch`; see
@@ -367,6 +373,8 @@ class BatchingPipeline:
                 self._inference, calibrate, self.model, min(items, self.options.max_batch))
         except RuntimeError:  # closed: the model was unloaded
             return None
+        self._place.calibrating += 1  # no pass on the loop beside it, until it ends
+        running.add_done_callback(self._place.calibrated)
         # a close meanwhile cancels the batch, which must not cancel the caller (the sysinfo
         # publisher's loop): wait, rather than await it
         await asyncio.wait([running])
@@ -379,21 +387,6 @@ class BatchingPipeline:
     def close(self) -> None:
         self._decoders.shutdown(wait=False, cancel_futures=True)
         self._inference.shutdown(wait=False, cancel_futures=True)
-
-
-def output_fields(output: ItemOutput) -> OutputFields:
-    """The result fields that hold one item's output, by its kind: top-k predictions, an
-    embedding or named tensors."""
-    if isinstance(output, Embedding):
-        return OutputFields(top_k=[], embedding=list(output.vector), tensors=[])
-    if isinstance(output, Tensors):
-        return OutputFields(top_k=[], embedding=None, tensors=[
-            NamedTensor(name=t.name, dtype=t.dtype, shape=list(t.shape), data=t.data)
-            for t in output.tensors])
-    # dict displays: half the time of Prediction(...) and OutputFields(...) calls
-    top_k: list[Prediction] = [{"class_id": c, "label": label, "score": float(s)}
-                               for c, label, s in output]
-    return {"top_k": top_k, "embedding": None, "tensors": []}
 
 
 def _item(slot: _Slot) -> TaskItem:
