@@ -15,8 +15,13 @@ the ceiling in items/s is `chunk / sum(1 / records_per_s)`: the broker and the 2
 serving the four streams in turn, with the perf tools' own JVMs as the clients. The broker's
 CPU per record of each stream (its JVM's /proc/PID/stat utime + stime) is reported beside.
 `--inferstream-items-per-s X` (ops/bench/imagenet_job.py's figure) gives X as a fraction of
-the ceiling. The tools' JVMs (and a broker started here) run with the JVM's full JIT, as
-production's do; `--c1-only` measures with ops/kafka's quick-start JVMs instead (C1 alone).
+the ceiling. Compare like with like: `--chunk` must be the job's items a task (32, the
+controller's `default_chunk_size`, for `imagenet_job.py --chunk-size 32`; about 8,160 for its
+`--sysinfo` job, whose policy sizes the tasks: items / tasks issued), since a task of
+thousands of items costs the broker a fraction of 32-item tasks' per item. The topics and
+producers take records of up to inferstream's `LARGE_MESSAGE_BYTES`, as its own do. The
+tools' JVMs (and a broker started here) run with the JVM's full JIT, as production's do;
+`--c1-only` measures with ops/kafka's quick-start JVMs instead (C1 alone).
 A broker given by `--bootstrap` runs as it was started: for the full JIT start it with
 `INFERSTREAM_KAFKA_JVM_OPTS` set (localkafka.common.FULL_JIT_JVM_OPTS).
 
@@ -48,6 +53,7 @@ from localkafka.common import FULL_JIT_JVM_OPTS, FULL_JIT_TOOL_JVM_OPTS
 from p1_stack import CLUSTER, BenchError
 from secure_throughput import cpu_s
 
+from inferstream.kafka.topics import LARGE_MESSAGE_BYTES
 from inferstream.schemas import Codec
 from inferstream.schemas.records import (
     Job,
@@ -59,6 +65,9 @@ from inferstream.schemas.records import (
     ok_item,
 )
 
+#: The topics' setting that inferstream's task and result topics have (kafka.topics): a
+#: task of thousands of items (a policy's size) is a record of more than the broker's 1 MiB.
+LARGE_TOPIC = {"max.message.bytes": str(LARGE_MESSAGE_BYTES)}
 PRODUCER = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER = "org.apache.kafka.tools.ConsumerPerformance"
 _PRODUCED = re.compile(r"(\d+) records sent, ([0-9.]+) records/sec \(([0-9.]+) MB/sec\)")
@@ -153,7 +162,8 @@ class PerfRunner:
     def create(self, topic: str, partitions: int) -> str:
         name = f"{self.prefix}{topic}"
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        new = NewTopic(name, partitions, 1, config=dict(LARGE_TOPIC))  # as inferstream
+        for future in admin.create_topics([new]).values():
             future.result(timeout=60)
         return name
 
@@ -182,7 +192,8 @@ class PerfRunner:
             PRODUCER, "--bootstrap-server", self.bootstrap, "--topic", topic,
             "--num-records", str(share), "--record-size", str(size), "--throughput", "-1",
             "--transactional-id", f"{topic}-perf-{n}", "--transaction-duration-ms",
-            str(txn_ms), "--command-property", "acks=all", "enable.idempotence=true"]
+            str(txn_ms), "--command-property", "acks=all", "enable.idempotence=true",
+            f"max.request.size={LARGE_MESSAGE_BYTES}"]
             for n in range(producers)))
         rates = [parse_producer(output) for output in outputs]
         return Stream(name, size, sum(r for r, _ in rates), sum(mb for _, mb in rates),
@@ -233,7 +244,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="ops/bench/kafka_ceiling.py",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--chunk", type=int, default=32,
-                        help="items per task (the controller's default_chunk_size)")
+                        help="items per task: the controller's default_chunk_size, or the "
+                        "job's own (items / tasks issued) where a policy sized its tasks")
     parser.add_argument("--tasks", type=int, default=40_037,
                         help="records of each stream (ImageNet's 1,281,167 items in tasks of 32)")
     parser.add_argument("--task-partitions", type=int, default=120)

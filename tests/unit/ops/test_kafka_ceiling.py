@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "ops" / "bench"))
 
 import kafka_ceiling
+
+from inferstream.kafka.topics import LARGE_MESSAGE_BYTES
 
 BENCH = Path(kafka_ceiling.__file__)
 
@@ -97,3 +101,36 @@ def test_the_perf_tools_run_with_the_full_jit_unless_told(monkeypatch: pytest.Mo
     monkeypatch.setenv("INFERSTREAM_KAFKA_TOOL_JVM_OPTS", "-Xmx64m")
     kafka_ceiling.use_full_jit(c1_only=False)
     assert jars.java_cmd("java", "Tool", kind="tool")[1:2] == ["-Xmx64m"]
+
+
+def test_topics_and_producers_take_records_as_large_as_inferstream_s(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task of a policy's size (thousands of items) is a record of more than the broker's
+    default 1 MiB: the ceiling's topics and producers allow what inferstream's do."""
+    created: list[Any] = []
+
+    class Admin:
+        def __init__(self, conf: dict[str, str]) -> None:
+            pass
+
+        def create_topics(self, topics: list[Any]) -> dict[str, Any]:
+            created.extend(topics)
+            done: Future[None] = Future()
+            done.set_result(None)
+            return {topic.topic: done for topic in topics}
+
+    commands: list[list[str]] = []
+
+    def tools(*run: list[str]) -> tuple[list[str], float]:
+        commands.extend(run)
+        return [PRODUCER_OUTPUT] * len(run), 0.5
+
+    monkeypatch.setattr(kafka_ceiling, "AdminClient", Admin)
+    runner = kafka_ceiling.PerfRunner("127.0.0.1:9092", 1, "p.")
+    monkeypatch.setattr(runner, "_tools", tools)
+    runner.create("results", 12)
+    runner.produce("result produced", "p.results", 100, 1_176_527, 1, producers=2)
+    limit = str(LARGE_MESSAGE_BYTES)
+    assert created[0].config == {"max.message.bytes": limit}
+    assert len(commands) == 2
+    assert all(f"max.request.size={limit}" in command for command in commands)
