@@ -8,7 +8,9 @@ time: a thread hop costs the event loop more than such an item's whole decode. T
 takes items in arrival order, up to `max_batch` items or
 `max_wait_s` after the first one, and runs the model on a single inference thread (with
 `torch_threads` intra-op threads) so that the event loop (and with it the Kafka heartbeats)
-never waits for a forward pass. Thread counts: `models.threads`.
+never waits for a forward pass; only a CPU model's pass measured under half a millisecond
+runs on the loop itself, where the hand-off would cost more (`serving.forward`). Thread
+counts: `models.threads`.
 """
 
 from __future__ import annotations
