@@ -53,7 +53,7 @@ from localkafka.common import FULL_JIT_JVM_OPTS, FULL_JIT_TOOL_JVM_OPTS
 from p1_stack import CLUSTER, BenchError
 from secure_throughput import cpu_s
 
-from inferstream.kafka.topics import LARGE_MESSAGE_BYTES
+from inferstream.kafka.topics import LARGE_MESSAGE_BYTES, LARGE_TOPIC_CONFIGS
 from inferstream.schemas import Codec
 from inferstream.schemas.records import (
     Job,
@@ -65,9 +65,6 @@ from inferstream.schemas.records import (
     ok_item,
 )
 
-#: The topics' setting that inferstream's task and result topics have (kafka.topics): a
-#: task of thousands of items (a policy's size) is a record of more than the broker's 1 MiB.
-LARGE_TOPIC = {"max.message.bytes": str(LARGE_MESSAGE_BYTES)}
 PRODUCER = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER = "org.apache.kafka.tools.ConsumerPerformance"
 _PRODUCED = re.compile(r"(\d+) records sent, ([0-9.]+) records/sec \(([0-9.]+) MB/sec\)")
@@ -162,7 +159,9 @@ class PerfRunner:
     def create(self, topic: str, partitions: int) -> str:
         name = f"{self.prefix}{topic}"
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        new = NewTopic(name, partitions, 1, config=dict(LARGE_TOPIC))  # as inferstream
+        # as inferstream's task and result topics: a task of a policy's size (thousands of
+        # items) is a record of more than the broker's default 1 MiB
+        new = NewTopic(name, partitions, 1, config=dict(LARGE_TOPIC_CONFIGS))
         for future in admin.create_topics([new]).values():
             future.result(timeout=60)
         return name

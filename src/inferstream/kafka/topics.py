@@ -19,6 +19,8 @@ log = logging.getLogger(__name__)
 
 #: Inline images travel inside job and task records; the broker default (1 MiB) is too small.
 LARGE_MESSAGE_BYTES = 16 * 1024 * 1024
+#: The configs of the topics whose records may be that large (jobs, tasks, results, dlq).
+LARGE_TOPIC_CONFIGS = {"max.message.bytes": str(LARGE_MESSAGE_BYTES)}
 
 
 @dataclass(frozen=True)
@@ -42,14 +44,13 @@ def topic_specs(config: Config, pools: tuple[str, ...] | None = None) -> list[To
     Task topics have `task_partitions_for(pool)` partitions, the others `partitions`.
     """
     n = config.partitions
-    large = {"max.message.bytes": str(LARGE_MESSAGE_BYTES)}
     specs = [
-        TopicSpec(config.topic("jobs"), n, configs=large),
-        TopicSpec(config.topic("results"), n, configs=large),
+        TopicSpec(config.topic("jobs"), n, configs=LARGE_TOPIC_CONFIGS),
+        TopicSpec(config.topic("results"), n, configs=LARGE_TOPIC_CONFIGS),
         TopicSpec(config.topic("job-events"), n),
         TopicSpec(config.topic("sysinfo"), n),
         TopicSpec(config.topic("policy"), 1, compacted=True),
-        TopicSpec(config.topic("dlq"), n, configs=large),
+        TopicSpec(config.topic("dlq"), n, configs=LARGE_TOPIC_CONFIGS),
         # The controller's ledger changelog: one record per task state, latest wins.
         TopicSpec(config.topic("controller-ledger"), n, compacted=True),
         # Finished jobs and superseded task attempts, which workers skip (latest per key).
@@ -59,7 +60,7 @@ def topic_specs(config: Config, pools: tuple[str, ...] | None = None) -> list[To
     ]
     for pool in dict.fromkeys(pools or (config.pool,)):
         specs.append(TopicSpec(config.task_topic(pool), config.task_partitions_for(pool),
-                               configs=large))
+                               configs=LARGE_TOPIC_CONFIGS))
     return specs
 
 
