@@ -30,6 +30,7 @@ import shutil
 import signal
 import tempfile
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,6 +120,10 @@ class SysinfoApp:
         self.metrics = metrics
         self.codec = codec or Codec.for_config(config)
         self._datadir = tempfile.mkdtemp(prefix="inferstream-sysinfo-")
+        #: removes the tables' directory after `run`, or when an app that never ran is
+        #: dropped, or at exit (a replica built by a test or a check left one per app in /tmp)
+        self.remove_datadir = weakref.finalize(self, shutil.rmtree, self._datadir,
+                                               ignore_errors=True)
         self.app = faust.App(**faust_settings(config, topology, self._datadir))
         raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes,
                                "key_serializer": "raw", "value_serializer": "raw"}
@@ -161,7 +166,7 @@ class SysinfoApp:
         except SystemExit as exc:  # mode ends every run with SystemExit(status)
             return int(exc.code or 0)
         finally:
-            shutil.rmtree(self._datadir, ignore_errors=True)
+            self.remove_datadir()
         return 0
 
     def declare_internal_topics(self) -> None:

@@ -113,3 +113,16 @@ def test_the_replica_is_advertised_by_https_with_a_certificate(
     faust = faust_settings(config, Topology(1, 1), str(tmp_path))
     assert faust["canonical_url"] == "https://sys-1:7001"
     assert faust["web_ssl_context"] is not None
+
+
+def test_an_app_that_never_ran_leaves_no_tables_folder_behind() -> None:
+    """Each app makes a folder for Faust's tables; `run` removed it, an app that never ran
+    (built by a test or a check) left it in the temporary folder for good."""
+    import gc
+
+    app = SysinfoApp(settings(), Topology(1, 1), SysinfoMetrics(CollectorRegistry()))
+    folder = Path(app._datadir)
+    assert folder.is_dir()
+    del app
+    gc.collect()
+    assert not folder.exists()
