@@ -120,8 +120,7 @@ class SysinfoApp:
         self.metrics = metrics
         self.codec = codec or Codec.for_config(config)
         self._datadir = tempfile.mkdtemp(prefix="inferstream-sysinfo-")
-        #: removes the tables' directory after `run`, or when an app that never ran is
-        #: dropped, or at exit (a replica built by a test or a check left one per app in /tmp)
+        #: removes it after `run`, or when an app that never ran is dropped, or at exit
         self.remove_datadir = weakref.finalize(self, shutil.rmtree, self._datadir,
                                                ignore_errors=True)
         self.app = faust.App(**faust_settings(config, topology, self._datadir))
