@@ -13,33 +13,44 @@ Plain helpers (the config, records to put on topics, a stand-in worker pool) liv
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-import torch
 
 from inferstream.config import Config
-from inferstream.controller.book import JobBook
-from inferstream.controller.hooks import ControllerHooks
-from inferstream.controller.replica import Controller
 from inferstream.garbage import tune_collector
 from inferstream.kafka import follower, settings
 from inferstream.kafka.errors import KafkaSetupError
-from inferstream.models import LoadedModel, load_model
 from inferstream.models.threads import available_cores
 from inferstream.policy.view import NO_POLICY, PolicyView
-from inferstream.serving.committers import base as committers
-from inferstream.serving.hooks import WorkerHooks
-from inferstream.serving.loader import ModelLoader
-from inferstream.serving.loop import Worker
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
-from inferstream.worker import new_worker
 from tests.unit.support.memory import CODEC, POOL, make_config, new_broker
-from tests.unit.support.pool import Responder
-from tests.unit.support.running import Running
 from tests.unit.support.tls import Certificates, make_certificates
+
+if TYPE_CHECKING:
+    from inferstream.controller.book import JobBook
+    from inferstream.controller.hooks import ControllerHooks
+    from inferstream.controller.replica import Controller
+    from inferstream.models import LoadedModel
+    from inferstream.serving.hooks import WorkerHooks
+    from inferstream.serving.loader import ModelLoader
+    from inferstream.serving.loop import Worker
+    from tests.unit.support.pool import Responder
+    from tests.unit.support.running import Running
+
+# What imports torch (the worker, the controller, the models) is imported in the fixtures
+# that use it, not here: pytest-xdist's controller loads this file before it starts its
+# processes, and torch's import held every run of the unit tests up by 2.5 s.
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collecting imported (torch, every test module) lives as long as the process:
+    moved out of the collector's reach, so that the full collections the tests set off, and
+    pytest's at the end, do not scan it again each time."""
+    gc.freeze()
 
 
 @pytest.fixture
@@ -58,6 +69,8 @@ def quick_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     """The roles' polls and the topic followers' rounds last 10 ms instead of 200, so that
     a stop is seen at once (a poll cannot be interrupted); a failed commit is tried again
     after 10 ms instead of 400."""
+    from inferstream.serving.committers import base as committers
+
     monkeypatch.setattr(settings, "POLL_TIMEOUT_S", 0.01)
     monkeypatch.setattr(follower, "FOLLOW_ROUND_S", 0.01)
     monkeypatch.setattr(committers, "RETRY_BACKOFF_S", 0.005)
@@ -78,12 +91,16 @@ def torch_threads_per_xdist_worker() -> None:
     count (a pipeline's, `models.threads.thread_initializer`) keep it."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers > 1:
+        import torch
+
         torch.set_num_threads(max(1, available_cores() // workers))
 
 
 @pytest.fixture
 def running(broker: MemoryBroker) -> Iterator[Running]:
     """What the test runs on `broker`, stopped when the test ends."""
+    from tests.unit.support.running import Running
+
     runs = Running(broker)
     yield runs
     runs.stop()
@@ -93,6 +110,9 @@ def running(broker: MemoryBroker) -> Iterator[Running]:
 def make_worker(clients: MemoryKafkaClients) -> Callable[..., Worker]:
     """Builds a worker of a pool on `clients`: `make_worker(config=None, models=None,
     hooks=None, loader=None)`; `models` default to those `config` names, loaded."""
+    from inferstream.models import load_model
+    from inferstream.worker import new_worker
+
     def make(config: Config | None = None, models: LoadedModel | Sequence[LoadedModel] = (),
              *, hooks: WorkerHooks | None = None, loader: ModelLoader | None = None
              ) -> Worker:
@@ -107,6 +127,8 @@ def make_worker(clients: MemoryKafkaClients) -> Callable[..., Worker]:
 def make_controller(clients: MemoryKafkaClients) -> Callable[..., Controller]:
     """Builds a controller replica on `clients`: `make_controller(config=None,
     policy=NO_POLICY, hooks=None)`."""
+    from inferstream.controller.replica import Controller
+
     def make(config: Config | None = None, policy: PolicyView = NO_POLICY,
              hooks: ControllerHooks | None = None) -> Controller:
         return Controller(config or make_config(), codec=CODEC, clients=clients, policy=policy,
@@ -118,6 +140,8 @@ def make_controller(clients: MemoryKafkaClients) -> Callable[..., Controller]:
 def make_responder(clients: MemoryKafkaClients) -> Iterator[Callable[..., Responder]]:
     """Starts a stand-in for the pool's workers on `clients`: `make_responder(config=None,
     copies=1, pause_after=None, error=None)` (see `Responder`); stopped when the test ends."""
+    from tests.unit.support.pool import Responder
+
     started: list[Responder] = []
 
     def make(config: Config | None = None, **options: Any) -> Responder:
@@ -135,6 +159,8 @@ def make_book() -> Callable[..., JobBook]:
     """Builds a job book with no Kafka: `make_book(config, policy=NO_POLICY, pool=POOL)`; the
     pool's group is `pool`, its task topic has `config.task_partitions` partitions, another
     pool's does not exist."""
+    from inferstream.controller.book import JobBook
+
     def make(config: Config, policy: PolicyView = NO_POLICY,
              pool: Mapping[str, list[int]] = POOL) -> JobBook:
         def partitions(topic: str) -> int:
@@ -152,6 +178,8 @@ def make_book() -> Callable[..., JobBook]:
 @pytest.fixture(scope="session")
 def lite0() -> LoadedModel:
     """efficientnet_lite0 with its real weights, loaded once: for tests that only run it."""
+    from inferstream.models import load_model
+
     return load_model("efficientnet_lite0")
 
 
