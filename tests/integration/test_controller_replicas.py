@@ -8,6 +8,7 @@ import json
 import os
 import random
 import re
+import socket
 import time
 import zlib
 from pathlib import Path
@@ -221,18 +222,21 @@ def test_a_replica_killed_between_completed_and_the_output_file_leaves_it_to_the
     job = Client(config).submit("sim:ms=10", [f"@{path}"], chunk_size=10,
                                 output_path=str(output))
     owner = owner_of(procs, replicas, partition_for(job.job_id, config.partitions))
-    os.mkfifo(f"{output}.tmp-{replicas[owner].pid}")  # the 300 items take about 3 s
+    os.mkfifo(f"{output}.tmp-{socket.gethostname()}-{replicas[owner].pid}")  # 300 items: ~3 s
     status = job.wait(timeout_s=120)
     assert status.ok_items == len(names)
     time.sleep(1)  # the writer thread starts in the owner's next round, then blocks
     assert not output.exists()
-    replicas.pop(owner).kill()  # SIGKILL with COMPLETED committed and no file
+    killed = replicas.pop(owner)
+    killed.kill()  # SIGKILL with COMPLETED committed and no file
+    killed.wait()  # reaped, as its parent would: a zombie's pid still answers
     start_replica(procs, replicas)
     wait_until("the output file from the next owner", output.exists, timeout_s=60)
     lines = [json.loads(line) for line in output.read_text().splitlines()]
     assert sorted(str(line["item"]) for line in lines) == names
     writers = [n for n in replicas if "output written to" in procs.log(n)]
     assert len(writers) == 1, {n: procs.log(n) for n in replicas}
+    assert [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []  # the dead one's
 
 
 @pytest.mark.timeout(600)

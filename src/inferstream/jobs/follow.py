@@ -30,10 +30,10 @@ from inferstream.jobs.output import (
     keep_result,
     open_job_partition,
     output_lines,
-    partial_path,
     write_job_output,
     write_lines,
 )
+from inferstream.jobs.partial import partial_path
 from inferstream.jobs.spool import ResultSpool
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
 from inferstream.kafka.errors import PartitionReadError

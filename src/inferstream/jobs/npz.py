@@ -31,6 +31,7 @@ from typing import IO, Any
 import numpy as np
 
 from inferstream.jobs.errors import OutputFormatError
+from inferstream.jobs.partial import partial_path, spool_prefix
 from inferstream.schemas.records import ItemResult, ItemStatus, NamedTensor, TaskResult
 
 _COPY_BYTES = 1 << 18
@@ -206,9 +207,9 @@ def write_npz(results: Iterable[TaskResult], path: str) -> NpzWritten:
     """Write the outputs of `results` (a job's, in task order) to `path` atomically (a
     temporary file renamed into place)."""
     folder = os.path.dirname(os.path.abspath(path))
-    tmp = f"{path}.tmp-{os.getpid()}"
+    tmp = partial_path(path)
     try:
-        with tempfile.TemporaryDirectory(dir=folder, prefix=".inferstream-npz-") as spool:
+        with tempfile.TemporaryDirectory(dir=folder, prefix=spool_prefix(folder)) as spool:
             columns = NpzColumns(spool)
             try:
                 for result in results:

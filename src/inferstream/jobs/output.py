@@ -19,6 +19,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from inferstream.config import Config
 from inferstream.jobs.errors import OutputIncompleteError
 from inferstream.jobs.ids import job_time_ms
+from inferstream.jobs.partial import partial_path
 from inferstream.jobs.spool import ResultSpool
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients, SyncConsumer
 from inferstream.kafka.errors import PartitionReadError
@@ -166,11 +167,6 @@ def write_job_output(config: Config, job_id: str, path: str, total_tasks: int | 
     results = job_results(config, job_id, total_tasks, clients=clients, partition=partition)
     with replacing(path) as handle:
         return write_lines(output_lines(results), handle, fmt)
-
-
-def partial_path(path: str) -> str:
-    """Where a file that is to replace `path` is written until it is whole."""
-    return f"{path}.tmp-{os.getpid()}"
 
 
 @contextmanager
