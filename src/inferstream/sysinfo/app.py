@@ -39,6 +39,7 @@ from faust.types import TP
 
 from inferstream.config import Config
 from inferstream.kafka.deadletters import dead_letter
+from inferstream.leftovers import owner_marker, remove_abandoned
 from inferstream.policy.entries import policy_key
 from inferstream.schemas import Codec
 from inferstream.schemas.records import PolicyEntry, PolicyKind, WorkerHealth, now_ms, plain_record
@@ -109,6 +110,13 @@ def _credentials(config: Config) -> Any:
     return None
 
 
+def _tables_folder() -> str:
+    """A new temporary folder for Faust's tables; those of replicas killed with SIGKILL on
+    this host (which no `run` removed) are removed first."""
+    remove_abandoned(tempfile.gettempdir(), "inferstream-sysinfo-")
+    return tempfile.mkdtemp(prefix=f"inferstream-sysinfo-{owner_marker()}-")
+
+
 class SysinfoApp:
     """One replica of the sysinfo app: the Faust app, its tables, agents, timer and pages."""
 
@@ -119,7 +127,7 @@ class SysinfoApp:
         self.topology = topology
         self.metrics = metrics
         self.codec = codec or Codec.for_config(config)
-        self._datadir = tempfile.mkdtemp(prefix="inferstream-sysinfo-")
+        self._datadir = _tables_folder()
         #: removes it after `run`, or when an app that never ran is dropped, or at exit
         self.remove_datadir = weakref.finalize(self, shutil.rmtree, self._datadir,
                                                ignore_errors=True)

@@ -6,20 +6,12 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 from inferstream.jobs.npz import write_npz
 from inferstream.jobs.output import replacing
 from inferstream.jobs.partial import partial_path
-
-
-def gone_pid() -> int:
-    """The PID of a process that has exited (and been reaped)."""
-    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                           capture_output=True, text=True, check=True)
-    return int(child.stdout)
+from tests.unit.support.processes import gone_pid
 
 
 def test_a_killed_writers_partial_file_is_removed_by_the_next_writer(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ with the roles' certificate, open probes, and the client that forwards to the po
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from inferstream.config import Config, load_config
 from inferstream.sysinfo.app import SysinfoApp, Topology
 from inferstream.sysinfo.metrics import SysinfoMetrics
+from tests.unit.support.processes import gone_pid
 from tests.unit.support.tls import Certificates, fetch
 
 TOKEN = "sysinfo-t0ken"  # noqa: S105 (a test value)
@@ -126,3 +128,24 @@ def test_an_app_that_never_ran_leaves_no_tables_folder_behind() -> None:
     del app
     gc.collect()
     assert not folder.exists()
+
+
+def test_the_tables_folder_of_a_replica_killed_on_this_host_is_removed_by_the_next(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replica killed with SIGKILL runs no clean-up; the next one on the host removes its
+    folder, and leaves those of replicas still running and of other hosts."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    host = socket.gethostname()
+    dead = tmp_path / f"inferstream-sysinfo-{host}-{gone_pid()}-abc123"
+    alive = tmp_path / f"inferstream-sysinfo-{host}-{os.getpid()}-def456"
+    elsewhere = tmp_path / f"inferstream-sysinfo-not-{host}-{gone_pid()}-ghi789"
+    for folder in (dead, alive, elsewhere):
+        (folder / "v1" / "tables").mkdir(parents=True)
+    app = SysinfoApp(settings(), Topology(1, 1), SysinfoMetrics(CollectorRegistry()))
+    try:
+        assert not dead.exists() and alive.is_dir() and elsewhere.is_dir()
+        assert Path(app._datadir).parent == tmp_path
+    finally:
+        app.remove_datadir()
