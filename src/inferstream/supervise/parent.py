@@ -7,6 +7,11 @@ model repository (a signal the supervisor left alone would end it). A child stil
 `grace_s` + 10 s after the first stop signal, or 2 s after a second, is killed. Whatever the
 child leaves in its group when it ends is killed too, and the supervisor reaps every process
 that ends under it (as a container's PID 1 must).
+
+The child's TMPDIR is a folder of the supervisor's own, emptied when the child ends: a child
+killed with SIGKILL (the OOM killer, a native abort) runs no clean-up, and torch's loader of
+compiled packages (`aoti_load_package`) extracts each one into TMPDIR, removed only by its
+destructor: 11 MB for efficientnet_lite0, left in /tmp for good with every such death.
 """
 
 from __future__ import annotations
@@ -14,13 +19,16 @@ from __future__ import annotations
 import logging
 import os
 import select
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType, TracebackType
 
+from inferstream.leftovers import owner_marker, remove_abandoned
 from inferstream.supervise.environ import (
     REFUSED,
     RESTARTS,
@@ -109,14 +117,25 @@ class Supervisor:
         self.policy = policy
         self.grace_s = grace_s
         self.environ = dict(os.environ if environ is None else environ)
+        #: the children's TMPDIR (see the module's doc), in the supervisor's own
+        self.scratch = os.path.join(tempfile.gettempdir(), f"inferstream-{role}-{owner_marker()}")
 
     def run(self) -> int:
         """Until a child is not restarted: its exit status (128 + N for a signal N); 0 when
         stopped between two children."""
+        # what supervisors of this role killed with SIGKILL on this host left
+        remove_abandoned(os.path.dirname(self.scratch), f"inferstream-{self.role}-")
+        try:
+            return self._run()
+        finally:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def _run(self) -> int:
         with _SignalPipe() as signals:
             while True:
                 child = self._start()
                 ending = self._watch(child, signals)
+                shutil.rmtree(self.scratch, ignore_errors=True)  # what the child left there
                 delay = self.policy.after(ending)
                 if delay is None:
                     self._say_refusal(child, ending)
@@ -138,11 +157,12 @@ class Supervisor:
         print(f"inferstream: error: {ending.refusal}", file=sys.stderr, flush=True)
 
     def _start(self) -> _Child:
+        os.makedirs(self.scratch, mode=0o700, exist_ok=True)
         read, write = os.pipe()
         os.set_blocking(read, False)
         os.set_inheritable(write, True)
         env = {**self.environ, SUPERVISOR_PID: str(os.getpid()), RUNNING_FD: str(write),
-               RESTARTS: encode_restarts(self.policy.restarts)}
+               RESTARTS: encode_restarts(self.policy.restarts), "TMPDIR": self.scratch}
         try:
             # setsigdef: what Python ignores for itself (SIGPIPE) is not the child's to inherit
             pid = os.posix_spawn(self.command[0], self.command, env, setpgroup=0,

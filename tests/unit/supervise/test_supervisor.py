@@ -8,8 +8,10 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -22,6 +24,7 @@ from inferstream.supervise.environ import RESTARTS
 from inferstream.supervise.parent import Supervisor
 from inferstream.supervise.policy import RestartPolicy
 from tests.unit.promtool import check_metrics, sample
+from tests.unit.support.processes import gone_pid
 
 #: A child that records each start in `runs` (one line: the restarts it was told of), then
 #: does what the `{step}` at its start's index says: abort, exit N, or wait for a signal.
@@ -40,6 +43,11 @@ CHILD = textwrap.dedent("""
         step = step.split()[1]
     if step == "abort":
         os.abort()
+    if step == "litter":  # leaves a file in its TMPDIR and dies of SIGKILL
+        import tempfile
+        with open({runs!r} + ".tmpdir", "a") as said:
+            said.write(tempfile.mkdtemp() + "\\n")
+        os.kill(os.getpid(), 9)
     if step == "refused":  # the cluster refuses it an ACL, said as `inferstream` says it
         from inferstream import cli
         from inferstream.config import Config
@@ -266,11 +274,28 @@ def test_a_child_whose_supervisor_is_killed_drains(tmp_path: Path) -> None:
         open({str(drained)!r}, "w").write("drained")
     """)]
     source = SUPERVISOR.format(command=command, delay=0.01)
-    with subprocess.Popen([sys.executable, "-c", source], stdout=subprocess.PIPE,
-                          text=True) as proc:
+    with subprocess.Popen([sys.executable, "-c", source], stdout=subprocess.PIPE, text=True,
+                          env={**os.environ, "TMPDIR": str(tmp_path)}) as proc:  # its scratch
         wait_for(proc, "draining")
         proc.kill()
     deadline = time.monotonic() + 30
     while not drained.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert drained.read_text() == "drained"
+
+
+@pytest.mark.timeout(60)
+def test_what_a_child_killed_with_sigkill_left_in_its_tmpdir_is_removed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each child's TMPDIR is the supervisor's own folder in the temporary folder, emptied
+    when the child ends and removed with the supervisor; the folder of a supervisor of the
+    role killed with SIGKILL on this host is removed when the next one starts."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    abandoned = tmp_path / f"inferstream-test-{socket.gethostname()}-{gone_pid()}"
+    (abandoned / "aotinductor_x").mkdir(parents=True)
+    assert supervise(tmp_path, "running litter", "litter", "0") == 0
+    assert runs(tmp_path) == ["", "SIGKILL=1", "SIGKILL=2"]
+    made = [Path(line) for line in (tmp_path / "runs.tmpdir").read_text().splitlines()]
+    assert len(made) == 2 and all(p.parent.name.startswith("inferstream-test-") for p in made)
+    assert all(p.parent.parent == tmp_path for p in made)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs", "runs.tmpdir"]
