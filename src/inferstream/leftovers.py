@@ -2,7 +2,8 @@
 
 Files and folders that a process makes for itself are named PREFIX + HOST-PID[-ANYTHING]
 (`owner_marker`); `remove_abandoned` removes those of this host whose process is gone. Used
-for partial output files (`jobs.partial`) and the sysinfo app's tables folder. Entries of
+for partial output files (`jobs.partial`), the sysinfo app's tables folder and the
+supervisor's folder for its child's TMPDIR (`supervise.parent`). Entries of
 another host (a folder shared over the network) and of processes still running are left.
 A zombie (killed, not yet reaped by its parent) still counts as running.
 """

@@ -157,12 +157,12 @@ class Supervisor:
         print(f"inferstream: error: {ending.refusal}", file=sys.stderr, flush=True)
 
     def _start(self) -> _Child:
-        os.makedirs(self.scratch, mode=0o700, exist_ok=True)
+        scratch = self._scratch()
         read, write = os.pipe()
         os.set_blocking(read, False)
         os.set_inheritable(write, True)
         env = {**self.environ, SUPERVISOR_PID: str(os.getpid()), RUNNING_FD: str(write),
-               RESTARTS: encode_restarts(self.policy.restarts), "TMPDIR": self.scratch}
+               RESTARTS: encode_restarts(self.policy.restarts), **scratch}
         try:
             # setsigdef: what Python ignores for itself (SIGPIPE) is not the child's to inherit
             pid = os.posix_spawn(self.command[0], self.command, env, setpgroup=0,
@@ -175,6 +175,17 @@ class Supervisor:
         restart = f" (restart {self.policy.count})" if self.policy.count else ""
         log.info("%s process %d started%s", self.role, pid, restart)
         return _Child(pid, time.monotonic(), read)
+
+    def _scratch(self) -> dict[str, str]:
+        """The child's TMPDIR, made; none (the child inherits the supervisor's) where it
+        cannot be made."""
+        try:
+            os.makedirs(self.scratch, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            log.warning("%s: cannot make the child's temporary folder %s (%s); it uses %s",
+                        self.role, self.scratch, exc, tempfile.gettempdir())
+            return {}
+        return {"TMPDIR": self.scratch}
 
     def _watch(self, child: _Child, signals: _SignalPipe) -> Ending:
         """Pass signals on to the child until it ends; how it ended."""

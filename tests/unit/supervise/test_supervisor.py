@@ -299,3 +299,16 @@ def test_what_a_child_killed_with_sigkill_left_in_its_tmpdir_is_removed(
     assert len(made) == 2 and all(p.parent.name.startswith("inferstream-test-") for p in made)
     assert all(p.parent.parent == tmp_path for p in made)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs", "runs.tmpdir"]
+
+
+@pytest.mark.timeout(60)
+def test_a_temporary_folder_that_cannot_be_made_is_one_warning_not_a_crash(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    monkeypatch.setattr(tempfile, "tempdir", str(not_a_folder))
+    assert supervise(tmp_path, "abort", "0") == 0
+    assert runs(tmp_path) == ["", "SIGABRT=1"]
+    warnings = [r.getMessage() for r in caplog.records if "temporary folder" in r.getMessage()]
+    assert len(warnings) == 2 and "cannot make the child's temporary folder" in warnings[0]
