@@ -133,9 +133,14 @@ class Processes:
         self.logdir = logdir
         self.principals = dict(principals or {})
         self.started: list[subprocess.Popen[bytes]] = []
+        #: the processes' TMPDIR: `stop_all` kills them with SIGKILL, which leaves what they
+        #: made there (torch's extracted compiled packages: 11 MB each), so not in /tmp
+        self.tmpdir = logdir / "tmp"
+        self.tmpdir.mkdir(parents=True, exist_ok=True)
 
     def _env(self, command: str) -> dict[str, str]:
         env = config_env(self.cfg)
+        env["TMPDIR"] = str(self.tmpdir)
         if command in self.principals:
             env["INFERSTREAM_CONFIG"] = str(self.principals[command])
         return env
