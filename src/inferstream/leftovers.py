@@ -1,7 +1,7 @@
 """What a process killed with SIGKILL leaves in a folder, removed by the next one of its kind.
 
 Files and folders that a process makes for itself are named PREFIX + HOST-PID[-ANYTHING]
-(`owner_marker`); `remove_abandoned` removes those of this host whose process is gone. Used
+(`claim`), and `remove_abandoned` removes those of this host whose process is gone. Used
 for partial output files (`jobs.partial`), the sysinfo app's tables folder and the
 supervisor's folder for its child's TMPDIR (`supervise.parent`). Entries of
 another host (a folder shared over the network) and of processes still running are left.
@@ -19,9 +19,11 @@ from contextlib import suppress
 log = logging.getLogger(__name__)
 
 
-def owner_marker() -> str:
-    """HOST-PID of this process, for the names of what it makes."""
-    return f"{socket.gethostname()}-{os.getpid()}"
+def claim(folder: str, prefix: str) -> str:
+    """`prefix` + HOST-PID: the name of what this process makes in `folder`, once those
+    that processes gone left there under `prefix` are removed."""
+    remove_abandoned(folder, prefix)
+    return f"{prefix}{socket.gethostname()}-{os.getpid()}"
 
 
 def remove_abandoned(folder: str, prefix: str) -> None:

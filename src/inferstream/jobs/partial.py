@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import os
 
-from inferstream.leftovers import owner_marker, remove_abandoned
+from inferstream.leftovers import claim
 
 
 def partial_path(path: str) -> str:
     """Where this process writes the file that is to replace `path` until it is whole; any
     partial file of `path` that a process of this host no longer running left is removed."""
     folder, name = os.path.split(os.path.abspath(path))
-    remove_abandoned(folder, f"{name}.tmp-")
-    return f"{path}.tmp-{owner_marker()}"
+    return os.path.join(os.path.dirname(path), claim(folder, f"{name}.tmp-"))
 
 
 def spool_prefix(folder: str) -> str:
     """The prefix of a temporary folder of this process in `folder` (see `partial_path`);
     those of processes gone are removed."""
-    remove_abandoned(folder, ".inferstream-npz-")
-    return f".inferstream-npz-{owner_marker()}-"
+    return claim(folder, ".inferstream-npz-") + "-"

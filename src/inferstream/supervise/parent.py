@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType, TracebackType
 
-from inferstream.leftovers import owner_marker, remove_abandoned
+from inferstream.leftovers import claim
 from inferstream.supervise.environ import (
     REFUSED,
     RESTARTS,
@@ -117,14 +117,14 @@ class Supervisor:
         self.policy = policy
         self.grace_s = grace_s
         self.environ = dict(os.environ if environ is None else environ)
-        #: the children's TMPDIR (see the module's doc), in the supervisor's own
-        self.scratch = os.path.join(tempfile.gettempdir(), f"inferstream-{role}-{owner_marker()}")
+        root = tempfile.gettempdir()
+        #: the children's TMPDIR (see the module's doc), in the supervisor's own (what
+        #: supervisors of the role killed with SIGKILL on this host left there is removed)
+        self.scratch = os.path.join(root, claim(root, f"inferstream-{role}-"))
 
     def run(self) -> int:
         """Until a child is not restarted: its exit status (128 + N for a signal N); 0 when
         stopped between two children."""
-        # what supervisors of this role killed with SIGKILL on this host left
-        remove_abandoned(os.path.dirname(self.scratch), f"inferstream-{self.role}-")
         try:
             return self._run()
         finally:

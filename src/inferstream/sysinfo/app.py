@@ -39,7 +39,7 @@ from faust.types import TP
 
 from inferstream.config import Config
 from inferstream.kafka.deadletters import dead_letter
-from inferstream.leftovers import owner_marker, remove_abandoned
+from inferstream.leftovers import claim
 from inferstream.policy.entries import policy_key
 from inferstream.schemas import Codec
 from inferstream.schemas.records import PolicyEntry, PolicyKind, WorkerHealth, now_ms, plain_record
@@ -113,8 +113,7 @@ def _credentials(config: Config) -> Any:
 def _tables_folder() -> str:
     """A new temporary folder for Faust's tables; those of replicas killed with SIGKILL on
     this host (which no `run` removed) are removed first."""
-    remove_abandoned(tempfile.gettempdir(), "inferstream-sysinfo-")
-    return tempfile.mkdtemp(prefix=f"inferstream-sysinfo-{owner_marker()}-")
+    return tempfile.mkdtemp(prefix=claim(tempfile.gettempdir(), "inferstream-sysinfo-") + "-")
 
 
 class SysinfoApp:
