@@ -41,6 +41,11 @@ class LoadedModel(ABC):
         """The item's bytes (see `fetch_item`); ItemError with a reason when unreachable."""
         return fetch_item(name, data, http_timeout_s=http_timeout_s, max_bytes=max_bytes)
 
+    def fetch_may_wait(self, name: str, data: bytes | None = None) -> bool:
+        """Whether fetching this item may wait on I/O (a file, a download); only an item that
+        cannot may decode on the worker's event loop (`serving.decoding`)."""
+        return data is None
+
     @abstractmethod
     def preprocess(self, data: bytes) -> torch.Tensor:
         """One item's bytes to a CPU tensor; thread-safe; ItemError for a bad item."""

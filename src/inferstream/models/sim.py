@@ -51,6 +51,10 @@ class SimModel(LoadedModel):
             time.sleep(self.params.decode_ms * self.params.slower / 1000)
         return data if data is not None else name.encode()
 
+    def fetch_may_wait(self, name: str, data: bytes | None = None) -> bool:
+        """A sim item's fetch reads nothing; it waits only where `decode_ms` makes it sleep."""
+        return self.params.decode_ms > 0
+
     def preprocess(self, data: bytes) -> torch.Tensor:
         """A one-element int64 tensor holding a stable hash of `data`."""
         digest = hashlib.blake2b(data, digest_size=8).digest()

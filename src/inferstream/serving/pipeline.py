@@ -3,8 +3,8 @@
 Items are fetched and preprocessed in parallel on `decode_threads` threads, in arrival
 order, at most `decode_ahead` batches ahead of the model: decoding overlaps with the forward
 pass of the batch before, and fills its gaps instead of taking the cores in a burst when a
-task arrives. Items that decode in microseconds (a `sim:` model's) go to the pool several at a
-time: a thread hop costs the event loop more than such an item's whole decode. The batch loop
+task arrives. Items that decode in microseconds go to the pool several at a time, or, where
+their fetch cannot wait on I/O, decode on the event loop (`serving.decoding`). The batch loop
 takes items in arrival order, up to `max_batch` items or
 `max_wait_s` after the first one, and runs the model on a single inference thread (with
 `torch_threads` intra-op threads) so that the event loop (and with it the Kafka heartbeats)
@@ -38,15 +38,12 @@ from inferstream.schemas.records import (
     ok_item,
 )
 from inferstream.serving.calibration import calibrate
+from inferstream.serving.decoding import DecodePlace
 from inferstream.serving.forward import ForwardPlace, output_fields
 from inferstream.serving.hooks import WorkerHooks
 from inferstream.serving.tuning import LatencyTuner
 
 log = logging.getLogger(__name__)
-
-#: A decode job takes as many items as decode in about this long (at least one): a job per
-#: item costs the event loop about 20 us of thread hop, more than a fast item's decode.
-DECODE_JOB_S = 0.001
 
 #: The decode outcome of an item of a task given up (its partition revoked)
 _NOT_DECODED: tuple[torch.Tensor | str, float] = ("cancelled", 0.0)
@@ -155,8 +152,7 @@ class BatchingPipeline:
         #: items decoding or decoded that no batch has taken yet, and how many may be
         self._ahead = 0
         self._ahead_limit = max(1, options.decode_ahead) * options.max_batch
-        #: seconds one item takes to decode, a moving average (None: none decoded yet)
-        self._decode_item_s: float | None = None
+        self._decode_place = DecodePlace(model, self.threads.decode_threads)
         self.items_in_flight = 0
 
     def limit_batch(self, size: int | None) -> None:
@@ -199,25 +195,21 @@ class BatchingPipeline:
         loop = asyncio.get_running_loop()
         startable = min(len(self._undecoded), self._ahead_limit - self._ahead)
         while self._undecoded and self._ahead < self._ahead_limit:
-            size = min(self._job_items(startable), self._ahead_limit - self._ahead,
-                       len(self._undecoded))
+            size = min(self._decode_place.job_items(startable, self.batch_limit),
+                       self._ahead_limit - self._ahead, len(self._undecoded))
             job = [self._undecoded.popleft() for _ in range(size)]
-            decoding = loop.run_in_executor(self._decoders, self._decode_all, job)
+            if self._decode_place.inline([item for _, item in job]):
+                decoding = loop.create_future()
+                try:  # fails as a decode thread's job would: where the batch loop awaits it
+                    decoding.set_result(self._decode_all(job))
+                except Exception as exc:  # handed on to the batch loop, not swallowed
+                    decoding.set_exception(exc)
+            else:
+                decoding = loop.run_in_executor(self._decoders, self._decode_all, job)
             decoding.add_done_callback(self._learn)
             for place, (slot, _) in enumerate(job):
                 slot.job, slot.place = decoding, place
             self._ahead += size
-
-    def _job_items(self, startable: int) -> int:
-        """How many items the next decode job takes: one until an item's decode time is
-        known, then about `DECODE_JOB_S` worth, at most a batch's share of each thread and
-        each thread's share of the `startable` items (an item slower than the average, a
-        download, then still leaves no decode thread idle)."""
-        if self._decode_item_s is None:
-            return 1
-        threads = self.threads.decode_threads
-        most = max(1, min(self.batch_limit // threads, -(-startable // threads)))
-        return max(1, min(most, int(DECODE_JOB_S / max(self._decode_item_s, 1e-7))))
 
     def _decode_all(self, job: list[tuple[_Slot, TaskItem]]
                     ) -> list[tuple[torch.Tensor | str, float]]:
@@ -229,11 +221,8 @@ class BatchingPipeline:
         if decoding.cancelled() or decoding.exception() is not None:
             return  # (the pool shut down; the batch loop that awaits it ends)
         # the items of a task given up took no time: they were not decoded at all
-        took = [outcome[1] for outcome in decoding.result() if outcome is not _NOT_DECODED]
-        if not took:
-            return
-        mean, known = sum(took) / len(took), self._decode_item_s
-        self._decode_item_s = mean if known is None else 0.8 * known + 0.2 * mean
+        self._decode_place.learn(
+            outcome[1] for outcome in decoding.result() if outcome is not _NOT_DECODED)
 
     def _decode(self, run: TaskRun, item: TaskItem) -> tuple[torch.Tensor | str, float]:
         """Fetch and preprocess one item; a bad item becomes its error reason (a str), and
