@@ -43,7 +43,8 @@ class LoadedModel(ABC):
 
     def fetch_may_wait(self, name: str, data: bytes | None = None) -> bool:
         """Whether fetching this item may wait on I/O (a file, a download); only an item that
-        cannot may decode on the worker's event loop (`serving.decoding`)."""
+        cannot may decode on the worker's event loop (`serving.decoding`). A model whose
+        `fetch` reads elsewhere says so here too."""
         return data is None
 
     @abstractmethod

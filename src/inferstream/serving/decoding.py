@@ -6,10 +6,10 @@ item costs the event loop about 20 us of thread hop, more than a fast item's who
 item that decodes in microseconds and whose fetch cannot wait on I/O (its bytes came inline, or
 a `sim:` model's) decodes on the event loop instead: there the hand-off (a queue put that wakes
 a thread, a callback back through the loop's self-pipe) is most of its cost and buys nothing,
-as it is for a forward pass of that size (`serving.forward`). It was a third of the data path's
-CPU an item for `sim:ms=0` items (BENCHMARKS.md, "Fast items decode on the event loop"). An
-item named by a path or URL never does: a file on a stalled disk or a download would stop the
-loop, and with it the members' heartbeats and commits, for as long as it takes.
+as it is for a forward pass of that size (`serving.forward`). It was a third to a half of the
+data path's CPU an item for `sim:ms=0` items (BENCHMARKS.md, "Fast items decode on the event
+loop"). An item named by a path or URL never does: a file on a stalled disk or a download
+would stop the loop, and with it the members' heartbeats and commits, for as long as it takes.
 """
 
 from __future__ import annotations
