@@ -292,8 +292,9 @@ class BatchingPipeline:
         top_k, tensors = max(s.run.task["top_k"] for s, _ in good), [t for _, t in good]
         started = time.perf_counter()
         try:
-            if self._place.inline(len(tensors)):  # (serving.forward: microseconds)
-                predictions, took = self._forward(tensors, top_k)
+            if on_loop := self._place.inline(len(tensors)):  # (serving.forward: microseconds)
+                predictions, took = self._place.run_on_loop(
+                    lambda: self._forward(tensors, top_k)[0])
             else:
                 predictions, took = await asyncio.get_running_loop().run_in_executor(
                     self._inference, self._forward, tensors, top_k)
@@ -304,7 +305,7 @@ class BatchingPipeline:
                     _item(slot), f"inference failed: {type(exc).__name__}: {exc}"))
             return answered
         seconds = time.perf_counter() - started
-        self._place.learn(len(tensors), took)
+        self._place.learn(len(tensors), took, on_loop)
         if self.tuner is not None:
             self.tuner.observe(len(batch), seconds)
         self.hooks.after_batch(self.model.name, len(good), seconds, self.model.version)

@@ -5,13 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
+import pytest
 import torch
 
 from inferstream.config import WorkerConfig
 from inferstream.models.sim import SimModel, SimParams
-from inferstream.serving.forward import INLINE_FORWARD_S, ForwardPlace
+from inferstream.serving import forward
+from inferstream.serving.forward import (
+    INLINE_FORWARD_S,
+    RETRY_EVERY,
+    RETRY_FACTOR,
+    WINDOW,
+    ForwardPlace,
+)
 from inferstream.serving.hooks import WorkerHooks
 from inferstream.serving.pipeline import BatchingPipeline, TaskRun
 
@@ -49,19 +58,40 @@ class ThreadsModel(SimModel):
 def test_a_place_runs_on_the_loop_only_what_it_measured_fast_on_a_cpu() -> None:
     place = ForwardPlace("cpu")
     assert not place.inline(1)  # nothing measured yet
-    place.learn(32, 32 * INLINE_FORWARD_S / 100)
+    place.learn(32, 32 * INLINE_FORWARD_S / 100, on_loop=False)
     assert place.inline(32) and not place.inline(200)
     place.calibrating += 1
     assert not place.inline(1)
     place.calibrated()
     assert place.inline(1)
     for _ in range(10):  # the model slowed down: back to the inference thread
-        place.learn(4, 8 * INLINE_FORWARD_S)
+        place.learn(4, 8 * INLINE_FORWARD_S, on_loop=True)
     assert not place.inline(1)
 
     device = ForwardPlace("cuda")
-    device.learn(32, 1e-9)
+    device.learn(32, 1e-9, on_loop=False)
     assert not device.inline(1)  # a device's pass overlaps the loop's work
+
+
+def test_a_pass_slow_only_on_the_thread_is_tried_on_the_loop_now_and_then() -> None:
+    """On the thread a pass's time includes its waits for the lock the loop holds: one
+    measured there at a few times the limit is tried on the loop every RETRY_EVERY batches,
+    and stays there where the loop measures it fast; one far slower is never tried."""
+    place = ForwardPlace("cpu")
+    place.learn(32, 3 * INLINE_FORWARD_S, on_loop=False)  # under RETRY_FACTOR x the limit
+    decided = [place.inline(32) for _ in range(2 * RETRY_EVERY)]
+    assert decided.count(True) == 2 and decided[RETRY_EVERY - 1] and decided[-1]
+    place.learn(32, INLINE_FORWARD_S / 4, on_loop=True)  # the try: fast on the loop
+    assert all(place.inline(32) for _ in range(3 * RETRY_EVERY))
+    place.learn(32, 30 * INLINE_FORWARD_S, on_loop=True)  # one pass slowed by a neighbour
+    assert place.inline(32)
+    for _ in range(WINDOW):  # slow on the loop too, pass after pass
+        place.learn(32, 30 * INLINE_FORWARD_S, on_loop=True)
+    assert not any(place.inline(32) for _ in range(RETRY_EVERY - 1))
+
+    slow = ForwardPlace("cpu")
+    slow.learn(32, 2 * RETRY_FACTOR * INLINE_FORWARD_S, on_loop=False)
+    assert not any(slow.inline(32) for _ in range(3 * RETRY_EVERY))
 
 
 def test_a_fast_models_passes_move_to_the_event_loop_and_a_slow_ones_stay() -> None:
@@ -112,3 +142,13 @@ def test_no_pass_runs_on_the_loop_while_a_calibration_runs_on_the_thread() -> No
     threads = asyncio.run(scenario())
     assert threads == ["MainThread", "inferstream-infer_0"]
     assert model.most_running == 1
+
+
+def test_a_pass_on_the_loop_counts_its_cpu_time_unless_it_waited(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _, slept = ForwardPlace.run_on_loop(lambda: time.sleep(0.02))
+    assert slept >= 0.02  # a sleep is a wait: the loop waited for all of it
+    clock = iter([0.0, 5.0])  # 5 s on the clock, the cores busy with other processes
+    monkeypatch.setattr(forward.time, "perf_counter", lambda: next(clock))
+    total, took = ForwardPlace.run_on_loop(lambda: sum(range(100_000)))
+    assert total == sum(range(100_000)) and took < 1.0  # its own CPU time, not the 5 s
