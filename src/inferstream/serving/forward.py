@@ -20,7 +20,7 @@ loop now and then (`RETRY_EVERY`). On the loop a pass that never waited itself c
 time, not the turns other processes took on the cores meanwhile; one that waited (a sleep, a
 lock, I/O) its wall time. Each place's estimate is the least of its last `WINDOW` passes, so
 that one pass slowed by a neighbour does not send the next ones away. On a busy 2-core machine
-the passes of `sim:ms=0` batches of 32 measured 0.3-0.9 ms on the thread and 0.5-3.4 ms (wall)
+the passes of `sim:ms=0` batches of 32 measured 0.3-0.9 ms on the thread and 0.5-2.2 ms (wall)
 on the loop, 0.25-0.33 ms of their own CPU: a moving average of either kept most of them on
 the thread (BENCHMARKS.md, "Forward passes measured by their own time").
 """
