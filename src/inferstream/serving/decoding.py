@@ -18,12 +18,13 @@ from collections.abc import Iterable
 
 from inferstream.models import LoadedModel
 from inferstream.schemas.records import TaskItem
+from inferstream.serving.forward import INLINE_FORWARD_S
 
 #: A decode job takes as many items as decode in about this long (at least one).
 DECODE_JOB_S = 0.001
 #: A decode job of items that cannot wait on I/O, measured to take less than this in all,
-#: runs on the event loop.
-INLINE_DECODE_S = 0.0005
+#: runs on the event loop: the loop waits for it no longer than for a forward pass there.
+INLINE_DECODE_S = INLINE_FORWARD_S
 #: The weight of the latest job in the moving average of an item's decode time.
 _NEWEST = 0.2
 

@@ -84,6 +84,14 @@ class ForwardPlace:
         return retry
 
     @staticmethod
+    def run_on_thread(forward: Callable[[], _Result]) -> tuple[_Result, float]:
+        """Run `forward` on the calling (inference) thread: its result, and its wall time
+        there (its waits for the lock included: see the module's doc)."""
+        started = time.perf_counter()
+        result = forward()
+        return result, time.perf_counter() - started
+
+    @staticmethod
     def run_on_loop(forward: Callable[[], _Result]) -> tuple[_Result, float]:
         """Run `forward` here, on the loop: its result, and the seconds the loop waited for
         it. That is its CPU time where it never waited itself (no sleep, lock or I/O: no

@@ -16,6 +16,7 @@ counts: `models.threads`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import deque
@@ -292,12 +293,12 @@ class BatchingPipeline:
         top_k, tensors = max(s.run.task["top_k"] for s, _ in good), [t for _, t in good]
         started = time.perf_counter()
         try:
+            forward = functools.partial(self._forward, tensors, top_k)
             if on_loop := self._place.inline(len(tensors)):  # (serving.forward: microseconds)
-                predictions, took = self._place.run_on_loop(
-                    lambda: self._forward(tensors, top_k)[0])
+                predictions, took = self._place.run_on_loop(forward)
             else:
                 predictions, took = await asyncio.get_running_loop().run_in_executor(
-                    self._inference, self._forward, tensors, top_k)
+                    self._inference, self._place.run_on_thread, forward)
         except Exception as exc:  # a failed forward pass fails its items, not the worker
             log.exception("inference failed for a batch of %d items", len(good))
             for slot, _ in good:
@@ -348,13 +349,10 @@ class BatchingPipeline:
         self._finish(slot, ok_item(_item(slot), top_k if len(top_k) <= wanted else top_k[:wanted],
                                    embedding=output["embedding"], tensors=output["tensors"]))
 
-    def _forward(self, tensors: list[torch.Tensor], top_k: int
-                 ) -> tuple[list[OutputFields | str], float]:
-        """The batch's outputs, and the seconds its pass took where it ran."""
-        started = time.perf_counter()
-        outputs = [item if isinstance(item, str) else output_fields(item)
-                   for item in self.model.predict_items(tensors, top_k)]
-        return outputs, time.perf_counter() - started
+    def _forward(self, tensors: list[torch.Tensor], top_k: int) -> list[OutputFields | str]:
+        """The batch's outputs."""
+        return [item if isinstance(item, str) else output_fields(item)
+                for item in self.model.predict_items(tensors, top_k)]
 
     async def calibrate(self, items: int) -> Calibration | None:
         """The model's speed on a batch of `items` synthetic items (at most `max_batch`; see
