@@ -142,3 +142,19 @@ def test_describe_before_create_names_the_missing_topics(kafka: str, prefix: str
     lines = {line.split()[0]: line for line in described.stdout.splitlines() if line.strip()}
     assert set(lines) == set(expected_names(kafka, prefix))
     assert all(line.endswith("missing") for line in lines.values()), described.stdout
+
+
+def test_record_limits_read_each_topics_max_message_bytes(kafka: str, prefix: str) -> None:
+    from inferstream.kafka.limits import RECORD_HEADROOM, record_limits
+
+    admin = AdminClient({"bootstrap.servers": kafka})
+    small, default = f"{prefix}small", f"{prefix}default"
+    created = admin.create_topics([
+        NewTopic(small, 1, 1, config={"max.message.bytes": "1000000"}),
+        NewTopic(default, 1, 1)])
+    for future in created.values():
+        future.result(60)
+    limits = record_limits(Config(bootstrap_servers=kafka), [small, default])
+    # the local cluster's brokers take records up to 16 MiB (ops/kafka), as inferstream sends
+    assert limits == {small: 1000000 - RECORD_HEADROOM,
+                      default: LARGE_MESSAGE_BYTES - RECORD_HEADROOM}

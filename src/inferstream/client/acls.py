@@ -150,9 +150,12 @@ def _stream(config: Config, _pools: tuple[str, ...]) -> list[Binding]:
     dlq = stream.dead_letter_topic or config.topic("dlq")
     # The members look up the dead-letter topic's partitions whatever --on-error says.
     dlq_operation = "write" if stream.on_error == "dlq" else "describe"
+    # A member reads the max.message.bytes of each topic it writes (`kafka.limits`).
+    written = (stream.output_topic, *((dlq,) if stream.on_error == "dlq" else ()))
     return [Binding("stream", "topic", stream.input_topic, "read"),
             Binding("stream", "topic", stream.output_topic, "write"),
             Binding("stream", "topic", dlq, dlq_operation),
+            *_topics("stream", "describe-configs", written),
             *_topics("stream", "read", config.topics("policy")),
             *_topics("stream", "write", config.topics("sysinfo")),
             Binding("stream", "group", stream.group_id(prefix), "read"),

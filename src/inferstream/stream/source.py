@@ -4,13 +4,15 @@ One input record goes: input topic -> `StreamSource.admit` (`formats.InputReader
 record's item, or at once the error outcome of a record that cannot be read) -> the worker's
 `BatchingPipeline` (decode, batch, infer) -> `StreamSource.render` (`formats.OutputWriter`: one
 output record, keyed like the input, with origin headers; or, with `--on-error dlq`, a failed
-record's dead letter) -> the partition's `TransactionalCommitter` (the output and the input
+record's dead letter; an output too large for its topic becomes its record's error:
+`kafka.limits`) -> the partition's `TransactionalCommitter` (the output and the input
 offset in one transaction) -> output topic. The group, its assignor, the committers, sysinfo
 and the drain on SIGTERM are the worker's own (`serving.loop.Worker`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -19,6 +21,7 @@ from collections.abc import Sequence
 from inferstream.config import Config
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients, Outgoing, Record
 from inferstream.kafka.deadletters import dead_letter
+from inferstream.kafka.limits import record_bytes, record_limits, size_text
 from inferstream.kafka.settings import partition_of_key
 from inferstream.models import LoadedModel
 from inferstream.schemas import Codec
@@ -63,8 +66,8 @@ def new_member(config: Config, model: LoadedModel, *, hooks: WorkerHooks | None 
     (batching, group timeouts, bounded mode)."""
     config = stream_config(config)
     codec = codec or Codec.for_config(config)
-    return Worker(config, model, StreamSource(config, codec), hooks=hooks, codec=codec,
-                  clients=clients)
+    return Worker(config, model, StreamSource(config, codec, clients), hooks=hooks,
+                  codec=codec, clients=clients)
 
 
 class StreamSource(Source):
@@ -73,8 +76,10 @@ class StreamSource(Source):
 
     role = "stream"
 
-    def __init__(self, config: Config, codec: Codec) -> None:
+    def __init__(self, config: Config, codec: Codec, clients: KafkaClients = REAL_CLIENTS
+                 ) -> None:
         self.config = config
+        self.clients = clients
         self.stream = stream = config.stream
         self.group_id = stream.group_id(config.topic_prefix)
         self.topic = stream.input_topic
@@ -86,6 +91,8 @@ class StreamSource(Source):
         self.writer = OutputWriter(config, codec)
         self.model = ""
         self.model_version: str | None = None
+        #: the most bytes a record may take on each topic written (`kafka.limits`)
+        self.limits: dict[str, int] = {}
 
     async def start(self, worker: WorkerContext) -> None:
         await super().start(worker)
@@ -94,6 +101,9 @@ class StreamSource(Source):
         pipeline = worker.served.find(self.model)
         assert pipeline is not None  # noqa: S101 - the model it was started with
         self.model_version = pipeline.model.version
+        written = (self.stream.output_topic, *((self.dlq,) if self.stream.on_error == "dlq"
+                                               else ()))
+        self.limits = await asyncio.to_thread(record_limits, self.config, written, self.clients)
         stream, partitions = self.stream, worker.partitions
         log.info("stream group=%s: %s (%d partitions, %s) -> %s (%d partitions, %s), model %s",
                  self.group_id, stream.input_topic, partitions[stream.input_topic],
@@ -108,7 +118,7 @@ class StreamSource(Source):
             item = self.reader.item(record.value, origin)
         except RecordError as exc:
             log.debug("unreadable record %s: %s", item_name(origin), exc)
-            return [self._output(record, _failed(origin, str(exc)), self.model_version)]
+            return [self._fitting(record, _failed(origin, str(exc)), self.model_version)[0]]
         return Task(job_id=self.group_id, task_id=record.offset, attempt=1,
                     pool=self.config.pool, model=self.model, model_version=None,
                     top_k=self.stream.top_k, items=[item], issued_at=now_ms(), deadline_ms=None,
@@ -118,7 +128,10 @@ class StreamSource(Source):
         outcome = run.outcomes[0]
         if outcome is None:  # refused: the model could not load
             outcome = _failed(_origin(record), run.refusal or "not run")
-        return [self._output(record, outcome, run.model_version)]
+        output, written = self._fitting(record, outcome, run.model_version)
+        if written is not outcome:  # an output too large: counted as the error it wrote
+            run.outcomes[0] = written
+        return [output]
 
     def after_commit(self, committed: Sequence[PendingTask]) -> None:
         """Each committed record's outcome, and its latency from the input's timestamp."""
@@ -134,15 +147,41 @@ class StreamSource(Source):
             return "ok"
         return "dead_letter" if self.stream.on_error == "dlq" else "error"
 
-    def _output(self, record: Record, outcome: ItemResult, version: str | None) -> Outgoing:
+    def _fitting(self, record: Record, outcome: ItemResult, version: str | None
+                 ) -> tuple[Outgoing, ItemResult]:
+        """The record of `outcome` (`_output`) and the outcome it writes: where that record
+        would not fit its topic (`limits`), the record of an error that says so instead, and
+        a dead letter too large for the dead-letter topic goes without the input's value.
+        (Written as it was, it would fail every commit of its partition, for ever.)"""
+        output = self._output(record, outcome, version)
+        size, limit = record_bytes(output), self.limits.get(output.topic)
+        if limit is None or size <= limit:
+            return output, outcome
+        why = (f"{'dead letter' if self._dead_letter(outcome) else 'output'} too large: its "
+               f"record takes {size_text(size)}, over the {size_text(limit)} a record of "
+               f"{output.topic} holds")
+        log.warning("%s: %s", item_name(_origin(record)), why)
+        if not self._dead_letter(outcome):
+            return self._fitting(record, _failed(_origin(record), why), version)
+        reason = f"{outcome['error'] or 'error'}; the record's value left out: {why}"
+        return self._output(record, {**outcome, "error": reason}, version, value=False), outcome
+
+    def _dead_letter(self, outcome: ItemResult) -> bool:
+        """Whether `outcome` is written as a dead letter (a failure, with `--on-error dlq`)."""
+        return outcome["status"] == ItemStatus.ERROR and self.stream.on_error == "dlq"
+
+    def _output(self, record: Record, outcome: ItemResult, version: str | None,
+                value: bool = True) -> Outgoing:
         """The output record of `outcome` (by `version` of the model): keyed like the input,
         on the input's partition index when the output has as many partitions, else on the
-        key's; or, with `--on-error dlq`, the dead letter of a failed record."""
+        key's; or, with `--on-error dlq`, the dead letter of a failed record (holding the
+        input's value unless `value` is False)."""
         partitions = self.worker.partitions
-        if outcome["status"] == ItemStatus.ERROR and self.stream.on_error == "dlq":
+        if self._dead_letter(outcome):
             return dead_letter(self.codec, self.dlq, partitions[self.dlq], topic=record.topic,
                                partition=record.partition, offset=record.offset,
-                               reason=outcome["error"] or "error", value=record.value,
+                               reason=outcome["error"] or "error",
+                               value=record.value if value else None,
                                consumer=self.worker.worker_id, key=record.key,
                                origin_timestamp_ms=record.timestamp)
         result = stream_result(outcome, self.model, version, self.worker.worker_id,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import sys
 
+from inferstream.kafka.limits import RECORD_HEADROOM, size_text
 from inferstream.kafka.topics import LARGE_MESSAGE_BYTES
 from inferstream.schemas import Codec
 from inferstream.schemas.records import (
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 
 #: Room left in a record for its key, headers and batch framing (aiokafka's estimate adds
 #: under a hundred bytes to the value).
-HEADROOM = 64 * 1024
+HEADROOM = RECORD_HEADROOM
 #: The most bytes a TaskResult's encoding may take.
 RESULT_BYTES_CAP = LARGE_MESSAGE_BYTES - HEADROOM
 #: `error_items`' budget that repeats the reason on every item, whatever its length.
@@ -94,16 +95,9 @@ def _error_sizes(codec: Codec, result: TaskResult, names: list[TaskItem], reason
 def _reason(total: int, cap: int, empty: int, sizes: list[int]) -> str:
     largest = max(sizes)
     if largest > cap - empty:
-        return (f"output too large: one item's output takes {_bytes(largest)}, over the "
-                f"{_bytes(cap)} a result record holds")
+        return (f"output too large: one item's output takes {size_text(largest)}, over the "
+                f"{size_text(cap)} a result record holds")
     fit = max(1, (cap - empty) // largest)
-    return (f"output too large: this task's outputs take {_bytes(total)}, over the "
-            f"{_bytes(cap)} a result record holds; submit the job with --chunk-size {fit} "
+    return (f"output too large: this task's outputs take {size_text(total)}, over the "
+            f"{size_text(cap)} a result record holds; submit the job with --chunk-size {fit} "
             "or less")
-
-
-def _bytes(count: int) -> str:
-    for unit, size in (("MiB", 2**20), ("KiB", 2**10)):
-        if count >= size:
-            return f"{count / size:.1f} {unit}"
-    return f"{count} bytes"

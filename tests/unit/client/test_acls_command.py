@@ -132,6 +132,9 @@ def test_a_stream_member_gets_the_user_topics_it_names(capsys: pytest.CaptureFix
             "--resource-pattern-type literal") in lines
     assert ("--add --allow-principal User:s --operation Write --topic inferstream.dlq "
             "--resource-pattern-type literal") in lines
+    for topic in ("labels", "inferstream.dlq"):  # the limits of the records it writes
+        assert (f"--add --allow-principal User:s --operation DescribeConfigs --topic {topic} "
+                "--resource-pattern-type literal") in lines
     assert ("--add --allow-principal User:s --operation Read --group "
             "inferstream.stream.uploads.labels --resource-pattern-type literal") in lines
 

@@ -167,11 +167,13 @@ class MemoryAdmin:
         return futures
 
     def describe_configs(self, resources: list[Any], **_: Any) -> dict[Any, Future[Any]]:
-        """ConfigResource-shaped objects (`name`) to futures of {key: entry with `.value`}."""
+        """ConfigResource-shaped objects (`name`) to futures of {key: entry with `.value`}: a
+        topic's own settings over Kafka's defaults of those asked here."""
         described: dict[Any, Future[Any]] = {}
         for resource in resources:
             future: Future[Any] = Future()
-            configs = {"cleanup.policy": "delete", **self._broker.topic_configs(resource.name)}
+            configs = {"cleanup.policy": "delete", "max.message.bytes": "1048588",  # Kafka's
+                       **self._broker.topic_configs(resource.name)}
             future.set_result({k: ConfigValue(k, v) for k, v in configs.items()})
             described[resource] = future
         return described
