@@ -17,6 +17,7 @@ from inferstream.policy.strategies import load_strategy
 from inferstream.schemas.records import now_ms
 from inferstream.sysinfo.fleet import Fleet, record_of
 from tests.sysinfo_samples import sample
+from tests.unit.sysinfo.test_web import free_port
 
 
 @pytest.fixture(autouse=True)
@@ -38,8 +39,9 @@ def test_unknown_strategy_is_one_line(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_unreachable_broker_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    # (a free port: the default, 6066, may be another sysinfo app's on this machine)
     err = one_line_error(capsys, ["sysinfo", "--bootstrap-servers", "127.0.0.1:1",
-                                  "--connect-timeout-s", "0.1"])
+                                  "--connect-timeout-s", "0.1", "--port", str(free_port())])
     assert err.startswith("inferstream: error: no Kafka broker answered at 127.0.0.1:1")
 
 
