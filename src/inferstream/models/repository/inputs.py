@@ -52,6 +52,13 @@ def synthetic_data(spec: InputSpec) -> bytes:
     return out.getvalue()
 
 
+def synthetic_description(spec: InputSpec) -> str:
+    """What `synthetic_data` makes, in words, for a line that names it."""
+    if spec.kind == "image":
+        return "a JPEG photo"
+    return f"a .npy of zeros, {list(spec.shape)} {spec.dtype}"
+
+
 class TensorPreprocessor:
     """`.npy` bytes or a JSON array to a tensor of one shape and dtype."""
 

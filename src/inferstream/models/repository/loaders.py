@@ -6,12 +6,14 @@ defines `load(version_dir: pathlib.Path, device: torch.device)`, which returns a
 `predict(batch: Tensor) -> Tensor | tuple[Tensor, ...] | dict[str, Tensor]` (one row per item
 of the batch, on `device`) and, optionally, `preprocess(data: bytes) -> Tensor` (one item's
 bytes to its CPU input tensor, called on several threads at once; without it the card's
-[input] applies). The handler places its own weights and picks its own precision.
+[input] applies). The handler places its own weights and picks its own precision. What its
+preprocess raises on an item is that item's error (`HandlerPreprocess`), never the worker's.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import sys
 import warnings
 from collections.abc import Callable
@@ -21,9 +23,12 @@ from typing import Any
 
 import torch
 
+from inferstream.models.errors import ItemError
 from inferstream.models.repository.archive import vet_export_archive
 from inferstream.models.repository.errors import HANDLER_REFUSED, RepositoryError
 from inferstream.models.repository.layout import ModelVersion
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,29 @@ class ExportedModule(torch.nn.Module):
 
     def forward(self, batch: torch.Tensor) -> Any:
         return self.program(batch)
+
+
+class HandlerPreprocess:
+    """A handler's `preprocess`, its failures made item errors: an ItemError it raises passes
+    as it is, any other exception becomes `model error: ValueError: ...` (so that an item the
+    handler's own code fails on does not read as the worker's internal error), and what is
+    not a tensor is refused."""
+
+    def __init__(self, preprocess: Callable[[bytes], Any]) -> None:
+        self.preprocess = preprocess
+
+    def __call__(self, data: bytes) -> torch.Tensor:
+        try:
+            item = self.preprocess(data)
+        except ItemError:
+            raise
+        except Exception as exc:  # the handler's own code raises anything
+            log.debug("the handler's preprocess failed on an item", exc_info=True)
+            raise ItemError(f"model error: {first_line(exc)}") from exc
+        if not isinstance(item, torch.Tensor):
+            raise ItemError(f"model error: preprocess returned a {type(item).__name__}, not "
+                            "a tensor")
+        return item
 
 
 class HandlerModule(torch.nn.Module):
@@ -81,7 +109,7 @@ def load_program(version: ModelVersion, device: torch.device, *,
     except RepositoryError:
         raise
     except Exception as exc:  # torch raises anything for a file it cannot read
-        raise RepositoryError(version.file, f"does not load: {_first_line(exc)}") from None
+        raise RepositoryError(version.file, f"does not load: {first_line(exc)}") from None
 
 
 def _load_exported(version: ModelVersion) -> torch.nn.Module:
@@ -119,16 +147,17 @@ def _load_handler(version: ModelVersion, device: torch.device) -> Program:
     except RepositoryError:
         raise
     except Exception as exc:  # the handler's own code failed
-        raise RepositoryError(version.file, f"does not load: {_first_line(exc)}") from None
+        raise RepositoryError(version.file, f"does not load: {first_line(exc)}") from None
     if not callable(getattr(handler, "predict", None)):
         raise RepositoryError(version.file, "load() returned an object without "
                               "predict(batch)")
     preprocess = getattr(handler, "preprocess", None)
-    return Program(HandlerModule(handler), preprocess if callable(preprocess) else None,
+    return Program(HandlerModule(handler),
+                   HandlerPreprocess(preprocess) if callable(preprocess) else None,
                    handler=True)
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     """`Type: first line of the message`, at most 200 characters."""
     first = (str(exc).strip().splitlines() or [""])[0][:200]
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

@@ -9,6 +9,7 @@ serves.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -26,9 +27,15 @@ from inferstream.models.repository.answers import (
 )
 from inferstream.models.repository.card import ModelCard
 from inferstream.models.repository.errors import RepositoryError
-from inferstream.models.repository.inputs import input_preprocessor, synthetic_data
+from inferstream.models.repository.inputs import (
+    input_preprocessor,
+    synthetic_data,
+    synthetic_description,
+)
 from inferstream.models.repository.layout import ModelVersion, read_labels
-from inferstream.models.repository.loaders import Program
+from inferstream.models.repository.loaders import Program, first_line
+
+log = logging.getLogger(__name__)
 
 #: items in the batch `check` runs: more than one, so that a batch dimension exported as a
 #: constant shows
@@ -90,26 +97,47 @@ class RepositoryModel(TorchModel):
 
     def check(self) -> None:
         """RepositoryError unless a synthetic batch runs and its output fits the card; a
-        classifier without a labels file gets class_0, class_1, ... for its width."""
-        try:
-            item = self.synthetic_item()
-        except ItemError as exc:
-            raise RepositoryError(self.file, f"its preprocess refuses a synthetic "
-                                  f"{self.card.input.kind} item: {exc}") from None
-        batch = collate([item] * CHECK_BATCH)
+        classifier without a labels file gets class_0, class_1, ... for its width. What the
+        model's own code raises on the way is one line naming the stage: a handler's
+        preprocess, the forward pass (a handler's predict), the reading of its output."""
+        batch = collate([self._checked_item()] * CHECK_BATCH)
+        inputs = self.to_inputs(batch)
         try:
             with torch.inference_mode():
-                raw = self.forward(self.to_inputs(batch))
-            if self.card.output.kind == "classification" and not self.labels:
-                self.labels = class_labels(_width(raw, self.card.output.tensor))
-                self.reader = OutputReader(self.card.output, self.labels)
-            self.reader.read(raw, CHECK_BATCH, 1)
+                raw = self.forward(inputs)
+        except Exception as exc:  # the model's own code raises anything
+            stage = "its predict fails" if self.handler else "fails"
+            raise RepositoryError(self.file, f"{stage} on a synthetic batch of {CHECK_BATCH}: "
+                                  f"{first_line(exc)}") from None
+        try:
+            with torch.inference_mode():
+                self._read_output(raw)
         except OutputMismatchError as exc:
             raise RepositoryError(self.file, str(exc)) from None
-        except Exception as exc:  # the model's own code raises anything
-            first = (str(exc).strip().splitlines() or [""])[0][:200]
-            raise RepositoryError(self.file, f"fails on a synthetic batch of {CHECK_BATCH}: "
-                                  f"{type(exc).__name__}: {first}") from None
+        except Exception as exc:  # torch's own, on an output of an odd dtype, layout, device
+            log.debug("reading the output of %s failed", self.file, exc_info=True)
+            raise RepositoryError(self.file, f"its output on a synthetic batch does not read "
+                                  f"as a {self.card.output.kind} output: {first_line(exc)}"
+                                  ) from None
+
+    def _checked_item(self) -> torch.Tensor:
+        """The synthetic item, preprocessed; RepositoryError where the preprocess refuses it
+        (a handler's failure is an ItemError too: `loaders.HandlerPreprocess`)."""
+        try:
+            return self.synthetic_item()
+        except ItemError as exc:
+            whose = "its preprocess" if self.handler else "the card's [input]"
+            raise RepositoryError(self.file, (
+                f"{whose} fails on the check's synthetic {self.card.input.kind} item "
+                f"({synthetic_description(self.card.input)}): {exc.reason}")) from None
+
+    def _read_output(self, raw: object) -> None:
+        """The synthetic batch's output read as the card says (OutputMismatchError where it
+        does not fit)."""
+        if self.card.output.kind == "classification" and not self.labels:
+            self.labels = class_labels(_width(raw, self.card.output.tensor))
+            self.reader = OutputReader(self.card.output, self.labels)
+        self.reader.read(raw, CHECK_BATCH, 1)
 
 
 def _width(raw: object, choices: tuple[str | int, ...]) -> int:

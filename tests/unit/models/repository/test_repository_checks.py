@@ -1,8 +1,8 @@
 """A broken repository is one line per problem, naming the file and the reason (issue 27.1): a
 missing file, a bad card, a bad version folder, a model that does not load or whose output does
-not fit its card, a handler without --allow-python-models; `models check` prints the lines and
-the worker refuses to start with them. A `.pt2` that would run code as it loads is refused
-before torch reads it."""
+not fit its card, a handler without --allow-python-models, a handler whose own code fails on
+the synthetic batch (at any stage); `models check` prints the lines and the worker refuses to
+start with them. A `.pt2` that would run code as it loads is refused before torch reads it."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from inferstream.serving.loader import model_loader
 from tests.unit.models.repository.conftest import (
     CNN_CARD,
     COLOUR_LABELS,
+    TENSOR_CARD,
     TENSOR_FEATURES_CARD,
     MakeRepository,
     Models,
@@ -260,3 +261,50 @@ def test_a_repository_that_is_not_a_folder_is_one_line(tmp_path: Path) -> None:
 def test_shape_expressions_pass_only_as_torch_writes_them(expression: str,
                                                           why: str | None) -> None:
     assert unsafe_expression(expression) == why
+
+
+def handler(preprocess: str, predict: str = "return batch[:, :3] * 1.0") -> str:
+    """A handler's model.py whose preprocess and predict have these bodies."""
+    return (f"import torch\nfrom inferstream.models import ItemError\n\n\n"
+            f"class Handler:\n"
+            f"    def preprocess(self, data):\n        {preprocess}\n\n"
+            f"    def predict(self, batch):\n        {predict}\n\n\n"
+            f"def load(version_dir, device):\n    return Handler()\n")
+
+
+TEXT = "text = data.decode('utf-8'); return torch.full((6,), float(len(text)))"
+ZEROS = "return torch.zeros(6)"
+NPY = "a .npy of zeros, [6] float32"
+# (id, model.py, the reason): each stage of the check where the handler's own code fails
+FAILING_HANDLERS = [
+    ("preprocess raises", handler(TEXT), f"its preprocess fails on the check's synthetic "
+     f"tensor item ({NPY}): model error: UnicodeDecodeError: 'utf-8' codec can't decode byte "
+     "0x93 in position 0: invalid start byte"),
+    ("preprocess refuses", handler("raise ItemError('not text')"), "its preprocess fails on "
+     f"the check's synthetic tensor item ({NPY}): not text"),
+    ("preprocess returns no tensor", handler("return [0.0] * 6"), "its preprocess fails on "
+     f"the check's synthetic tensor item ({NPY}): model error: preprocess returned a list, "
+     "not a tensor"),
+    ("predict raises", handler(ZEROS, "raise KeyError('scale')\n"), "its predict fails on "
+     "a synthetic batch of 2: KeyError: 'scale'"),
+    ("output unreadable", handler(ZEROS, "return torch.zeros(len(batch), 3, device='meta')"),
+     "its output on a synthetic batch does not read as a classification output: "
+     "NotImplementedError: Cannot copy out of meta tensor; no data!"),
+]
+
+
+@pytest.mark.parametrize(("code", "reason"), [case[1:] for case in FAILING_HANDLERS],
+                         ids=[case[0] for case in FAILING_HANDLERS])
+def test_a_handler_failing_on_the_synthetic_batch_is_one_line_naming_the_stage(
+        code: str, reason: str, make_repository: MakeRepository,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_repository("text", TENSOR_CARD, {"1/model.py": code})
+    line = f"{root}/text/1/model.py: {reason}"
+    args = ["models", "check", "--model-repository", str(root), "--allow-python-models"]
+    assert main(args) == 1
+    assert capsys.readouterr().out == f"{line}\n"
+    settings = WorkerConfig(model_repository=str(root), models=("text",), compile="off",
+                            allow_python_models=True)
+    with pytest.raises(RepositoryError) as refused:  # the worker's start: exit 2, no restart
+        model_loader(settings, "cpu")("text")
+    assert str(refused.value) == line

@@ -191,6 +191,8 @@ class Handler:
         self.scale = float((folder / "scale.txt").read_text())
 
     def preprocess(self, data):
+        if data == b"bad":
+            raise ValueError("no such word\\nsecond line")
         return torch.tensor([float(len(data))] * {FEATURES})
 
     def predict(self, batch):
@@ -209,3 +211,13 @@ def test_a_python_handler_serves_where_allowed(make_repository: MakeRepository) 
     answer = model.predict_items([model.preprocess(b"abcd")], top_k=1)[0]
     assert answer == Embedding((2.0,) * FEATURES)
     assert model_settings(WorkerConfig(), model).compile == "off"
+
+
+def test_a_handlers_preprocess_failing_on_an_item_is_the_items_model_error(
+        make_repository: MakeRepository) -> None:
+    card = TENSOR_CARD + "[output]\nkind = \"embedding\"\n"
+    root = make_repository("lengths", card, {"1/model.py": HANDLER, "1/scale.txt": "0.5"})
+    model = load(root, "lengths", allow_python=True)
+    with pytest.raises(ItemError) as failed:  # the item's error, not the worker's
+        model.preprocess(b"bad")
+    assert failed.value.reason == "model error: ValueError: no such word"
