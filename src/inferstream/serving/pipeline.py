@@ -9,8 +9,9 @@ takes items in arrival order, up to `max_batch` items or
 `max_wait_s` after the first one, and runs the model on a single inference thread (with
 `torch_threads` intra-op threads) so that the event loop (and with it the Kafka heartbeats)
 never waits for a forward pass; only a CPU model's pass measured under half a millisecond
-runs on the loop itself, where the hand-off would cost more (`serving.forward`). Thread
-counts: `models.threads`.
+runs on the loop itself, where the hand-off would cost more (`serving.forward`). A pass
+that raises runs its items again in smaller batches, so that only the items that fail alone
+fail (`serving.isolation`). Thread counts: `models.threads`.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from inferstream.serving.calibration import calibrate
 from inferstream.serving.decoding import DecodePlace
 from inferstream.serving.forward import ForwardPlace, output_fields
 from inferstream.serving.hooks import WorkerHooks
+from inferstream.serving.isolation import forward_error, isolate
 from inferstream.serving.tuning import LatencyTuner
 
 log = logging.getLogger(__name__)
@@ -299,11 +301,11 @@ class BatchingPipeline:
             else:
                 predictions, took = await asyncio.get_running_loop().run_in_executor(
                     self._inference, self._place.run_on_thread, forward)
-        except Exception as exc:  # a failed forward pass fails its items, not the worker
+        except Exception as exc:  # a failed forward pass fails the items that fail alone
             log.exception("inference failed for a batch of %d items", len(good))
-            for slot, _ in good:
-                self._finish(slot, error_item(
-                    _item(slot), f"inference failed: {type(exc).__name__}: {exc}"))
+            outputs = await self._isolate(tensors, top_k, exc)
+            for (slot, _), output in zip(good, outputs, strict=True):
+                self._answer(slot, output)
             return answered
         seconds = time.perf_counter() - started
         self._place.learn(len(tensors), took, on_loop)
@@ -348,6 +350,17 @@ class BatchingPipeline:
         top_k, wanted = output["top_k"], slot.run.task["top_k"]
         self._finish(slot, ok_item(_item(slot), top_k if len(top_k) <= wanted else top_k[:wanted],
                                    embedding=output["embedding"], tensors=output["tensors"]))
+
+    async def _isolate(self, tensors: list[torch.Tensor], top_k: int, failure: Exception
+                       ) -> list[OutputFields | str]:
+        """The outputs of a batch whose pass raised `failure`, or each item's reason, from its
+        items run again in smaller batches on the inference thread (`serving.isolation`)."""
+        forward = functools.partial(self._forward, top_k=top_k)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                self._inference, isolate, forward, tensors, failure)
+        except RuntimeError:  # closed meanwhile (the model was unloaded): no thread for it
+            return [forward_error(failure)] * len(tensors)
 
     def _forward(self, tensors: list[torch.Tensor], top_k: int) -> list[OutputFields | str]:
         """The batch's outputs."""

@@ -1,7 +1,8 @@
 """A stream of tensor items (issue 27.5), in memory: a repository model of `tensor` input
 labels records whose value is a `.npy` file's bytes, and JSON records whose field holds a
 nested array of numbers, as the module labels the same arrays; an array of the wrong shape or
-of no numbers is that record's error, never the stream's."""
+of no numbers is that record's error, never the stream's; so is a record that makes the
+model's code raise, alone, whatever records were batched with it."""
 
 from __future__ import annotations
 
@@ -41,15 +42,20 @@ def module() -> torch.nn.Module:
 
 @pytest.fixture
 def model(tmp_path: Path, module: torch.nn.Module) -> LoadedModel:
-    """Version 1 of NAME in a repository (TorchScript), loaded as a stream member loads it."""
+    with warnings.catch_warnings():  # TorchScript is deprecated upstream
+        warnings.simplefilter("ignore", FutureWarning)
+        return served(tmp_path, torch.jit.trace(module, torch.rand(2, *SHAPE)))
+
+
+def served(tmp_path: Path, program: torch.jit.ScriptModule) -> LoadedModel:
+    """Version 1 of NAME in a repository (`program`, TorchScript), loaded as a stream member
+    loads it."""
     folder = tmp_path / "repo" / NAME
     (folder / "1").mkdir(parents=True)
     (folder / "model.toml").write_text(CARD, encoding="utf-8")
     (folder / "labels.txt").write_text("\n".join(LABELS) + "\n", encoding="utf-8")
     out = io.BytesIO()
-    with warnings.catch_warnings():  # TorchScript is deprecated upstream
-        warnings.simplefilter("ignore", FutureWarning)
-        torch.jit.save(torch.jit.trace(module, torch.rand(2, *SHAPE)), out)
+    torch.jit.save(program, out)
     (folder / "1" / "model.pt").write_bytes(out.getvalue())
     settings = WorkerConfig(models=(NAME,), model_repository=str(tmp_path / "repo"),
                             compile="off")
@@ -120,3 +126,35 @@ def test_json_records_whose_field_holds_a_nested_array_get_the_modules_labels(
         module, np.arange(1, 7, dtype=np.float32).reshape(SHAPE))
     assert "a tensor of shape [1, 3]" in found[b"short"]["error"]
     assert "a JSON array of <U1 values" in found[b"words"]["error"]
+
+
+class Raiser(torch.nn.Module):
+    """The classifier, but raising (in TorchScript) where an item's first number is over 100."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = classifier()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if bool((x[:, 0, 0] > 100).any()):
+            raise ValueError("feature 0 out of range")
+        return self.inner(x)
+
+
+def test_a_record_that_makes_the_model_raise_fails_alone_in_one_line(
+        broker: MemoryBroker, running: Running, tmp_path: Path, module: torch.nn.Module) -> None:
+    with warnings.catch_warnings():  # TorchScript is deprecated upstream
+        warnings.simplefilter("ignore", FutureWarning)
+        model = served(tmp_path, torch.jit.script(Raiser().eval()))
+    streams(broker)
+    arrays = rows(6)
+    poison = np.full(SHAPE, 1000, dtype=np.float32)
+    for i, array in enumerate([*arrays[:3], poison, *arrays[3:]]):
+        broker.produce(IN, 0, f"r{i}".encode(), npy(array))
+    run_members(running, make_config(input_format="bytes"), model)
+
+    found = {r.key: decoded(r) for r in outputs(broker)}
+    assert found.pop(b"r3")["error"] == "inference failed: ValueError: feature 0 out of range"
+    assert [line["status"] for line in found.values()] == ["ok"] * 6
+    assert sorted(line["top_k"][0]["label"] for line in found.values()) == \
+        sorted(label_of(module, array) for array in arrays)

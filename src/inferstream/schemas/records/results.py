@@ -111,8 +111,17 @@ def ok_item(item: TaskItem, top_k: list[Prediction] | None = None, *,
 
 
 def error_item(item: TaskItem, reason: str) -> ItemResult:
+    """An item's failure, for `reason` in one line (`single_line`): every output format, CSV
+    and JSON lines included, keeps one line an item."""
+    if reason.splitlines() != [reason]:
+        reason = single_line(reason)
     return {"index": item["index"], "name": item["name"], "status": ItemStatus.ERROR,
             "top_k": [], "embedding": None, "tensors": [], "error": reason}
+
+
+def single_line(text: str) -> str:
+    """`text` without line breaks: its non-blank lines, stripped, joined by " | "."""
+    return " | ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 #: The most bytes of reasons that `error_items` repeats over a task's items: beyond that the
