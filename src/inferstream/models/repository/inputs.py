@@ -4,7 +4,10 @@ An `image` item is decoded and preprocessed by `models.preprocess.ImagePreproces
 optional centre crop, mean and std). A `tensor` item is a `.npy` file's bytes, read with
 `numpy.load(allow_pickle=False)`, or a JSON array (as a stream's record may hold it); either
 must have exactly the card's shape (the batch dimension not counted), and a `.npy` the card's
-dtype (a JSON array's numbers are converted to it where no precision is lost in kind).
+dtype. A JSON array's numbers are converted to the card's dtype where each keeps its value in
+kind (`json_array_as`): integers to an integer dtype whose range holds them, integers and
+floats to a float dtype (rounded to its nearest value, but never overflowing to inf), bools to
+any; never floats to integers, and never a silent wraparound.
 """
 
 from __future__ import annotations
@@ -87,11 +90,76 @@ class TensorPreprocessor:
 
     def from_json(self, data: bytes) -> np.ndarray:
         try:
-            values = np.asarray(json.loads(data))
+            parsed = json.loads(data)
+            values = np.asarray(parsed)
         except (ValueError, RecursionError) as exc:
             raise ItemError(f"not a JSON array of numbers: {exc}") from None
-        if values.dtype.kind not in "biuf" or not np.can_cast(values.dtype, self.dtype,
-                                                               "same_kind"):
-            raise ItemError(f"a JSON array of {values.dtype} values; the model takes "
-                            f"{self.dtype}")
-        return values.astype(self.dtype)
+        # integers beyond int64's range: numpy holds them as objects, or as float64 beside
+        # another integer it cannot hold with them in one integer dtype
+        kind = values.dtype.kind
+        if kind == "O" or (kind == "f" and self.dtype.kind in "iu"):
+            values = _python_integers(parsed, values, self.dtype)
+        return json_array_as(values, self.dtype)
+
+
+def json_array_as(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """A JSON array's values (bools, integers, or floats as numpy read them; Python ints in an
+    object array) as `dtype`; ItemError, one line, where that would change a value in kind:
+    an integer outside an integer dtype's range, a finite number that overflows a float dtype
+    to inf (a NaN or inf in the array stays one), a float to an integer dtype."""
+    source = values.dtype.kind
+    if source == "b":
+        return values.astype(dtype)
+    if source in "iuO" and dtype.kind in "iu":
+        if not np.can_cast(values.dtype, dtype, "safe"):
+            info = np.iinfo(dtype)
+            _raise_outside(values, (values < info.min) | (values > info.max), dtype,
+                           info.min, info.max)
+        return values.astype(dtype)
+    if source in "iufO" and dtype.kind == "f":
+        return _as_float(values, dtype)
+    shown = "integer" if source == "O" else values.dtype
+    raise ItemError(f"a JSON array of {shown} values; the model takes {dtype}")
+
+
+def _python_integers(parsed: object, values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """`parsed` as an object array of its Python ints where it holds integers only (exact,
+    however large), else the kind error for `values`."""
+    exact = np.array(parsed, dtype=object)
+    if all(isinstance(value, int) for value in exact.flat):
+        return exact
+    raise ItemError(f"a JSON array of {values.dtype} values; the model takes {dtype}")
+
+
+def _as_float(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """`values` (numbers) as the float `dtype`, rounded to its nearest values; ItemError for
+    a finite value that would become inf."""
+    largest = float(np.finfo(dtype).max)
+    if values.dtype.kind == "O":
+        try:
+            values = values.astype(np.float64)
+        except OverflowError:  # a Python int beyond even float64's range
+            too_large = [abs(value) > largest for value in values.flat]
+            _raise_outside(values, np.reshape(too_large, values.shape), dtype, -largest,
+                           largest)
+    with np.errstate(over="ignore"):  # an overflow is reported below, not warned about
+        converted = values.astype(dtype)
+    if not np.can_cast(values.dtype, dtype, "safe") and np.isinf(converted).any():
+        _raise_outside(values, np.isinf(converted) & np.isfinite(values), dtype, -largest,
+                       largest)
+    return converted
+
+
+def _raise_outside(values: np.ndarray, outside: np.ndarray, dtype: np.dtype, low: object,
+                   high: object) -> None:
+    """ItemError naming the first of `values` where `outside` is true, if any."""
+    flags = np.asarray(outside, dtype=bool)
+    if not flags.any():
+        return
+    first = int(np.argmax(flags))
+    value = values.flat[first]
+    shown = str(value.item() if isinstance(value, np.generic) else value)
+    if len(shown) > 32:  # a Python int of hundreds of digits: its head and its length
+        shown = f"{shown[:12]}... ({len(shown.lstrip('-'))} digits)"
+    at = [int(i) for i in np.unravel_index(first, values.shape)]
+    raise ItemError(f"value {shown} at {at} is outside {dtype}'s range {low} to {high}")
