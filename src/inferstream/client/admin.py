@@ -10,6 +10,7 @@ from typing import Any
 
 from inferstream.config import Config
 from inferstream.kafka.preflight import Needs
+from inferstream.schemas.json_text import encode, strict_encoder
 
 
 def cluster_needs(_config: Config) -> Needs:
@@ -18,7 +19,8 @@ def cluster_needs(_config: Config) -> Needs:
 
 
 def print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, sort_keys=True, default=str))
+    """`value` as indented JSON on stdout (NaN and +-inf as null, other objects as str)."""
+    print(encode(strict_encoder(indent=2, sort_keys=True, default=str), value))
 
 
 def config_args(parser: argparse.ArgumentParser) -> None:

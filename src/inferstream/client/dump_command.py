@@ -5,13 +5,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from inferstream.config import Config
 from inferstream.errors import ConfigError
+from inferstream.schemas.json_text import encode, strict_encoder
 
 if TYPE_CHECKING:
     from inferstream.client.dump import DumpOptions
@@ -63,8 +63,10 @@ def dump_options(args: argparse.Namespace) -> DumpOptions:
 
 
 def _print_line(flush: bool) -> Callable[[dict[str, Any]], None]:
+    encoder = strict_encoder(ensure_ascii=False)
+
     def write(line: dict[str, Any]) -> None:
-        sys.stdout.write(json.dumps(line, ensure_ascii=False) + "\n")
+        sys.stdout.write(encode(encoder, line) + "\n")
         if flush:
             sys.stdout.flush()
     return write

@@ -8,7 +8,6 @@ order is the task's outcome. The controller's ledger applies the same rule as it
 from __future__ import annotations
 
 import csv
-import json
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
@@ -32,6 +31,7 @@ from inferstream.kafka.reader import (
 )
 from inferstream.kafka.settings import partition_for
 from inferstream.schemas import Codec, SchemaError
+from inferstream.schemas.json_text import encode, strict_encoder
 from inferstream.schemas.records import TaskResult, output_json
 
 #: How far before the time in a job id its records may lie (clock skew between hosts).
@@ -41,7 +41,7 @@ READ_TIMEOUT_S = 600.0
 _IDS = ("job_id", "task_id")
 #: What writes a JSON line: `json.dumps(line, ensure_ascii=False)` would make one of these
 #: for every line, a fifth of its time.
-_JSON = json.JSONEncoder(ensure_ascii=False)
+_JSON = strict_encoder(ensure_ascii=False)
 CSV_FIELDS = ("job_id", "item", "status", "class_id", "label", "score", "error", "worker",
               "attempt", "model", "model_version")
 
@@ -140,8 +140,8 @@ def output_lines(results: Iterable[TaskResult]) -> Iterator[dict[str, Any]]:
 
 
 def write_lines(lines: Iterator[dict[str, Any]], stream: IO[str], fmt: str = "jsonl") -> int:
-    """Write lines as JSON lines or CSV (top-1 columns, no embedding or tensors); returns
-    how many were written."""
+    """Write lines as JSON lines (NaN and +-inf as null) or CSV (top-1 columns, no embedding
+    or tensors); returns how many were written."""
     count = 0
     if fmt == "csv":
         writer = csv.DictWriter(stream, CSV_FIELDS)
@@ -154,7 +154,7 @@ def write_lines(lines: Iterator[dict[str, Any]], stream: IO[str], fmt: str = "js
             count += 1
         return count
     for line in lines:
-        stream.write(_JSON.encode(line) + "\n")
+        stream.write(encode(_JSON, line) + "\n")
         count += 1
     return count
 

@@ -9,8 +9,8 @@ record that cannot be read raises `RecordError`; the item itself is decoded late
 worker's pipeline, like any job item (an array becomes the JSON array a tensor model reads).
 
 Output (`--output-format`): `json` (one UTF-8 object per record: the output in the keys of
-`records.output_json`, the model and its version) or `avro` (an `inferstream.StreamResult`
-through the codec).
+`records.output_json`, the model and its version; NaN and +-inf values as null) or `avro` (an
+`inferstream.StreamResult` through the codec).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from inferstream.config import Config
 from inferstream.errors import ConfigError
 from inferstream.schemas import Codec, SchemaError
 from inferstream.schemas.codec import schema_fingerprint
+from inferstream.schemas.json_text import encode, strict_encoder
 from inferstream.schemas.records import (
     ItemResult,
     StreamOrigin,
@@ -45,6 +46,8 @@ _URI_SCHEMES = ("file://", "http://", "https://")
 _SOE_MAGIC = b"\xc3\x01"
 _SOE_HEADER = 10
 _CONFLUENT_HEADER = 5
+#: An output record's JSON, compact; made once (`json.dumps` with options makes one a call).
+_COMPACT = strict_encoder(separators=(",", ":"))
 
 
 def item_name(origin: StreamOrigin) -> str:
@@ -211,7 +214,7 @@ class OutputWriter:
                  "error": result["error"], "model": result["model"],
                  "model_version": result["model_version"], "worker": result["worker"],
                  "origin": {k: result["origin"][k] for k in ("topic", "partition", "offset")}}
-        return json.dumps(shown, separators=(",", ":")).encode()
+        return encode(_COMPACT, shown).encode()
 
 
 def stream_result(outcome: ItemResult, model: str, model_version: str | None, worker: str,

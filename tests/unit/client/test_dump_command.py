@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import argparse
 import base64
+import copy
 import functools
 import json
+import math
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -71,6 +73,18 @@ def test_every_inferstream_record_is_one_json_line_decoded(broker: MemoryBroker,
                                       "text": ".PNG...."}}])
     assert job["value"] == expected
     assert "error" not in job
+
+
+def test_a_nan_score_is_dumped_as_null(broker: MemoryBroker, cli: Cli) -> None:
+    """A model's NaN in a result record: the dump line stays strict JSON."""
+    result = copy.deepcopy(EXAMPLES["TaskResult"])
+    result["items"][0]["top_k"][0]["score"] = math.nan
+    put(broker, "t.results", None, CODEC.encode("TaskResult", result))
+    code, [line], err = cli("results", "--from-beginning")
+    assert code == 0, err
+    assert line["value"]["items"][0]["top_k"] == [
+        {"class_id": 281, "label": "tabby", "score": None},
+        {"class_id": 285, "label": "Egyptian cat", "score": 0.125}]
 
 
 def test_bytes_can_be_shown_whole_in_base64(broker: MemoryBroker, cli: Cli) -> None:

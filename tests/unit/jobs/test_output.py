@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import math
 import struct
 import tracemalloc
 from typing import Any
@@ -23,7 +24,12 @@ from inferstream.kafka.errors import PartitionReadError
 from inferstream.schemas.records import JobEventType, NamedTensor, TaskItem, TaskResult, ok_item
 from inferstream.testing import MemoryKafkaClients
 from tests.unit.support.memory import CODEC, make_config
-from tests.unit.support.records import put_event, put_results, result_item_name
+from tests.unit.support.records import (
+    put_event,
+    put_results,
+    result_item_name,
+    strict_loads,
+)
 
 
 def test_results_of_a_large_job_are_written_in_bounded_memory(
@@ -81,6 +87,23 @@ def test_an_output_line_carries_the_model_version_and_an_embedding_or_tensors() 
     assert "embedding" not in second and second["top_k"] == []
     decoded = np.frombuffer(base64.b64decode(second["tensors"][0]["data"]), "<f4")
     assert decoded.tolist() == [0.5, -2.0]
+
+
+def test_non_finite_scores_and_embedding_values_are_written_as_null() -> None:
+    """A model can answer NaN or inf; the line stays JSON a strict parser reads, the item ok."""
+    result = TaskResult(
+        job_id="j", task_id=0, attempt=1, worker="w", model="m", model_version=None,
+        items=[ok_item(TaskItem(index=0, name="a", data=None),
+                       top_k=[{"class_id": 3, "label": "x", "score": math.nan}]),
+               ok_item(TaskItem(index=1, name="b", data=None),
+                       embedding=[0.5, math.inf, -math.inf])],
+        started_at=0, finished_at=0, decode_seconds=0.0, inference_seconds=0.0)
+    buffer = io.StringIO()
+    assert write_lines(output_lines([result]), buffer) == 2
+    first, second = (strict_loads(line) for line in buffer.getvalue().splitlines())
+    assert first["status"] == "ok"
+    assert first["top_k"] == [{"class_id": 3, "label": "x", "score": None}]
+    assert second["embedding"] == [0.5, None, None]
 
 
 def test_a_result_committed_while_the_reader_looks_up_its_start_is_read(

@@ -8,6 +8,7 @@ import base64
 import dataclasses
 import io
 import json
+import math
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,9 @@ from inferstream.kafka.settings import partition_of_key
 from inferstream.models import LoadedModel, load_model
 from inferstream.models.sim import sim_embedding
 from inferstream.schemas.codec import schema_fingerprint
+from inferstream.schemas.records import StreamOrigin, TaskItem, ok_item
 from inferstream.serving.loop import Worker
+from inferstream.stream.formats import OutputWriter, stream_result
 from inferstream.stream.metrics import StreamMetrics
 from inferstream.stream.source import ORIGIN_OFFSET, ORIGIN_TOPIC, new_member
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
@@ -32,7 +35,7 @@ from tests.unit.support.fencing import fenced_mid_commit
 from tests.unit.support.memory import CODEC, as_worker
 from tests.unit.support.memory import make_config as base_config
 from tests.unit.support.photos import encode
-from tests.unit.support.records import consumed
+from tests.unit.support.records import consumed, strict_loads
 from tests.unit.support.running import Running
 
 LITE0 = "efficientnet_lite0"
@@ -206,6 +209,18 @@ def test_avro_input_in_single_object_encoding(
              for r in outputs(broker)}
     assert found[b"good"]["status"] == "OK" and found[b"good"]["top_k"]
     assert "unknown writer fingerprint" in (found[b"bad"]["error"] or "")
+
+
+def test_a_json_output_record_writes_non_finite_values_as_null() -> None:
+    """A model's NaN or inf score and embedding values: strict JSON, the status ok."""
+    outcome = ok_item(TaskItem(index=0, name="a", data=None), embedding=[math.nan, 0.5],
+                      top_k=[{"class_id": 1, "label": "b", "score": -math.inf}])
+    origin = StreamOrigin(topic=IN, partition=0, offset=7, timestamp=None)
+    value = OutputWriter(make_config(), CODEC).value(
+        stream_result(outcome, "m", None, "s1", origin, labelled_at=0))
+    shown = strict_loads(value)
+    assert (shown["status"], shown["embedding"]) == ("ok", [None, 0.5])
+    assert shown["top_k"] == [{"class_id": 1, "label": "b", "score": None}]
 
 
 @pytest.mark.parametrize("output_format", ["json", "avro"])

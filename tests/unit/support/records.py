@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from collections.abc import Callable
@@ -168,3 +169,11 @@ def settled(broker: MemoryBroker, config: Config, kind: JobEventType = JobEventT
                              config.topic("results")))
     done.__doc__ = (done.__doc__ or "").format(kind=kind, answers=answers, jobs=jobs)
     return done
+
+
+def strict_loads(text: str | bytes) -> Any:
+    """JSON as a strict parser (JavaScript's JSON.parse) reads it: the bare NaN and Infinity
+    that Python's json writes are refused."""
+    def refuse(word: str) -> None:
+        raise ValueError(f"{word} is not JSON")
+    return json.loads(text, parse_constant=refuse)
