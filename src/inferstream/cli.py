@@ -123,7 +123,10 @@ def _log_level(name: str) -> int:
 
 
 def _setup_logging(level: int) -> None:
+    from inferstream.repeats import hold_back_repeats
+
     logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr)
+    hold_back_repeats()  # a broker away: the clients' complaint once in a while, counted
     # librdkafka warns about transient states (a coordinator still loading on a fresh broker)
     # that the client retries by itself; show only its errors unless debugging.
     if logging.getLogger().level > logging.DEBUG:
