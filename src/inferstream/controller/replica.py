@@ -25,6 +25,7 @@ from inferstream.controller.book import JobBook
 from inferstream.controller.hooks import ControllerHooks
 from inferstream.controller.outbox import Outbox, PartitionCounts
 from inferstream.controller.outputs import OutputFiles
+from inferstream.controller.refusals import check_allowed, refusal, topic_refused
 from inferstream.controller.replay import LedgerStandby, read_ledger
 from inferstream.controller.transactions import PartitionProducers
 from inferstream.controller.versions import NO_VERSIONS, ServedVersions
@@ -38,7 +39,7 @@ from inferstream.kafka.clients import (
     SyncProducer,
     consume_ready,
 )
-from inferstream.kafka.errors import KafkaSetupError, StuckCallError
+from inferstream.kafka.errors import KafkaSetupError, StuckCallError, TopicRefusedError
 from inferstream.kafka.groups import describe_with
 from inferstream.kafka.refusals import not_authorized
 from inferstream.kafka.settings import (
@@ -167,7 +168,7 @@ class Controller:
         owned = self.producers.owned
         consumed = set()
         for message in messages:
-            self._check_allowed(message)
+            check_allowed(self.config, message)  # a refused group or topic: stop
             index = message.partition() or 0
             if index in owned:
                 consumed.add(index)
@@ -184,14 +185,6 @@ class Controller:
                                self.book.round_state(len(self.producers.owned),
                                                      self.standby.held()))
         return bool(messages) or bool(len(out))
-
-    def _check_allowed(self, message: Message) -> None:
-        """KafkaSetupError in words when no ACL lets this principal join the controller
-        group (librdkafka says so in an error message of no partition, at each attempt)."""
-        error = message.error()
-        if error is not None and error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
-            raise not_authorized(self.config, "controller",
-                                 f"join group {self.config.controller_group()}")
 
     def _dispatch(self, message: Message, out: Outbox) -> None:
         """The record decoded and handed to the book; one that cannot be decoded to the
@@ -250,6 +243,11 @@ class Controller:
             self._bounded(producer.commit_transaction, 2 * timeout)
             return True
         except (KafkaException, StuckCallError) as exc:
+            # refused for want of an ACL: stop (the next owner's init aborts what is open)
+            refused = refusal(self.config, exc, topics={r.topic for r in records},
+                              transactional_id=self.producers.transactional_id(index))
+            if refused is not None:
+                raise refused from exc
             self._recover(index, producer, exc)
             return False
 
@@ -318,7 +316,8 @@ class Controller:
 
     def _reset(self, indexes: set[int]) -> None:
         """Forget the state of `indexes`, rebuild it from the ledger, rewind their jobs and
-        results to the committed offsets; retried until it works or the controller stops."""
+        results to the committed offsets; retried until it works or the controller stops, or
+        the cluster refuses it for want of an ACL (AuthorizationError: no retry brings it)."""
         attempt = 0
         while not self._stop.is_set():
             attempt += 1
@@ -330,6 +329,9 @@ class Controller:
                     self._consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
                 return
             except (KafkaException, KafkaSetupError) as exc:
+                refused = refusal(self.config, exc)
+                if refused is not None:
+                    raise refused from exc
                 log.warning("cannot rebuild state yet (attempt %d): %s", attempt, exc)
                 self._stop.wait(min(attempt, 5))
 
@@ -362,8 +364,11 @@ class Controller:
         ledger and what was committed after it."""
         self.book.forget(indexes)
         held, start = self.standby.copy(sorted(indexes))
-        records = read_ledger(self.config, self.topics.ledger, sorted(indexes), self.clients,
-                              start=start, onto=held)
+        try:
+            records = read_ledger(self.config, self.topics.ledger, sorted(indexes),
+                                  self.clients, start=start, onto=held)
+        except TopicRefusedError as exc:  # an ACL deleted since the start
+            raise topic_refused(self.config, exc) from exc
         self.book.adopt(records, now_ms())
 
     def _drop(self, indexes: set[int]) -> None:

@@ -14,6 +14,17 @@ class AuthorizationError(KafkaSetupError):
 
 
 
+class TopicRefusedError(AuthorizationError):
+    """The cluster answered TOPIC_AUTHORIZATION_FAILED for a topic named to it: this principal
+    may not `what` it ("describe", "read", "write"). A caller that knows the role says so
+    with `refusals.not_authorized`."""
+
+    def __init__(self, topic: str, what: str = "describe") -> None:
+        super().__init__(f"no ACL allows this principal to {what} topic {topic}")
+        self.topic = topic
+        self.what = what
+
+
 class StuckCallError(InferstreamError):
     """A Kafka client call did not return within its own timeout and a grace period after it."""
 

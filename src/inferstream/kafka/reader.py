@@ -24,7 +24,7 @@ from inferstream.kafka.clients import (
     SyncProducer,
     consume_ready,
 )
-from inferstream.kafka.errors import KafkaSetupError, PartitionReadError
+from inferstream.kafka.errors import KafkaSetupError, PartitionReadError, TopicRefusedError
 from inferstream.kafka.settings import PARTITION_EOF, consumer_config
 
 #: fetch.wait.max.ms of a reader that reads to the end and stops: the end of a partition
@@ -71,8 +71,12 @@ def reader_consumer(config: Config, clients: KafkaClients = REAL_CLIENTS,
 
 def topic_partitions(client: SyncConsumer | SyncProducer, topic: str,
                      timeout_s: float = 30) -> list[int]:
-    """The partition ids of `topic`; KafkaSetupError when it does not exist."""
+    """The partition ids of `topic`; KafkaSetupError when it does not exist, TopicRefusedError
+    when no ACL lets this principal describe it (the broker says so of a topic named)."""
     meta = client.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    if meta is not None and meta.error is not None and (
+            meta.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED):
+        raise TopicRefusedError(topic)
     if meta is None or meta.error is not None or not meta.partitions:
         raise KafkaSetupError(f"topic {topic} does not exist: run `inferstream topics create`")
     return sorted(meta.partitions)
@@ -165,7 +169,8 @@ class PartitionReader:
     Stops once every partition reached its end, or with `follow` keeps waiting for new
     records; either way stops at `timeout_s`. `on_idle` is called after each fetch that
     brought nothing (about every 0.2 s while nothing arrives). After the loop, `waiting`
-    names the partitions whose end was not reached. A read error is a PartitionReadError,
+    names the partitions whose end was not reached. A read error is a PartitionReadError (a
+    TopicRefusedError where no ACL lets this principal read the topic),
     raised once the records fetched with it are handed out: a caller that reads on loses none.
     """
 
@@ -200,14 +205,22 @@ class PartitionReader:
             messages = consume_ready(self.consumer, 1000, settings.POLL_TIMEOUT_S)
             if not messages and self.on_idle is not None:
                 self.on_idle()
-            failed: str | None = None
+            failed: Exception | None = None
             for message in messages:
                 error = message.error()
                 if error is not None and error.code() == PARTITION_EOF:
                     self.waiting.discard(message.partition() or 0)
                 elif error is not None:
-                    failed = failed or f"read of {message.topic()} failed: {error}"
+                    failed = failed or _read_error(message.topic() or "", error)
                 else:
                     yield message
             if failed is not None:  # after the batch's records: the consumer is past them
-                raise PartitionReadError(failed)
+                raise failed
+
+
+def _read_error(topic: str, error: KafkaError) -> Exception:
+    """A failed fetch as an error: TopicRefusedError when no ACL lets this principal read
+    `topic` (no retry brings the ACL), else PartitionReadError."""
+    if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        return TopicRefusedError(topic, "read")
+    return PartitionReadError(f"read of {topic} failed: {error}")

@@ -1,15 +1,16 @@
 """A reader's librdkafka settings: its prefetch queue is bounded (memory of results/submit);
 tombstones reach only the readers that ask for them (the ledger standby); a read error comes
-after the records fetched with it."""
+after the records fetched with it; a topic refused for want of an ACL is said so."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
-from inferstream.kafka.errors import PartitionReadError
+from inferstream.kafka.errors import PartitionReadError, TopicRefusedError
 from inferstream.kafka.reader import (
     FOLLOW_FETCH_WAIT_MS,
     READ_TO_END_FETCH_WAIT_MS,
@@ -18,6 +19,7 @@ from inferstream.kafka.reader import (
     ReadRecord,
     Tombstone,
     reader_consumer,
+    topic_partitions,
 )
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from inferstream.testing.clients.metadata import MemoryMessage
@@ -104,3 +106,36 @@ def test_a_read_error_comes_after_the_records_fetched_with_it() -> None:
         for record in reader:
             read.append(record.offset)
     assert read == [0, 1, 2]
+
+
+class _RefusedRead:
+    """A fetch the broker refused: no ACL lets this principal read the topic."""
+
+    def poll(self, timeout: float) -> MemoryMessage:
+        return MemoryMessage("t.ledger", 0, -1,
+                             error=KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+
+    def consume(self, num_messages: int, timeout: float) -> list[MemoryMessage]:
+        return []
+
+
+def test_a_read_refused_for_want_of_an_acl_says_so() -> None:
+    """Not a read error to retry (a controller rebuilding its state retried it for ever)."""
+    reader = PartitionReader(_RefusedRead(), [0], follow=True)  # type: ignore[arg-type]
+    with pytest.raises(TopicRefusedError) as raised:
+        list(reader)
+    assert (raised.value.topic, raised.value.what) == ("t.ledger", "read")
+
+
+class _RefusedMetadata:
+    """A broker's answer to a metadata request naming a topic this principal may not see."""
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        error = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+        return SimpleNamespace(topics={topic: SimpleNamespace(error=error, partitions={})})
+
+
+def test_a_topic_refused_for_want_of_an_acl_is_not_called_missing() -> None:
+    with pytest.raises(TopicRefusedError) as raised:
+        topic_partitions(_RefusedMetadata(), "t.ledger")  # type: ignore[arg-type]
+    assert (raised.value.topic, raised.value.what) == ("t.ledger", "describe")

@@ -144,6 +144,9 @@ class MemoryConsumer:
     def committed(self, partitions: list[TopicPartition], timeout: float = -1
                   ) -> list[TopicPartition]:
         self._check_open()
+        fault = self._broker.take_fault(self.group_id, "offset_fetch")
+        if fault is not None and fault.fail is not None:  # a refused group, say
+            raise fault.error or KafkaException(KafkaError(KafkaError._TIMED_OUT))  # noqa: SLF001
         found = []
         for tp in partitions:
             offset = (None if self.group_id is None
