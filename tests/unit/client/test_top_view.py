@@ -173,3 +173,15 @@ def test_once_against_nothing_fails_with_one_line(flags: list[str],
     assert captured.out == ""
     assert captured.err.count("\n") == 1 and url in captured.err
     assert captured.err.startswith("inferstream: error: cannot reach the sysinfo app")
+
+
+@pytest.mark.parametrize("flags", [["--once", "--jobs"], ["--json", "--jobs"]])
+def test_jobs_from_a_broker_that_does_not_answer_is_one_line(
+        fake: FakeSysInfo, flags: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """Not librdkafka's log of every failed connection and a traceback (exit 1)."""
+    assert main(["top", *flags, "--sysinfo-url", fake.url, "--bootstrap-servers",
+                 "127.0.0.1:1", "--connect-timeout-s", "0.5"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and "Traceback" not in captured.err
+    assert captured.err.startswith("inferstream: error: no Kafka broker answered at 127.0.0.1:1")
