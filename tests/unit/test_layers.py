@@ -26,7 +26,7 @@ PACKAGE = Path(inferstream.__file__).parent
 REPO = PACKAGE.parents[1]
 ROLES = ("client", "controller", "worker", "stream", "sysinfo")
 LAYERS = ("config", "schemas", "models", "kafka", "policy", "serving", "jobs", "errors",
-          "metrics", "http", "signals", "supervise", "garbage", "leftovers")
+          "metrics", "http", "signals", "supervise", "garbage", "leftovers", "repeats")
 #: Files every role may have of its own (DEVELOPERS.md): a name here in two roles is a pattern.
 ROLE_SLOTS = {"__init__.py", "run.py", "metrics.py", "errors.py", "source.py", "hooks.py"}
 
