@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from confluent_kafka import KafkaError, KafkaException
 
 from inferstream.kafka.clients import SyncProducer
+from inferstream.kafka.stuck_calls import let_go
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,10 @@ class PartitionProducers:
         """A new producer for `index`: its init fences the old one and ends whatever
         transaction that one left open. A producer stuck in a call stays alive on that
         call's thread; nothing uses it again."""
-        self._producers.pop(index, None)
+        old = self._producers.pop(index, None)
+        if old is not None:
+            let_go(old)  # its destroy may never return after a broker outage
+            del old
         producer = self._initialised(index)
         if producer is not None:
             self._producers[index] = producer
@@ -77,10 +81,13 @@ class PartitionProducers:
         """Let the producers of `indexes` deliver what they hold, then forget them; one that
         was fenced raises its fatal error from flush (nothing it holds can commit now)."""
         for index in sorted(indexes & self.owned):
+            producer = self._producers.pop(index)
             try:
-                self._producers.pop(index).flush(5)
+                producer.flush(5)
             except KafkaException as exc:
                 log.info("partition %d: producer closed unflushed: %s", index, exc.args[0])
+            let_go(producer)  # its destroy may never return after a broker outage
+            del producer
 
     def close_all(self) -> None:
         self.close(self.owned)
@@ -95,6 +102,8 @@ class PartitionProducers:
                 producer.init_transactions(self.init_timeout_s)
                 return producer
             except KafkaException as exc:
+                let_go(producer)  # destroyed on a thread of its own, as `replace` does
+                del producer
                 if exc.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
                     raise (self.refused(tid) if self.refused else exc) from exc
                 log.warning("cannot init transactions of %s (attempt %d): %s", tid, attempt,

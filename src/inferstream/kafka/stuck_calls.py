@@ -9,11 +9,15 @@ Two upstream bugs, both in the code that reaches a group or transaction coordina
   and an admin client that keeps asking a broker that is no longer the coordinator
   (`describe_consumer_groups`): `CoordinatorRequests`.
 
+And one in destroying a client, which joins its broker threads, one of which may never end
+once every broker was away: `let_go` destroys a replaced client on a thread of its own.
+
 Drop each once the confluent-kafka we pin ships a librdkafka with its fix.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -126,4 +130,38 @@ class CoordinatorRequests(Generic[T]):
 
     def _renew(self) -> None:
         self._outstanding.clear()
+        let_go(self._admin)  # its destroy may never return (`let_go`)
         self._admin = self.new_admin()
+
+
+#: How long `let_go` waits for the caller to drop its own references to a client.
+LET_GO_WAIT_S = 60.0
+
+
+def let_go(client: object) -> None:
+    """Destroy `client`, a librdkafka client the caller is done with, on a daemon thread of
+    its own, once the caller holds it no more.
+
+    Destroying a client (rd_kafka_destroy, which confluent-kafka calls when the object is
+    freed, the lock released) joins its threads, and a broker thread can stay stuck for good
+    after every broker was away for a while (https://github.com/confluentinc/librdkafka/
+    issues/4519, open in 2.16.0): a controller whose group describer replaced its admin
+    client when the brokers came back after a 30 s outage blocked there for ever, alive to
+    its supervisor and holding its partitions, and its job never completed (gdb:
+    Admin_dealloc -> rd_kafka_destroy_app -> pthread_join of rdk:main, itself joining a
+    rdk:broker thread). On a thread of its own a stuck destroy costs that thread and the
+    client's memory. The thread waits until its reference is the last one (the caller may
+    still be replacing the one it held), at most `LET_GO_WAIT_S`."""
+    held = [client]
+    del client
+    threading.Thread(target=_destroy_when_last, args=(held,), name="let-go-client",
+                     daemon=True).start()
+
+
+def _destroy_when_last(held: list[object]) -> None:
+    client = held.pop()
+    deadline = time.monotonic() + LET_GO_WAIT_S
+    # 2: this frame's name, and getrefcount's own argument
+    while sys.getrefcount(client) > 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    del client  # the destroy runs here, on this thread, where it was the last reference

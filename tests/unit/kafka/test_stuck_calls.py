@@ -12,6 +12,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from inferstream.kafka.errors import StuckCallError
 from inferstream.kafka.stuck_calls import (
+    let_go,
     ADMIN_REQUEST_TIMEOUT_MAX_S,
     CoordinatorRequests,
     call_with_deadline,
@@ -102,3 +103,59 @@ def test_coordinator_requests_use_a_new_admin_client_when_one_is_out_too_long() 
     admins.answer = "answered"
     assert requests.result("workers", admins.send) == "answered"
     assert [len(sent) for sent in admins.made] == [1, 1]
+
+
+class StuckDestroy:
+    """A client whose destroy blocks until `release` is set, as librdkafka's may for good
+    after a broker outage (librdkafka#4519); it records the thread it was destroyed on."""
+
+    def __init__(self, release: threading.Event, destroyed: list[str]) -> None:
+        self.release, self.destroyed = release, destroyed
+        self.answer: Future[str] = Future()
+
+    def __del__(self) -> None:
+        self.destroyed.append(threading.current_thread().name)
+        self.release.wait(30)
+
+
+def test_let_go_destroys_on_a_thread_of_its_own_once_the_caller_dropped_it() -> None:
+    release, destroyed = threading.Event(), []
+    client = StuckDestroy(release, destroyed)
+    let_go(client)
+    time.sleep(0.05)
+    assert destroyed == []  # the caller still holds it: not destroyed under its feet
+    started = time.monotonic()
+    del client  # the caller's last reference: the destroy is the let-go thread's
+    assert time.monotonic() - started < 1
+    deadline = time.monotonic() + 5
+    while not destroyed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert destroyed == ["let-go-client"]
+    release.set()
+
+
+def test_a_renewed_admin_whose_destroy_hangs_does_not_hold_the_caller() -> None:
+    release, destroyed = threading.Event(), []
+    made: list[StuckDestroy] = []
+
+    def new_admin() -> StuckDestroy:
+        made.append(StuckDestroy(release, destroyed))
+        return made[-1]
+
+    def send(admin: StuckDestroy, _timeout_s: float) -> Future[str]:
+        return admin.answer
+
+    requests: CoordinatorRequests[str] = CoordinatorRequests(new_admin, wait_s=1.0)
+    made[0].answer.set_exception(KafkaException(KafkaError(KafkaError.NOT_COORDINATOR)))
+    made.clear()  # only the requests hold the first admin now
+    with pytest.raises(KafkaException):
+        requests.result("workers", send)  # renews: the first admin's destroy hangs
+    made[0].answer.set_result("from the new coordinator")
+    started = time.monotonic()
+    assert requests.result("workers", send) == "from the new coordinator"
+    assert time.monotonic() - started < 1
+    deadline = time.monotonic() + 5
+    while not destroyed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert destroyed == ["let-go-client"]  # under way, on its own thread, still hanging
+    release.set()
