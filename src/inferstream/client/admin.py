@@ -43,7 +43,8 @@ def config_check(config: Config) -> int:
 
     topics = tuple(spec.name for spec in topic_specs(config))
     preflight(config, Needs(librdkafka=True, aiokafka=True, topics=topics,
-                            metrics_port=config.worker.metrics_port))
+                            metrics_port=config.worker.metrics_port,
+                            metrics_addr=config.worker.metrics_addr))
     print(f"ok: settings, cluster at {config.bootstrap_servers}, {len(topics)} topics "
           f"under {config.topic_prefix!r} for pool {config.pool}")
     return 0

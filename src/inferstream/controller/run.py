@@ -12,7 +12,8 @@ from inferstream.signals import dump_stacks_on_usr1, when_stopping
 def needs(config: Config) -> Needs:
     return Needs(topics=config.topics("jobs", "results", "job-events", "controller-ledger",
                                       "dlq", "policy", "workers"),
-                 metrics_port=config.controller.metrics_port, role="controller",
+                 metrics_port=config.controller.metrics_port,
+                 metrics_addr=config.controller.metrics_addr, role="controller",
                  groups=(config.controller_group(), config.worker_group(),
                          config.reader_group()))
 
@@ -32,7 +33,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     metrics = ProbedMetrics(CollectorRegistry(), health)
     settings = config.controller
     if settings.metrics_port:
-        # the port was checked free by preflight
+        # the address and port were checked by preflight
         serve_metrics(metrics.registry, settings.metrics_port, settings.metrics_addr,
                       guard=HttpGuard.of(config), health=health)
     # Jobs without --chunk-size get the policy's task size (sysinfo's POOL entry), and their

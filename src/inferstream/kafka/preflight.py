@@ -45,13 +45,17 @@ _REASON = re.compile(r"/bootstrap: (?P<reason>.+?)(?: \(after \d+ms in state \w+
 @dataclass(frozen=True)
 class Needs:
     """What a command needs: the client libraries it runs, the topics (full names) it reads
-    or writes, the local port it serves metrics (or HTTP) on and the flag that sets it."""
+    or writes, the local address and port it serves metrics (or HTTP) on and the flags that
+    set them."""
 
     librdkafka: bool = True
     aiokafka: bool = False
     topics: tuple[str, ...] = ()
     metrics_port: int | None = None
     port_flag: str = "--metrics-port"
+    #: the address `metrics_port` is served on ("": every interface)
+    metrics_addr: str = ""
+    addr_flag: str = "--metrics-addr"
     #: topics the user makes, not `inferstream topics create` (a stream's input and output)
     user_topics: tuple[str, ...] = ()
     #: the `inferstream acls --role` whose ACLs the command needs (None: not one role's)
@@ -66,7 +70,8 @@ def preflight(config: Config, needs: Needs, clients: KafkaClients = REAL_CLIENTS
                                       aiokafka=needs.aiokafka):
         log.warning("%s", warning)
     if needs.metrics_port is not None:
-        check_port_free(needs.metrics_port, needs.port_flag)
+        check_port_free(needs.metrics_port, needs.port_flag, needs.metrics_addr,
+                        needs.addr_flag)
         HttpGuard.of(config).server_context()  # its certificate and key load and match
     check_cluster(config, needs.topics, clients, needs.user_topics, needs.role)
     check_groups(config, needs.groups, clients, needs.role)
@@ -82,15 +87,37 @@ def check_registry(config: Config) -> None:
         client.subjects()
 
 
-def check_port_free(port: int, flag: str = "--metrics-port") -> None:
-    """ConfigError when nothing could listen on `port` (already in use, or not allowed)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+def check_port_free(port: int, flag: str = "--metrics-port", addr: str = "",
+                    addr_flag: str = "--metrics-addr") -> None:
+    """ConfigError when nothing could listen on `addr`:`port` ("": every interface): the
+    port in use or not allowed, or the address not one of this host's. The server binds the
+    first address `addr` resolves to (`http.serve`, aiohttp's): so does this probe."""
+    family: socket.AddressFamily = socket.AF_INET
+    where: Any = ("", port)
+    if addr:
+        try:
+            family, *_, where = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM,
+                                                   flags=socket.AI_PASSIVE)[0]
+        except (socket.gaierror, UnicodeError) as exc:
+            raise ConfigError(f"{addr_flag} {addr} is not a known host name or address "
+                              f"({getattr(exc, 'strerror', None) or exc}): give an address "
+                              "of this host (0.0.0.0: every interface)") from exc
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            probe.bind(("", port))
+            probe.bind(where)
         except OSError as exc:
-            what = "is in use" if exc.errno == errno.EADDRINUSE else f"cannot be used: {exc}"
-            raise ConfigError(f"{flag} {port} {what}: pick another port") from exc
+            raise ConfigError(_unbindable(exc, port, flag, addr, addr_flag)) from exc
+
+
+def _unbindable(exc: OSError, port: int, flag: str, addr: str, addr_flag: str) -> str:
+    """Why `addr`:`port` cannot be listened on, naming the flag to change."""
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return (f"{addr_flag} {addr} is not an address of this host: give one of its "
+                "addresses (0.0.0.0: every interface)")
+    if exc.errno == errno.EADDRINUSE:
+        return f"{flag} {port} is in use{f' on {addr}' if addr else ''}: pick another port"
+    return f"{flag} {port} cannot be used{f' on {addr}' if addr else ''}: {exc}"
 
 
 def check_cluster(config: Config, topics: tuple[str, ...] = (),

@@ -17,7 +17,7 @@ def serve_health(config: Config, registry: CollectorRegistry, loading: str) -> H
     health = Health()
     health.waiting(loading)
     settings = config.worker
-    if settings.metrics_port:  # the port was checked free by preflight
+    if settings.metrics_port:  # the address and port were checked by preflight
         serve_metrics(registry, settings.metrics_port, settings.metrics_addr,
                       guard=HttpGuard.of(config), health=health)
     return health

@@ -32,7 +32,8 @@ def needs(config: Config) -> Needs:
                  topics=(*ours, *config.topics("sysinfo", "policy")),
                  user_topics=(stream.input_topic, stream.output_topic,
                               *(t for t in dlq if t not in ours)),
-                 metrics_port=config.worker.metrics_port, role="stream",
+                 metrics_port=config.worker.metrics_port,
+                 metrics_addr=config.worker.metrics_addr, role="stream",
                  groups=(stream.group_id(config.topic_prefix), config.reader_group()))
 
 

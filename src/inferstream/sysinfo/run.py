@@ -23,7 +23,8 @@ def needs(config: Config) -> Needs:
 
     Fleet(config.sysinfo, {}).check_strategies()  # a wrong name fails before any connection
     return Needs(topics=config.topics("sysinfo", "policy", "dlq"),
-                 metrics_port=config.sysinfo.port, port_flag="--port", role="sysinfo",
+                 metrics_port=config.sysinfo.port, port_flag="--port",
+                 metrics_addr=config.sysinfo.bind, addr_flag="--bind", role="sysinfo",
                  groups=(config.sysinfo_app_id(),))
 
 

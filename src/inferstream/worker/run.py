@@ -33,7 +33,8 @@ def needs(config: Config) -> Needs:
     return Needs(librdkafka=False, aiokafka=True,
                  topics=(config.task_topic(), *config.topics("results", "dlq", "sysinfo",
                                                              "policy", "workers")),
-                 metrics_port=config.worker.metrics_port, role="worker",
+                 metrics_port=config.worker.metrics_port,
+                 metrics_addr=config.worker.metrics_addr, role="worker",
                  groups=(config.worker_group(), config.reader_group()))
 
 

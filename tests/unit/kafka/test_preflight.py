@@ -347,3 +347,38 @@ def test_metrics_listen_on_loopback_by_default_and_a_foreign_address_is_one_line
         assert b"inferstream_items_processed_total" in answer.read()
     with pytest.raises(ConfigError, match=r"--metrics-addr 192\.0\.2\.1 --metrics-port"):
         serve_metrics(metrics.registry, port + 1 if port < 65535 else port - 1, "192.0.2.1")
+
+
+# Every role that serves HTTP: its address flag and the flags it needs to get that far.
+BINDING_ROLES = {
+    "sysinfo": ("--port", "--bind", []),
+    "controller": ("--metrics-port", "--metrics-addr", []),
+    "worker": ("--metrics-port", "--metrics-addr", ["--model", "sim:ms=1"]),
+    "stream": ("--metrics-port", "--metrics-addr",
+               ["--model", "sim:ms=1", "--input-topic", "in", "--output-topic", "out"]),
+}
+
+
+@pytest.mark.parametrize("role", sorted(BINDING_ROLES))
+@pytest.mark.parametrize("addr", ["192.0.2.1", "nohost.invalid"])
+def test_an_address_not_of_this_host_is_one_line_before_any_child_starts(
+        role: str, addr: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from inferstream import supervise
+
+    monkeypatch.setattr(supervise, "supervise", lambda *_: pytest.fail("a child started"))
+    port_flag, addr_flag, extra = BINDING_ROLES[role]
+    assert main([role, *extra, port_flag, str(free_port()), addr_flag, addr,
+                 "--bootstrap-servers", f"127.0.0.1:{free_port()}",
+                 "--connect-timeout-s", "0.5"]) == 2
+    assert f"{addr_flag} {addr} is not" in one_line_error(capsys)
+
+
+def test_a_port_is_checked_on_the_address_given() -> None:
+    check_port_free(free_port(), "--port", "127.0.0.1", "--bind")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"--port {port} is in use on 127.0.0.1"):
+            check_port_free(port, "--port", "127.0.0.1", "--bind")
