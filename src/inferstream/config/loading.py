@@ -48,9 +48,12 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
 
 def _from_file(path: str) -> dict[str, Any]:
     try:
-        data = tomllib.loads(Path(path).read_text())
+        data = tomllib.loads(Path(path).read_bytes().decode("utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:  # TOML is UTF-8, whatever the locale
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {exc.start}): save it "
+                          "as UTF-8") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
     table = data.get("inferstream", data)
