@@ -109,8 +109,10 @@ def _typed(name: str, kind: Any, value: Any) -> Any:
             return str(value).lower() in _TRUE
         raise ConfigError(f"{name} must be true or false, got {value!r}")
     if base in (int, float):
-        if isinstance(value, bool):
-            raise ConfigError(f"{name} must be a number, got {value!r}")
+        if isinstance(value, bool) or (base is int and isinstance(value, float)):
+            # int(3.5) is 3: a TOML float for a whole number is refused, as its text is
+            noun = "an integer" if base is int else "a number"
+            raise ConfigError(f"{name} must be {noun}, got {value!r}")
         try:
             return base(value)
         except (TypeError, ValueError) as exc:
