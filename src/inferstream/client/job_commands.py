@@ -18,7 +18,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from inferstream.client.admin import print_json
-from inferstream.config import Config
+from inferstream.config import Config, seconds_arg
 from inferstream.errors import ConfigError
 from inferstream.kafka.preflight import Needs
 from inferstream.models import known_models
@@ -77,7 +77,7 @@ def submit_args(parser: argparse.ArgumentParser) -> None:
                         help="follow progress until done (default: off)")
     parser.add_argument("--output", metavar="FILE",
                         help="write the output here (implies --wait; default: none)")
-    parser.add_argument("--timeout", type=float, metavar="SECONDS",
+    parser.add_argument("--timeout", type=seconds_arg, metavar="SECONDS",
                         help="with --wait: give up waiting after SECONDS (default: wait on)")
 
 
@@ -240,7 +240,7 @@ def cancel_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job", help="job id")
     parser.add_argument("--wait", action="store_true",
                         help="wait until the controller has cancelled it (default: off)")
-    parser.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+    parser.add_argument("--timeout", type=seconds_arg, default=60.0, metavar="SECONDS",
                         help="with --wait: give up after this long (default: %(default)s)")
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from inferstream.client.admin import print_json
-from inferstream.config import Config
+from inferstream.config import Config, seconds_arg
 from inferstream.errors import ConfigError, InferstreamError
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ _KEY_POLL_MS = 100
 
 
 def top_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+    parser.add_argument("--interval", type=seconds_arg, default=1.0, metavar="SECONDS",
                         help="seconds between refreshes (default: 1)")
     parser.add_argument("--once", action="store_true",
                         help="print the table once and exit (default: off)")

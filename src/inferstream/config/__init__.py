@@ -10,7 +10,7 @@ is read at import time.
 
 from inferstream.config.controller import ControllerConfig
 from inferstream.config.core import MASK, Config, parse_kafka_config
-from inferstream.config.fields import setting, setting_types
+from inferstream.config.fields import seconds_arg, setting, setting_types
 from inferstream.config.loading import SECTIONS, load_config
 from inferstream.config.stream import StreamConfig
 from inferstream.config.sysinfo import SysinfoConfig
@@ -28,6 +28,7 @@ __all__ = [
     "WorkerConfig",
     "load_config",
     "parse_kafka_config",
+    "seconds_arg",
     "setting",
     "setting_types",
 ]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import functools
+import math
 import typing
 from dataclasses import field
 from typing import Any
@@ -34,6 +36,36 @@ def at_least(name: str, value: float | None, low: float) -> None:
     """ConfigError unless `value` is None or at least `low`."""
     if value is not None and value < low:
         raise ConfigError(f"{name} must be >= {low:g}, got {value:g}")
+
+
+#: The longest duration a setting or flag may hold, in seconds: librdkafka takes its timeouts
+#: as int milliseconds below 2**31 (about 24.8 days), and the roles hand it theirs.
+MAX_DURATION_S = 2_147_483
+
+
+def check_number(name: str, value: float) -> None:
+    """ConfigError unless `value` is finite and, for a duration (a name ending in `_s` or
+    `_ms`), at most MAX_DURATION_S: nan passes every range check, and inf or a value past
+    librdkafka's int milliseconds fails later, far from the setting."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {value!r}")
+    unit, scale = ("ms", 1000) if name.endswith("_ms") else ("s", 1)
+    if name.endswith(("_s", "_ms")) and value > MAX_DURATION_S * scale:
+        raise ConfigError(f"{name} must be at most {MAX_DURATION_S * scale} {unit} "
+                          f"(about 24 days, librdkafka's longest timeout), got {value!r}")
+
+
+def seconds_arg(text: str) -> float:
+    """argparse type of a duration flag that is not a setting (`submit --timeout`): finite,
+    at most MAX_DURATION_S."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value > MAX_DURATION_S:
+        raise argparse.ArgumentTypeError(
+            f"expects a number of seconds up to {MAX_DURATION_S}, got {text!r}")
+    return value
 
 
 METRICS_PORT_HELP = "serve /metrics on this port"

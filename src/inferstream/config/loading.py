@@ -14,7 +14,7 @@ from typing import Any
 
 from inferstream.config.controller import ControllerConfig
 from inferstream.config.core import SECRET_FILES, Config, parse_kafka_config
-from inferstream.config.fields import setting_types
+from inferstream.config.fields import check_number, setting_types
 from inferstream.config.stream import StreamConfig
 from inferstream.config.sysinfo import SysinfoConfig
 from inferstream.config.worker import WorkerConfig
@@ -114,10 +114,12 @@ def _typed(name: str, kind: Any, value: Any) -> Any:
             noun = "an integer" if base is int else "a number"
             raise ConfigError(f"{name} must be {noun}, got {value!r}")
         try:
-            return base(value)
+            number = base(value)
         except (TypeError, ValueError) as exc:
             noun = "an integer" if base is int else "a number"
             raise ConfigError(f"{name} must be {noun}, got {value!r}") from exc
+        check_number(name, number)
+        return number
     return str(value)
 
 

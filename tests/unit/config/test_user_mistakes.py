@@ -44,3 +44,45 @@ def test_a_toml_float_for_an_integer_setting_is_refused_as_the_flag_is(
     assert f"{shown} must be an integer, got " in one_line_error(capsys)
     path.write_text(line.split("=")[0] + "= 3\n")  # a TOML integer is fine
     assert main(["config", "show", "--config", str(path)]) == 0
+
+
+@pytest.mark.parametrize(("name", "value", "shown"), [
+    ("INFERSTREAM_CONNECT_TIMEOUT_S", "inf", "connect_timeout_s must be a finite number"),
+    ("INFERSTREAM_CONNECT_TIMEOUT_S", "nan", "connect_timeout_s must be a finite number"),
+    ("INFERSTREAM_CONNECT_TIMEOUT_S", "2147484", "connect_timeout_s must be at most 2147483 s"),
+    ("INFERSTREAM_STOP_GRACE_S", "nan", "stop_grace_s must be a finite number"),
+    ("INFERSTREAM_CONTROLLER_MIGRATION_SLACK", "nan", "controller.migration_slack must be a "),
+    ("INFERSTREAM_CONTROLLER_IDLE_EXIT_S", "nan", "controller.idle_exit_s must be a finite"),
+    ("INFERSTREAM_WORKER_MAX_WAIT_MS", "-inf", "worker.max_wait_ms must be a finite number"),
+    ("INFERSTREAM_WORKER_SESSION_TIMEOUT_MS", "3000000000",
+     "worker.session_timeout_ms must be at most 2147483000 ms"),
+])
+def test_nan_inf_and_durations_past_librdkafkas_are_refused_in_one_line(
+        name: str, value: str, shown: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(name, value)
+    assert main(["config", "show"]) == 2
+    assert shown in one_line_error(capsys)
+
+
+def test_nan_in_a_flag_or_the_file_is_refused_and_the_longest_duration_is_taken(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["worker", "--model", "sim:ms=1", "--max-wait-ms", "nan"]) == 2
+    assert "worker.max_wait_ms must be a finite number" in one_line_error(capsys)
+    path = tmp_path / "c.toml"
+    path.write_text("[sysinfo]\nhysteresis = nan\n")
+    assert main(["config", "show", "--config", str(path)]) == 2
+    assert "sysinfo.hysteresis must be a finite number" in one_line_error(capsys)
+    assert main(["config", "show", "--connect-timeout-s", "2147483"]) == 0
+
+
+@pytest.mark.parametrize("argv", [["submit", "--model", "sim:ms=1", "--input", "x", "--wait",
+                                   "--timeout", "nan"],
+                                  ["cancel", "job-1", "--wait", "--timeout", "1e99"],
+                                  ["top", "--interval", "nan"]])
+def test_nan_and_inf_in_a_flag_that_is_not_a_setting_are_refused(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert f"argument {argv[-2]}: expects a " in capsys.readouterr().err
