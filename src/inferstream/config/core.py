@@ -246,8 +246,9 @@ def _validate(config: Config) -> None:
         raise ConfigError("bootstrap_servers is empty")
     for server in config.bootstrap_servers.split(","):
         host, sep, port = server.strip().rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ConfigError(f"bootstrap server {server!r} is not host:port")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"bootstrap server {server.strip()!r} is not host:port with a "
+                              "port from 1 to 65535")
     if config.security_protocol not in SECURITY_PROTOCOLS:
         raise ConfigError(
             f"security_protocol {config.security_protocol!r} is not one of {SECURITY_PROTOCOLS}"

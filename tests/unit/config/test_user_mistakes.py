@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from inferstream.cli import main
+from inferstream.config import load_config
 
 
 def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
@@ -86,3 +87,20 @@ def test_nan_and_inf_in_a_flag_that_is_not_a_setting_are_refused(
         main(argv)
     assert exit_.value.code == 2
     assert f"argument {argv[-2]}: expects a " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("servers", "bad"), [("localhost:99999", "localhost:99999"),
+                                              ("a:9092, b:0", "b:0"),
+                                              ("[::1]:65536", "[::1]:65536")])
+def test_a_bootstrap_port_out_of_range_is_one_line_naming_the_entry(
+        servers: str, bad: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFERSTREAM_BOOTSTRAP_SERVERS", servers)
+    assert main(["config", "show"]) == 2
+    assert f"bootstrap server '{bad}' is not host:port with a port from 1 to 65535" in (
+        one_line_error(capsys))
+
+
+def test_every_form_of_bootstrap_servers_valid_before_still_is() -> None:
+    servers = "kafka-1:9092,kafka-2:65535, 10.0.0.1:1,[::1]:9093"
+    assert load_config({"bootstrap_servers": servers}, {}).bootstrap_servers == servers
