@@ -16,7 +16,7 @@ import sys
 import typing
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from inferstream import LOG_FORMAT, __version__
 from inferstream.config import (
@@ -83,8 +83,32 @@ def _connection_flags(parser: argparse.ArgumentParser) -> None:
                        help=f"{', '.join(LOG_LEVELS)} (default: INFO)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+class OneLineParser(argparse.ArgumentParser):
+    """A parser whose mistakes are one line and exit 2, as every other mistake is
+    (docs/cli.md): argparse prints the whole usage first, 60 lines for a role's command;
+    `-h` still prints it. Its subcommands' parsers are of this class too (add_subparsers
+    makes them of the parent's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.fail(message, self.prog)
+
+    def fail(self, message: str, prog: str) -> NoReturn:
+        """Exit 2 with `message` on one line, pointing at `prog`'s help."""
+        self.exit(2, f"inferstream: error: {message} ({prog} --help lists the flags)\n")
+
+
+def parse_args(parser: OneLineParser, argv: Sequence[str]) -> argparse.Namespace:
+    """`argv` parsed by the command's `parser`; an unknown flag points at its subcommand's
+    help (argparse's own error names the top command, whose help lists no role's flags)."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        parser.fail(f"unrecognized arguments: {' '.join(unknown)}",
+                    f"{parser.prog} {args.command}")
+    return args
+
+
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(
         prog="inferstream", description="Deep-learning inference scheduled through Kafka.")
     parser.add_argument("--version", action="version", version=__version__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -172,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     tune_collector()
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    args = parse_args(build_parser(), argv)
     try:
         _setup_logging(_log_level(args.log_level))
         return _run(COMMANDS[args.command], args, config_from_args(args), argv)

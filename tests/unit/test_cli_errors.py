@@ -1,0 +1,57 @@
+"""A bad flag is one line and exit 2 for every subcommand, as docs/cli.md promises; `-h`
+still prints the whole help."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+
+import pytest
+
+from inferstream.cli import build_parser, main
+from inferstream.commands import COMMANDS
+
+
+def parsers(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """`parser` and every subcommand's parser below it, with its words (`models check`)."""
+    yield parser.prog, parser
+    for action in parser._actions:  # argparse keeps its subparsers here only
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                yield from parsers(child)
+
+
+def one_line_exit(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("inferstream: error: ")
+    return err.strip()
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_a_bad_flag_is_one_line_for_every_subcommand(
+        name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    err = one_line_exit([name, "--no-such-flag"], capsys)
+    assert err.endswith(f"(inferstream {name} --help lists the flags)")
+
+
+def test_every_parser_below_the_command_says_a_mistake_in_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    found = dict(parsers(build_parser()))
+    assert len(found) > len(COMMANDS)
+    for prog in found:
+        one_line_exit([*prog.split()[1:], "--no-such-flag"], capsys)
+
+
+def test_a_bad_value_is_one_line_and_help_is_still_whole(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    err = one_line_exit(["controller", "--max-attempts", "x"], capsys)
+    assert "argument --max-attempts: invalid int value: 'x'" in err
+    one_line_exit([], capsys)
+    with pytest.raises(SystemExit) as exit_:
+        main(["controller", "-h"])
+    assert exit_.value.code == 0
+    assert len(capsys.readouterr().out.splitlines()) > 40
