@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,35 @@ SECTIONS: dict[str, type] = {"worker": WorkerConfig, "controller": ControllerCon
 _ROOT = [f.name for f in dataclasses.fields(Config) if f.name not in SECTIONS]
 
 
+#: A piece of an environment list that is a parameter (`jitter=0.1`), not a new item.
+_PARAMETER = re.compile(r"[A-Za-z_]\w*=[^:=]*")
+
+
+def _continues_parameters(item: str, piece: str) -> bool:
+    """Whether `piece` goes on the parameters of `item` (`sim:ms=1` then `jitter=0.1`): a
+    `key=value` after an item with `NAME:key=value` parameters; anything else is a new
+    item (`resnet18`, `sim:ms=2`, a pool's `gpu=240`)."""
+    return bool(_PARAMETER.fullmatch(piece)) and "=" in item.partition(":")[2]
+
+
+def _continues_value(item: str, piece: str) -> bool:
+    """Whether `piece` goes on the value of the `key=value` `item` (`debug=broker` then
+    `topic`): a piece without `=` is no pair of its own."""
+    return "=" not in piece
+
+
+def _env_list(raw: str, continues: Callable[[str, str], bool]) -> list[str]:
+    """The items of a comma-separated environment value; a piece for which
+    `continues(item, piece)` holds is put back on the item before it, with its comma."""
+    items: list[str] = []
+    for piece in (p.strip() for p in raw.split(",")):
+        if items and piece and continues(items[-1], piece):
+            items[-1] = f"{items[-1]},{piece}"
+        elif piece:
+            items.append(piece)
+    return items
+
+
 def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for name in _ROOT:
@@ -33,7 +63,7 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
         if raw is None:
             continue
         if name == "kafka_config":
-            values[name] = parse_kafka_config([p for p in raw.split(",") if p.strip()])
+            values[name] = parse_kafka_config(_env_list(raw, _continues_value))
         else:
             values[name] = raw
     for section, cls in SECTIONS.items():
@@ -98,7 +128,7 @@ def _typed(name: str, kind: Any, value: Any) -> Any:
     optional = isinstance(kind, types.UnionType) and type(None) in typing.get_args(kind)
     base = next((a for a in typing.get_args(kind) if a is not type(None)), kind)
     if typing.get_origin(kind) is tuple and typing.get_args(kind) == (str, ...):
-        names = value.split(",") if isinstance(value, str) else value
+        names = _env_list(value, _continues_parameters) if isinstance(value, str) else value
         return tuple(str(n).strip() for n in names if str(n).strip())
     if value is None or typing.get_origin(kind) is tuple or (optional and value == ""):
         return None if value == "" else value

@@ -104,3 +104,37 @@ def test_a_bootstrap_port_out_of_range_is_one_line_naming_the_entry(
 def test_every_form_of_bootstrap_servers_valid_before_still_is() -> None:
     servers = "kafka-1:9092,kafka-2:65535, 10.0.0.1:1,[::1]:9093"
     assert load_config({"bootstrap_servers": servers}, {}).bootstrap_servers == servers
+
+
+@pytest.mark.parametrize(("raw", "models"), [
+    ("sim:ms=1,jitter=0.1", ("sim:ms=1,jitter=0.1",)),
+    ("sim:ms=1, jitter=0.1,sim:as=t4,batch_ms=2", ("sim:ms=1,jitter=0.1", "sim:as=t4,batch_ms=2")),
+    ("resnet18,sim:ms=1,jitter=0.2,efficientnet_lite0:3",
+     ("resnet18", "sim:ms=1,jitter=0.2", "efficientnet_lite0:3")),
+    ("resnet18:2,resnet50", ("resnet18:2", "resnet50")),
+])
+def test_a_model_with_parameters_survives_the_environments_commas(
+        raw: str, models: tuple[str, ...]) -> None:
+    assert load_config({}, {"INFERSTREAM_WORKER_MODELS": raw}).worker.models == models
+
+
+def test_other_environment_lists_still_split_on_every_comma() -> None:
+    config = load_config({}, {"INFERSTREAM_WORKER_COLLECTORS": "cpu,memory",
+                              "INFERSTREAM_POOL_PARTITIONS": "gpu=240,cpu=12",
+                              "INFERSTREAM_SYSINFO_POOL_STRATEGIES": "gpu=a:b,cpu=throughput"})
+    assert config.worker.collectors == ("cpu", "memory")
+    assert config.pool_partitions == ("gpu=240", "cpu=12")
+    assert config.sysinfo.pool_strategies == ("gpu=a:b", "cpu=throughput")
+
+
+def test_a_kafka_config_value_with_commas_survives_the_environment() -> None:
+    environ = {"INFERSTREAM_KAFKA_CONFIG": "debug=broker,topic,msg, linger.ms=5"}
+    assert load_config({}, environ).kafka_config == (("debug", "broker,topic,msg"),
+                                                      ("linger.ms", "5"))
+
+
+def test_a_model_with_parameters_in_the_environment_reaches_the_worker(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFERSTREAM_WORKER_MODELS", "sim:ms=1,jitter=0.1")
+    assert main(["config", "show"]) == 0
+    assert '"sim:ms=1,jitter=0.1"' in capsys.readouterr().out
