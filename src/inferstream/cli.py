@@ -25,6 +25,7 @@ from inferstream.config import (
     load_config,
     parse_kafka_config,
     setting_types,
+    unknown_variables,
 )
 from inferstream.errors import ConfigError, InferstreamError
 
@@ -199,6 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(build_parser(), argv)
     try:
         _setup_logging(_log_level(args.log_level))
+        _warn_unknown_variables()
         return _run(COMMANDS[args.command], args, config_from_args(args), argv)
     except InferstreamError as exc:
         if not _said_by_supervisor(exc):
@@ -209,6 +211,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `inferstream results JOB | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
         return 0
+
+
+def _warn_unknown_variables() -> None:
+    """Warn of each INFERSTREAM_* variable no setting reads; once, by the supervisor where
+    there is one (its child reads the same environment)."""
+    from inferstream.supervise import child
+
+    if not child.supervised():
+        for warning in unknown_variables(os.environ):
+            log.warning("%s", warning)
 
 
 def _said_by_supervisor(exc: InferstreamError) -> bool:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import re
 import tomllib
@@ -157,6 +158,42 @@ def _build(cls: type, values: Mapping[str, Any], prefix: str = "") -> Any:
     hints = setting_types(cls)
     return cls(**{k: v if k in SECTIONS else _typed(prefix + k, hints[k], v)
                   for k, v in values.items()})
+
+
+#: The project's INFERSTREAM_* variables that are not settings: the supervisor's word to its
+#: child (supervise/environ.py), the worker's test hook, the weights cache, the allocator's
+#: re-execution marker, the local Kafka and registry (ops/), compose and the tests.
+OTHER_VARIABLES = frozenset(f"INFERSTREAM_{name}" for name in (
+    "CONFIG", "SUPERVISOR_PID", "SUPERVISOR_FD", "SUPERVISOR_RESTARTS", "TEST_START_DELAY_S",
+    "WEIGHTS_DIR", "PRELOADED_ALLOCATOR", "KAFKA_JVM_OPTS", "KAFKA_TOOL_JVM_OPTS", "KAFKA_DIR",
+    "KAFKA_CACHE", "KAFKA_CDS", "TORCH", "CPU_WORKER_THREADS", "COMPOSE_SECRETS",
+    "REGEN_GOLDEN"))
+
+
+def setting_variables() -> list[str]:
+    """Every environment variable a setting is read from."""
+    names = [f"INFERSTREAM_{name.upper()}" for name in _ROOT]
+    for section, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            names.append(f"INFERSTREAM_{section.upper()}_{f.name.upper()}")
+            names.extend([f.metadata["env"]] if f.metadata.get("env") else [])
+    return names
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """A warning for each INFERSTREAM_* variable of `environ` that no setting reads, naming
+    the closest setting's: a misspelled one is ignored otherwise. A warning, not an error:
+    other tools may set INFERSTREAM_* variables of their own."""
+    known = setting_variables()
+    # compared without the prefix all share, which would make any name look close
+    by_short = {k.removeprefix("INFERSTREAM_"): k for k in known}
+    warnings = []
+    for name in sorted(environ):
+        if name.startswith("INFERSTREAM_") and name not in known and name not in OTHER_VARIABLES:
+            close = difflib.get_close_matches(name.removeprefix("INFERSTREAM_"), by_short, n=1)
+            hint = f" (did you mean {by_short[close[0]]}?)" if close else ""
+            warnings.append(f"{name} is not an inferstream setting{hint}: ignored")
+    return warnings
 
 
 def load_config(
