@@ -86,7 +86,8 @@ class Config:
     replication_factor: int | None = setting(
         None, "replication factor of created topics (empty: the broker's default)")
     connect_timeout_s: float = setting(
-        5.0, "at start-up, how long to wait for the Kafka cluster to answer")
+        5.0, "at start-up, how long to wait for the Kafka cluster to answer; at a stop, how "
+        "long each Kafka client may take to stop (leave its group) before it is given up")
     stop_grace_s: float = setting(
         30.0, "a worker or controller still stopping this long after SIGTERM/SIGINT exits "
         "at once (so does a second signal)")

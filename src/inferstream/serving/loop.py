@@ -40,6 +40,7 @@ from inferstream.kafka.errors import (
 )
 from inferstream.kafka.refusals import not_authorized
 from inferstream.kafka.settings import aiokafka_kwargs, worker_consumer_kwargs
+from inferstream.kafka.stopping import stop_or_warn
 from inferstream.kafka.topics import LARGE_MESSAGE_BYTES
 from inferstream.models import LoadedModel
 from inferstream.policy.membership import PoolMembership
@@ -296,14 +297,20 @@ class Worker:
                                      rebalance=False)
 
     async def _shutdown(self) -> None:
+        """Stop what `_start` started. A client the cluster does not answer (or whose stop
+        fails, aiokafka#647) is given up after `connect_timeout_s` with a warning: the stop
+        still ends, and a member that could not leave is removed at its session timeout."""
         await self.sysinfo.stop()
         await self.membership.stop()
         await self.source.stop()
+        limit_s = self.config.connect_timeout_s
         if self._consumer is not None:  # built with its ownership, after no await
             await self.ownership.close()
-            await self._consumer.stop()  # leaves the group
+            await stop_or_warn(self._consumer.stop(), limit_s,  # leaves the group
+                               f"group {self.group_id} not left (its session timeout removes "
+                               f"member {self.worker_id})")
         if self._shared_producer is not None:
-            await self._shared_producer.stop()
+            await stop_or_warn(self._shared_producer.stop(), limit_s, "producer not closed")
         self.served.close()
 
 

@@ -25,6 +25,7 @@ from aiokafka.errors import KafkaError
 from inferstream.config import Config
 from inferstream.kafka.clients import AsyncConsumer, AsyncProducer, KafkaClients
 from inferstream.kafka.settings import aiokafka_kwargs
+from inferstream.kafka.stopping import stop_or_warn
 from inferstream.schemas import Codec, SchemaError
 from inferstream.schemas.records import Calibration, SysInfoSample, now_ms
 from inferstream.serving.calibration import outdated
@@ -141,9 +142,9 @@ class SysInfoPublisher:
         if self._producer is not None:
             try:
                 await asyncio.wait_for(self._flush(), 2.0)
-                await asyncio.wait_for(self._producer.stop(), 5.0)
             except (TimeoutError, KafkaError) as exc:
-                log.warning("sysinfo producer did not stop cleanly: %r", exc)
+                log.warning("sysinfo samples not flushed at stop: %r", exc)
+            await stop_or_warn(self._producer.stop(), 5.0, "sysinfo producer not closed")
         for _ in self._buffer:
             self._lost()
         self._buffer.clear()

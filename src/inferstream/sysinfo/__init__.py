@@ -2,5 +2,5 @@
 
 Plain modules (`intake`, `aggregates`, `workers`, `fleet`) hold the logic and know neither
 Faust nor Kafka; the strategies and the entries they make are the policy's (`policy/`);
-`app` and `web` are the only modules that import faust.
+`app`, `web` and `faust_stop` (a workaround) are the only modules that import faust.
 """

@@ -44,6 +44,7 @@ from inferstream.policy.entries import policy_key
 from inferstream.schemas import Codec
 from inferstream.schemas.records import PolicyEntry, PolicyKind, WorkerHealth, now_ms, plain_record
 from inferstream.sysinfo.aggregates import ModelAggregate, aggregate_key
+from inferstream.sysinfo.faust_stop import bound_faust_stop
 from inferstream.sysinfo.fleet import Fleet, record_of
 from inferstream.sysinfo.intake import read_sample
 from inferstream.sysinfo.metrics import SysinfoMetrics
@@ -164,6 +165,7 @@ class SysinfoApp:
         """Run the replica until SIGTERM or SIGINT (drain, leave the group, exit 0) or, in
         bounded mode, until no sample came for `idle_exit_s`; returns the exit status."""
         self.declare_internal_topics()
+        bound_faust_stop(self.config.sysinfo_app_id(), self.config.connect_timeout_s)
         worker = faust.Worker(self.app, quiet=True, redirect_stdouts=False,
                               override_logging=False)
         worker.spinner = None  # it writes terminal escapes into logs that are no terminal

@@ -40,7 +40,7 @@ class StaleGenerationError(BrokerError):
 @dataclass
 class Fault:
     """A failure injected into the next `times` calls `call` of a transactional id (or, for
-    "offset_commit" and "offset_fetch", of a consumer group).
+    "offset_commit", "offset_fetch" and "leave", of a consumer group).
 
     With `stall`, the call first blocks until that event is set. Then `fail` says when
     `error` is raised (None: the client library's timeout error): "before" the call takes
@@ -57,6 +57,7 @@ class Fault:
 
 
 #: The calls a Fault can name: a producer's transactional calls, a consumer's own commit and
-#: its look-up of its group's committed offsets.
-FAULT_CALLS = ("init", "send_offsets", "commit", "abort", "offset_commit", "offset_fetch")
+#: its look-up of its group's committed offsets, its leaving the group at its stop.
+FAULT_CALLS = ("init", "send_offsets", "commit", "abort", "offset_commit", "offset_fetch",
+               "leave")
 FAIL_WHEN = ("before", "after", None)

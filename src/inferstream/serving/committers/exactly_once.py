@@ -27,6 +27,7 @@ from inferstream.config import Config
 from inferstream.kafka.clients import AsyncProducer, KafkaClients, Outgoing
 from inferstream.kafka.errors import PartitionLostError, TransactionalIdRefusedError
 from inferstream.kafka.settings import aiokafka_kwargs
+from inferstream.kafka.stopping import stop_client
 from inferstream.kafka.topics import LARGE_MESSAGE_BYTES
 from inferstream.serving.committers.base import (
     COMMIT_TIMEOUT_S,
@@ -214,7 +215,6 @@ def quiet_sender_refusals() -> None:
 
 
 async def quietly_stop(producer: AsyncProducer) -> None:
-    try:
-        await asyncio.wait_for(producer.stop(), 10)
-    except (KafkaError, TimeoutError) as exc:
-        log.debug("producer stop failed error=%r", exc)
+    error = await stop_client(producer.stop(), 10)
+    if error is not None:
+        log.debug("producer stop failed error=%r", error)

@@ -75,12 +75,15 @@ class MemoryAIOConsumer:
             self._join()
 
     async def stop(self) -> None:
-        """Leave the group (aiokafka runs no listener callback here)."""
+        """Leave the group (aiokafka runs no listener callback here); a "leave" fault of the
+        group stalls it or fails it (a CancelledError: aiokafka#647) with the member left in."""
         if self._closed:
             return
         self._closed = True
         if self.group_id is not None and self.member_id is not None:
-            self._broker.leave(self.group_id, self.member_id)
+            group_id, member_id = self.group_id, self.member_id
+            await faulted(self._broker.take_fault(group_id, "leave"),
+                          lambda: self._broker.leave(group_id, member_id), "leave")
         self._positions = {}
 
     def _join(self) -> None:

@@ -1,0 +1,76 @@
+"""The sysinfo replica's Faust stop with the cluster away: its consumer's stop ends cancelled
+(aiokafka#647) or hangs, its producer's buffer cannot be sent; each step still returns (with
+one warning), so Faust ends the replica with exit 0 instead of waiting until it is killed."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from faust.app.base import App
+from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Producer
+
+from inferstream.sysinfo.faust_stop import bound_faust_stop
+
+GROUP = "t.sysinfo"
+
+
+class AwayClient:
+    """An aiokafka client whose cluster is away: its stop ends cancelled, or never; its
+    flush never."""
+
+    def __init__(self, hangs: bool) -> None:
+        self.hangs = hangs
+
+    async def stop(self) -> None:
+        if self.hangs:
+            await asyncio.Event().wait()
+        raise asyncio.CancelledError
+
+    async def flush(self) -> None:
+        await asyncio.Event().wait()
+
+
+@pytest.fixture(autouse=True)
+def bounded(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Faust's stop bounded to 0.1 s for the test, faust's own methods back after it."""
+    for cls, name in ((App, "_producer_flush"), (AIOKafkaConsumerThread, "on_thread_stop"),
+                      (Producer, "on_stop")):
+        monkeypatch.setattr(cls, name, getattr(cls, name))
+    bound_faust_stop(GROUP, 0.1)
+    yield
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+
+
+def why(hangs: bool) -> str:
+    return "no answer within 0.1s" if hangs else "its stop ended cancelled, aiokafka#647"
+
+
+@pytest.mark.parametrize("hangs", [False, True], ids=["cancelled", "hangs"])
+def test_the_consumer_threads_stop_returns_with_one_warning(
+        caplog: pytest.LogCaptureFixture, hangs: bool) -> None:
+    thread: Any = AIOKafkaConsumerThread.__new__(AIOKafkaConsumerThread)  # no thread: its stop
+    thread._method_queue = None
+    thread._consumer = AwayClient(hangs)
+
+    asyncio.run(asyncio.wait_for(thread.on_thread_stop(), 10))
+
+    assert warnings(caplog) == [f"group {GROUP} not left (its session timeout removes this "
+                                f"replica): the cluster did not answer ({why(hangs)})"]
+
+
+def test_the_apps_flush_at_its_stop_returns_with_one_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
+    app: Any = SimpleNamespace(_producer=AwayClient(hangs=True))
+
+    asyncio.run(asyncio.wait_for(App._producer_flush(app, logging.getLogger("t")), 10))
+
+    assert warnings(caplog) == ["records of the sysinfo app not sent at its stop: the cluster "
+                                "did not answer (no answer within 0.1s)"]
