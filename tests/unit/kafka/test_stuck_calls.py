@@ -1,5 +1,6 @@
 """`call_with_deadline`: the bounded librdkafka call the controller makes (librdkafka#5456);
-`CoordinatorRequests`: the admin requests that librdkafka must not time out (librdkafka#4605)."""
+`CoordinatorRequests`: the admin requests that librdkafka must not time out (librdkafka#4605);
+`let_go`: a client destroyed on a thread of its own (librdkafka#4519)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from confluent_kafka import KafkaError, KafkaException
 
 from inferstream.kafka.errors import StuckCallError
 from inferstream.kafka.stuck_calls import (
-    let_go,
     ADMIN_REQUEST_TIMEOUT_MAX_S,
     CoordinatorRequests,
     call_with_deadline,
+    let_go,
 )
 
 
