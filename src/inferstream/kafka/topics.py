@@ -7,12 +7,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from inferstream.config import Config
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
 from inferstream.kafka.errors import KafkaSetupError
+from inferstream.kafka.refusals import not_authorized
 from inferstream.kafka.settings import LIBRDKAFKA_LOG
 
 log = logging.getLogger(__name__)
@@ -173,13 +174,43 @@ def describe_mismatches(
     metadata = admin.list_topics(timeout=timeout_s).topics
     resources = [ConfigResource(ConfigResource.Type.TOPIC, s.name) for s in specs]
     described = admin.describe_configs(resources, request_timeout=timeout_s)
-    actual = {res.name: future.result() for res, future in described.items()}
+    actual = {res.name: _configs(config, res.name, future) for res, future in described.items()}
     problems: dict[str, list[str]] = {}
     for spec in specs:
         found = _differences(spec, metadata[spec.name], actual[spec.name], config)
         if found:
             problems[spec.name] = found
     return problems
+
+
+def _check_described(config: Config, admin: AdminClient, absent: list[str]) -> None:
+    """AuthorizationError in words when a topic of `absent` (not in the cluster's listing,
+    which shows only what this principal may describe) is there but refused to it: the
+    broker says so of a topic named."""
+    refused = []
+    for name in absent:
+        meta = admin.list_topics(name, timeout=30).topics.get(name)
+        error = getattr(meta, "error", None)
+        if error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            refused.append(name)
+    if refused:
+        raise not_authorized(config, "admin", f"describe {_plural(refused)} {', '.join(refused)}")
+
+
+def _configs(config: Config, topic: str, described: Any) -> dict[str, object]:
+    """A topic's described settings; AuthorizationError in words where this principal may not
+    read them (DescribeConfigs)."""
+    try:
+        return described.result()  # type: ignore[no-any-return]
+    except KafkaException as exc:
+        if exc.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            raise not_authorized(config, "admin", f"read the settings of topic {topic} "
+                                 "(DescribeConfigs)") from exc
+        raise
+
+
+def _plural(names: list[str]) -> str:
+    return "topic" if len(names) == 1 else "topics"
 
 
 def _differences(spec: TopicSpec, meta: object, configs: dict[str, object], config: Config
@@ -219,6 +250,7 @@ def describe_topics(
     admin = admin_client(config, clients)
     specs = topic_specs(config, pools)
     existing = admin.list_topics(timeout=30).topics
+    _check_described(config, admin, [s.name for s in specs if s.name not in existing])
     present = [s for s in specs if s.name in existing]
     problems = describe_mismatches(admin, present, config)
     rows: list[TopicRow] = []
