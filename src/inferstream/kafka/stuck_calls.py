@@ -161,7 +161,8 @@ def let_go(client: object) -> None:
 def _destroy_when_last(held: list[object]) -> None:
     client = held.pop()
     deadline = time.monotonic() + LET_GO_WAIT_S
+    pause = threading.Event()  # waited on, not time.sleep: a test may patch that module-wide
     # 2: this frame's name, and getrefcount's own argument
     while sys.getrefcount(client) > 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+        pause.wait(0.01)
     del client  # the destroy runs here, on this thread, where it was the last reference
