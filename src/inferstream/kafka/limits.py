@@ -16,7 +16,7 @@ import concurrent.futures
 import logging
 from collections.abc import Iterable
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import ConfigResource
 
 from inferstream.config import Config
@@ -65,8 +65,8 @@ def _limit(config: Config, topic: str, described: concurrent.futures.Future[obje
 
 
 def _reason(exc: BaseException) -> str:
-    if isinstance(exc, KafkaException) and exc.args:
-        return str(getattr(exc.args[0], "name", lambda: exc)())
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return str(exc.args[0].name())
     return "no answer in time" if isinstance(exc, concurrent.futures.TimeoutError) else repr(exc)
 
 

@@ -132,17 +132,17 @@ def check_cluster(config: Config, topics: tuple[str, ...] = (),
     hidden = forbidden(metadata.topics, (*user_topics, *topics))
     if hidden:
         raise not_authorized(config, role,
-                             f"describe {_plural(hidden, 'topic')} {', '.join(hidden)}")
+                             f"describe {plural(hidden, 'topic')} {', '.join(hidden)}")
     theirs = absent(metadata.topics, user_topics)
     if theirs:
         raise KafkaSetupError(
-            f"{_plural(theirs, 'topic')} {', '.join(theirs)} missing at "
+            f"{plural(theirs, 'topic')} {', '.join(theirs)} missing at "
             f"{config.bootstrap_servers}: create {'them' if len(theirs) > 1 else 'it'} "
             "first (kafka-topics.sh --create, or your platform's way)")
     missing = absent(metadata.topics, topics)
     if missing:
         raise KafkaSetupError(
-            f"{_plural(missing, 'topic')} {', '.join(missing)} missing at "
+            f"{plural(missing, 'topic')} {', '.join(missing)} missing at "
             f"{config.bootstrap_servers}: run `inferstream topics create` "
             f"(with --topic-prefix {config.topic_prefix!r} and --pool {config.pool})")
 
@@ -167,7 +167,7 @@ def check_groups(config: Config, groups: tuple[str, ...], clients: KafkaClients 
             if exc.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
                 refused.append(group)
     if refused:
-        raise not_authorized(config, role, f"use {_plural(refused, 'group')} "
+        raise not_authorized(config, role, f"use {plural(refused, 'group')} "
                                            f"{', '.join(refused)}")
 
 
@@ -197,11 +197,11 @@ def cluster_metadata(config: Config, topics: tuple[str, ...] = (),
     captured = _CapturedLog()
     consumer = clients.consumer(consumer_config(config, None, logger=captured.logger))
     try:
-        metadata = _listing(consumer, topics, config.connect_timeout_s)
+        metadata = listing(consumer, topics, config.connect_timeout_s)
         while (_awaited(metadata.topics, topics)
                and time.monotonic() + TOPIC_RETRY_S < deadline):
             time.sleep(TOPIC_RETRY_S)
-            metadata = _listing(consumer, topics, max(0.1, deadline - time.monotonic()))
+            metadata = listing(consumer, topics, max(0.1, deadline - time.monotonic()))
         return metadata
     except KafkaException as exc:
         failure = exc
@@ -211,7 +211,7 @@ def cluster_metadata(config: Config, topics: tuple[str, ...] = (),
                           ) from failure
 
 
-def _listing(consumer: Any, topics: tuple[str, ...], timeout_s: float) -> Any:
+def listing(consumer: Any, topics: tuple[str, ...], timeout_s: float) -> Any:
     """The cluster's metadata, each topic of `topics` it lacks asked for by name: a broker
     lists only the topics this principal may describe, and says TOPIC_AUTHORIZATION_FAILED
     only of a topic named."""
@@ -240,7 +240,7 @@ def _cannot_reach(config: Config, error: KafkaError, reason: str | None) -> str:
     return f"the Kafka cluster at {servers} refused the connection: {error.str()}"
 
 
-def _plural(names: list[str], noun: str) -> str:
+def plural(names: list[str], noun: str) -> str:
     return noun if len(names) == 1 else f"{noun}s"
 
 

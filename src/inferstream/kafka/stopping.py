@@ -5,7 +5,7 @@ misbehaves while the cluster is away, at a process's shutdown.
   fetch requests under way and awaits each, and one in its retry back-off after a failed
   fetch (`aiokafka/consumer/fetcher.py`, `_proc_fetch_request`) ends cancelled
   (https://github.com/aio-libs/aiokafka/issues/647, still in aiokafka 0.14). Faust's consumer
-  thread stops its consumer the same way (`sysinfo.consumer_stop`).
+  thread stops its consumer the same way (`sysinfo.faust_stop`).
 * A stop may wait for the cluster: a producer's for its buffered records, a consumer's for
   its group coordinator (https://github.com/aio-libs/aiokafka/issues/659,
   https://github.com/aio-libs/aiokafka/issues/1013).

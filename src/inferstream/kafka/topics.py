@@ -183,20 +183,6 @@ def describe_mismatches(
     return problems
 
 
-def _check_described(config: Config, admin: AdminClient, absent: list[str]) -> None:
-    """AuthorizationError in words when a topic of `absent` (not in the cluster's listing,
-    which shows only what this principal may describe) is there but refused to it: the
-    broker says so of a topic named."""
-    refused = []
-    for name in absent:
-        meta = admin.list_topics(name, timeout=30).topics.get(name)
-        error = getattr(meta, "error", None)
-        if error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-            refused.append(name)
-    if refused:
-        raise not_authorized(config, "admin", f"describe {_plural(refused)} {', '.join(refused)}")
-
-
 def _configs(config: Config, topic: str, described: Any) -> dict[str, object]:
     """A topic's described settings; AuthorizationError in words where this principal may not
     read them (DescribeConfigs)."""
@@ -207,10 +193,6 @@ def _configs(config: Config, topic: str, described: Any) -> dict[str, object]:
             raise not_authorized(config, "admin", f"read the settings of topic {topic} "
                                  "(DescribeConfigs)") from exc
         raise
-
-
-def _plural(names: list[str]) -> str:
-    return "topic" if len(names) == 1 else "topics"
 
 
 def _differences(spec: TopicSpec, meta: object, configs: dict[str, object], config: Config
@@ -247,16 +229,25 @@ def describe_topics(
     config: Config, pools: tuple[str, ...] | None = None, clients: KafkaClients = REAL_CLIENTS
 ) -> list[TopicRow]:
     """One row per expected topic: partitions, replication, cleanup policy, problems."""
+    # preflight imports this module: its metadata helpers are imported when called
+    from inferstream.kafka.preflight import absent, forbidden, listing, plural
+
     admin = admin_client(config, clients)
     specs = topic_specs(config, pools)
-    existing = admin.list_topics(timeout=30).topics
-    _check_described(config, admin, [s.name for s in specs if s.name not in existing])
-    present = [s for s in specs if s.name in existing]
+    names = [s.name for s in specs]
+    # each topic the listing lacks asked by name: refused to this principal, or missing
+    existing = listing(admin, tuple(names), 30).topics
+    refused = forbidden(existing, names)
+    if refused:
+        raise not_authorized(config, "admin", f"describe {plural(refused, 'topic')} "
+                                              f"{', '.join(refused)}")
+    missing = set(absent(existing, names))
+    present = [s for s in specs if s.name not in missing]
     problems = describe_mismatches(admin, present, config)
     rows: list[TopicRow] = []
     for spec in specs:
         meta = existing.get(spec.name)
-        if meta is None:
+        if spec.name in missing:
             rows.append(TopicRow(spec.name, exists=False, problems=["missing"]))
             continue
         parts = meta.partitions

@@ -9,15 +9,7 @@ import pytest
 
 from inferstream.cli import main
 from inferstream.config import load_config
-
-
-def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("inferstream: error: ")
-    return lines[0]
+from tests.unit.kafka.test_preflight import one_line_error
 
 
 @pytest.mark.parametrize("argv", [["config", "show"], ["worker", "--model", "sim:ms=1"]])

@@ -20,9 +20,14 @@ REFUSED = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)
 
 
 @dataclass
+class Partition:
+    replicas: list[int] = field(default_factory=lambda: [1])
+
+
+@dataclass
 class Topic:
     error: KafkaError | None = None
-    partitions: dict[int, Any] = field(default_factory=dict)
+    partitions: dict[int, Any] = field(default_factory=lambda: {0: Partition()})
 
 
 @dataclass
