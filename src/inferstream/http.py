@@ -157,9 +157,22 @@ def guarded(app: WsgiApp, guard: HttpGuard, health: Health) -> WsgiApp:
     return guarded_app
 
 
+def only_at(path: str, app: WsgiApp) -> WsgiApp:
+    """`app` at `path` alone (and `path/`); 404 elsewhere. prometheus_client's app answers
+    every path with the metrics, so a typo in a scrape config or a probe would pass."""
+
+    def app_at_path(environ: dict[str, Any], start_response: Callable[..., Any]
+                    ) -> Iterable[bytes]:
+        if environ.get("PATH_INFO", "").rstrip("/") != path:
+            return _text(start_response, 404, f"not found: the metrics are at {path}")
+        return app(environ, start_response)
+
+    return app_at_path
+
+
 def _text(start_response: Callable[..., Any], status: int, text: str,
           headers: list[tuple[str, str]] | None = None) -> list[bytes]:
-    phrases = {200: "OK", 401: "Unauthorized", 503: "Service Unavailable"}
+    phrases = {200: "OK", 401: "Unauthorized", 404: "Not Found", 503: "Service Unavailable"}
     start_response(f"{status} {phrases[status]}",
                    [("Content-Type", "text/plain; charset=utf-8"), *(headers or [])])
     return [f"{text}\n".encode()]

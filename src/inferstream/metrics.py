@@ -12,7 +12,10 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, Gauge, make_wsgi_app
 
 from inferstream.errors import ConfigError
-from inferstream.http import Health, HttpGuard, serve
+from inferstream.http import Health, HttpGuard, only_at, serve
+
+#: Where the metrics are served; any other path (but the probes') is 404.
+METRICS_PATH = "/metrics"
 
 #: Histogram buckets of the durations of a data path step (seconds).
 SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -40,13 +43,13 @@ def set_by_partition(gauge: Gauge, before: set[str], values: dict[int, int],
 
 def serve_metrics(registry: CollectorRegistry, port: int, addr: str, *,
                   guard: HttpGuard | None = None, health: Health | None = None) -> WSGIServer:
-    """Serve `/metrics` on `addr`:`port` from a daemon thread, and the role's `health` at
-    /healthz and /readyz, behind `guard` (TLS, a bearer token; none by default). One that
-    cannot be served (a port in use, an address not of this host, a certificate that does
-    not load) is a ConfigError."""
+    """Serve `/metrics` (other paths: 404) on `addr`:`port` from a daemon thread, and the
+    role's `health` at /healthz and /readyz, behind `guard` (TLS, a bearer token; none by
+    default). One that cannot be served (a port in use, an address not of this host, a
+    certificate that does not load) is a ConfigError."""
     try:
-        return serve(make_wsgi_app(registry), port, addr, guard or HttpGuard(),
-                     health or Health())
+        return serve(only_at(METRICS_PATH, make_wsgi_app(registry)), port, addr,
+                     guard or HttpGuard(), health or Health())
     except OSError as exc:
         raise ConfigError(f"--metrics-addr {addr} --metrics-port {port} cannot be served: "
                           f"{exc.strerror or exc}: pick another") from exc

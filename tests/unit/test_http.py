@@ -71,6 +71,16 @@ def test_without_a_token_metrics_are_open(serving: list[WSGIServer]) -> None:
     assert status == 200 and "inferstream_test_items_total" in body
 
 
+def test_only_metrics_is_served_other_paths_are_not_found(serving: list[WSGIServer]) -> None:
+    url = f"http://127.0.0.1:{serve(serving, HttpGuard(token=TOKEN))}"
+    for path in ("/", "/metric", "/api/jobs", "/metrics/x"):
+        status, body, _ = fetch(url + path, token=TOKEN)
+        assert (status, body) == (404, "not found: the metrics are at /metrics\n"), path
+    assert fetch(url + "/nothing")[0] == 401  # the token first: the server's paths not told
+    assert fetch(url + "/metrics/", token=TOKEN)[0] == 200
+    assert fetch(url + "/metrics?name[]=inferstream_test_items_total", token=TOKEN)[0] == 200
+
+
 def test_with_a_certificate_the_server_speaks_https_only(
         serving: list[WSGIServer], certificates: Certificates) -> None:
     port = serve(serving, HttpGuard(str(certificates.cert), str(certificates.key), TOKEN))
