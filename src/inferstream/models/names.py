@@ -16,8 +16,8 @@ from inferstream.models.errors import UnknownModelError
 from inferstream.schemas.records import SIM_PREFIX, SIM_SYNTAX, model_ref
 
 __all__ = ["LITE0", "NAME_SYNTAX", "SIM_SYNTAX", "TORCHVISION_MODELS", "SimParams",
-           "check_builtin_name", "check_model_name", "has_versions", "known_models",
-           "parse_sim_name", "version_ref"]
+           "check_builtin_name", "check_model_name", "has_versions", "is_model_name",
+           "known_models", "parse_sim_name", "version_ref"]
 
 TORCHVISION_MODELS = ("alexnet", "googlenet", "resnet50", "mobilenet_v3_large", "efficientnet_b0")
 LITE0 = "efficientnet_lite0"
@@ -142,7 +142,7 @@ def check_model_name(reference: str) -> tuple[str, int | None]:
         check_builtin_name(reference)
         return reference, None
     name, sep, version = reference.partition(":")
-    if not _NAME.fullmatch(name):
+    if not is_model_name(name):
         raise UnknownModelError(reference, known_models(), detail=(
             f"a repository model's name is made of {NAME_SYNTAX}, and NAME:VERSION names one "
             "of its versions"))
@@ -153,6 +153,11 @@ def check_model_name(reference: str) -> tuple[str, int | None]:
         raise UnknownModelError(reference, known_models(), detail=(
             f"the version after {name}: is a positive integer (NAME:VERSION)"))
     return name, int(version) if sep else None
+
+
+def is_model_name(name: str) -> bool:
+    """Whether `name` is a repository model's name that a job can give (NAME_SYNTAX)."""
+    return _NAME.fullmatch(name) is not None
 
 
 def has_versions(name: str) -> bool:

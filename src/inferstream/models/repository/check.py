@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from inferstream.models.errors import ModelError, UnknownModelError
-from inferstream.models.names import check_builtin_name, known_models
+from inferstream.models.names import NAME_SYNTAX, check_builtin_name, is_model_name, known_models
 from inferstream.models.repository.errors import HANDLER_REFUSED, RepositoryError
 from inferstream.models.repository.layout import ModelVersion, Repository
 from inferstream.schemas.records import SIM_PREFIX
@@ -29,6 +29,8 @@ def check_names(repository: Repository, names: Iterable[str], *, allow_python: b
         raise error
     for name in names:
         if name in repository:
+            if not is_model_name(name):
+                raise unnameable(repository, name)
             refused_handler(repository.model(name).newest(), allow_python=allow_python)
             continue
         model, _, version = name.partition(":")
@@ -52,6 +54,14 @@ def shadowing(repository: Repository) -> list[RepositoryError]:
                             "give the folder another name")
             for name in repository.names()
             if name in known_models() or name.startswith(SIM_PREFIX)]
+
+
+def unnameable(repository: Repository, name: str) -> RepositoryError:
+    """The RepositoryError of a model folder whose name no job can give (`--model` and a
+    job's model are checked against NAME_SYNTAX)."""
+    return RepositoryError(repository.root / name, (
+        f"no job can name this model: a model's name is made of {NAME_SYNTAX}; "
+        "rename the folder"))
 
 
 def refused_handler(version: ModelVersion, *, allow_python: bool) -> None:
@@ -86,6 +96,9 @@ def check_repository(repository: Repository, *, allow_python: bool, device: str 
     each version loaded and run on a synthetic batch."""
     problems = [str(error) for error in shadowing(repository)]
     for name in repository.names():
+        if not is_model_name(name):
+            problems.append(str(unnameable(repository, name)))
+            continue
         try:
             entry = repository.model(name)
         except ModelError as exc:

@@ -134,6 +134,11 @@ BROKEN: list[tuple[str, Broken, str, str]] = [
      "*args[0].shape[1] to be equal to 6, but got 5"),
     ("shadows a built-in", layout(CNN_CARD, GOOD, name="resnet50"), "resnet50",
      "shadows the built-in model resnet50: give the folder another name"),
+    ("name no job can give", layout(CNN_CARD, GOOD, name="_colors"), "_colors",
+     "no job can name this model: a model's name is made of letters, digits, '.', '_' and "
+     "'-', starting with a letter or a digit, at most 128 characters; rename the folder"),
+    ("name with a space", layout(CNN_CARD, GOOD, name="my colors"), "my colors",
+     "no job can name this model"),
     ("handler not allowed", layout(CNN_CARD, {"1/model.py": "raise SystemExit"}),
      "m/1/model.py", "a Python handler is code of the model's author, run inside the "
      "worker: served only with --allow-python-models"),
