@@ -55,6 +55,7 @@ def schema_topics(config: Config) -> dict[str, str]:
         "Task": config.task_topic(),
         "TaskResult": config.topic("results"),
         "TaskDeclined": config.topic("results"),  # beside the results it stands in for
+        "ResultChunk": config.topic("results"),  # a piece of a result too large for a record
         "JobEvent": config.topic("job-events"),
         "SysInfoSample": config.topic("sysinfo"),
         "PolicyEntry": config.topic("policy"),  # compacted: records need keys

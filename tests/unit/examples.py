@@ -68,6 +68,15 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "inference_seconds": 0.25,
         "ok_count": 1,
         "error_count": 1,
+        "chunks": 0,
+        "chunk_id": "",
+    },
+    "ResultChunk": {
+        "job_id": "job-1",
+        "task_id": 7,
+        "chunk_id": "5f0c3a9e2b7d4e18a6c1f04d9b83e2a7",
+        "index": 1,
+        "data": b"\x00\x01piece of a result\xff",
     },
     "JobEvent": {
         "job_id": "job-1",

@@ -205,9 +205,9 @@ class Controller:
                     raise SchemaError(f"a {name} record, not a Job, on {self.topics.jobs}")
                 return
             record = read_result_summary(self.codec, message.value() or b"")
-            if "served_models" in record:
+            if record is not None and "served_models" in record:
                 self.book.on_declined(cast(TaskDeclined, record), out)
-            else:
+            elif record is not None:  # None: a piece of a large result, counted by its own
                 self.book.on_result(record, out)
         except SchemaError as exc:
             out.dead_letter(message, f"undecodable record: {exc}")

@@ -33,12 +33,15 @@ from inferstream.kafka.settings import partition_for
 from inferstream.schemas import Codec, SchemaError
 from inferstream.schemas.json_text import encode, strict_encoder
 from inferstream.schemas.records import TaskResult, output_json
+from inferstream.schemas.records.summary import SUMMARY_FIELDS
 
 #: How far before the time in a job id its records may lie (clock skew between hosts).
 SKEW_MS = 5 * 60 * 1000
 #: How long a completed job's results are waited for before its output is given up.
 READ_TIMEOUT_S = 600.0
 _IDS = ("job_id", "task_id")
+#: What a reader takes of a ResultChunk (all of it).
+_CHUNK_FIELDS = ("job_id", "task_id", "chunk_id", "index", "data")
 #: What writes a JSON line: `json.dumps(line, ensure_ascii=False)` would make one of these
 #: for every line, a fifth of its time.
 _JSON = strict_encoder(ensure_ascii=False)
@@ -116,13 +119,32 @@ def _spool_results(config: Config, job_id: str, total_tasks: int | None, spool: 
 
 def keep_result(spool: ResultSpool, job_id: str, value: bytes) -> None:
     """Keep a record of the results topic in `spool` if it is a result of `job_id` (the
-    first of its task): its ids are read, not its items."""
+    first of its task), or a piece of one: its ids are read, not its items."""
+    codec = spool.codec
     try:  # the ids alone: all of a result of 32 embeddings takes thousands of times longer
-        ids = spool.codec.decode_head(value, "TaskResult", _IDS)
+        ids = codec.decode_head(value, "TaskResult", _IDS)
+    except SchemaError:
+        _keep_chunk(spool, job_id, value)
+        return
+    if ids["job_id"] != job_id:
+        return
+    try:  # the summary, with the chunks that hold the items where they did not fit
+        head = codec.decode_head(value, "TaskResult", SUMMARY_FIELDS)
+    except SchemaError:  # written before results came in chunks: the items are here
+        head = {"chunks": 0}
+    if head["chunks"] > 0:
+        spool.add_chunked(ids["task_id"], head["chunk_id"], head["chunks"])
+    else:
+        spool.add(ids["task_id"], value)
+
+
+def _keep_chunk(spool: ResultSpool, job_id: str, value: bytes) -> None:
+    try:
+        chunk = spool.codec.decode_head(value, "ResultChunk", _CHUNK_FIELDS)
     except SchemaError:
         return  # a decline, or a dead letter for the controller: no output
-    if ids["job_id"] == job_id:
-        spool.add(ids["task_id"], value)
+    if chunk["job_id"] == job_id:
+        spool.add_chunk(chunk["chunk_id"], chunk["index"], chunk["data"])
 
 
 def output_lines(results: Iterable[TaskResult]) -> Iterator[dict[str, Any]]:

@@ -4,6 +4,11 @@ A job's results arrive in commit order, its output goes in task order, and a lar
 results do not fit in memory (about 2 KB an item decoded: 2.4 GB for 1.2 million images). The
 spool writes each task's first record, still encoded, to an unnamed temporary file and keeps
 only where it lies, so reading a job back costs a few bytes of memory per task.
+
+A result too large for one record comes as ResultChunks and then its TaskResult, which names
+their id and number (`worker.oversize`): the spool keeps the pieces as they come, and the
+result is its task's once its TaskResult and every piece are in (the first result whole wins:
+pieces a worker that died left without their TaskResult are never one).
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ from typing import IO
 from inferstream.schemas import Codec
 from inferstream.schemas.records import TaskResult, read_record
 
+#: Where bytes lie in the spool's file: (offset, length).
+Span = tuple[int, int]
+
 
 class ResultSpool:
     """First-wins store of encoded TaskResults by task id; use as a context manager."""
@@ -23,9 +31,11 @@ class ResultSpool:
     def __init__(self, codec: Codec) -> None:
         self.codec = codec
         self._file: IO[bytes] = tempfile.TemporaryFile(prefix="inferstream-results-")
-        self._where: dict[int, tuple[int, int]] = {}  # task id -> (offset, length)
+        self._where: dict[int, list[Span]] = {}  # task id -> its encoding's pieces, in order
         self._end = 0
         self._next = 0  # the tasks below it were kept, and handed out by `ready`
+        self._pieces: dict[str, dict[int, Span]] = {}  # chunk id -> index -> piece
+        self._chunked: dict[str, tuple[int, int]] = {}  # chunk id -> (task id, pieces)
 
     def __len__(self) -> int:
         """How many tasks' results were kept, handed out or not."""
@@ -33,31 +43,64 @@ class ResultSpool:
 
     def add(self, task_id: int, value: bytes) -> bool:
         """Keep `value` as the result of `task_id` unless one was kept already."""
-        if task_id < self._next or task_id in self._where:
+        if self._kept(task_id):
             return False
-        self._file.seek(self._end)
-        self._file.write(value)
-        self._where[task_id] = (self._end, len(value))
-        self._end += len(value)
+        self._where[task_id] = [self._write(value)]
         return True
+
+    def add_chunk(self, chunk_id: str, index: int, data: bytes) -> bool:
+        """Keep piece `index` of the result in chunks `chunk_id`; whether that made one
+        whole that is its task's first."""
+        self._pieces.setdefault(chunk_id, {})[index] = self._write(data)
+        return self._assemble(chunk_id)
+
+    def add_chunked(self, task_id: int, chunk_id: str, chunks: int) -> bool:
+        """Keep the result of `task_id` that is in `chunks` pieces of `chunk_id` once they
+        are all in (unless one was kept already); whether it is kept now."""
+        self._chunked[chunk_id] = (task_id, chunks)
+        return self._assemble(chunk_id)
+
+    def _assemble(self, chunk_id: str) -> bool:
+        pieces = self._pieces.get(chunk_id, {})
+        task_id, chunks = self._chunked.get(chunk_id, (-1, -1))
+        if chunks < 0 or any(index not in pieces for index in range(chunks)):
+            return False
+        del self._chunked[chunk_id]
+        self._pieces.pop(chunk_id, None)
+        if self._kept(task_id):
+            return False
+        self._where[task_id] = [pieces[index] for index in range(chunks)]
+        return True
+
+    def _kept(self, task_id: int) -> bool:
+        return task_id < self._next or task_id in self._where
+
+    def _write(self, data: bytes) -> Span:
+        self._file.seek(self._end)
+        self._file.write(data)
+        self._end += len(data)
+        return self._end - len(data), len(data)
 
     def ready(self) -> Iterator[TaskResult]:
         """The kept results of tasks 0, 1, 2 ... up to the first task not kept yet, each
         handed out once: what can be written in task order before the rest arrive (task ids
         count from 0)."""
         while self._next in self._where:
-            offset, length = self._where.pop(self._next)
+            spans = self._where.pop(self._next)
             self._next += 1
-            yield self._read(offset, length)
+            yield self._read(spans)
 
     def in_task_order(self) -> Iterator[TaskResult]:
         """The kept results `ready` has not handed out, decoded one at a time, by task id."""
         for task_id in sorted(self._where):
-            yield self._read(*self._where[task_id])
+            yield self._read(self._where[task_id])
 
-    def _read(self, offset: int, length: int) -> TaskResult:
-        self._file.seek(offset)
-        return read_record(self.codec, self._file.read(length), TaskResult)
+    def _read(self, spans: list[Span]) -> TaskResult:
+        value = bytearray()
+        for offset, length in spans:
+            self._file.seek(offset)
+            value += self._file.read(length)
+        return read_record(self.codec, bytes(value), TaskResult)
 
     def close(self) -> None:
         self._file.close()

@@ -40,6 +40,7 @@ SCHEMA_NAMES: tuple[str, ...] = (
     "Job",
     "Task",
     "TaskResult",
+    "ResultChunk",
     "TaskDeclined",
     "JobEvent",
     "SysInfoSample",

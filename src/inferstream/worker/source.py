@@ -4,8 +4,8 @@ A task record becomes the pipeline's task; or, at once, a dead letter (it cannot
 commit with no result (the task-control topic says the controller wants none: `controls.py`),
 or a `TaskDeclined` (no model of this worker serves it, in the version it names, nor can it
 load one on demand). A run
-becomes one `TaskResult` on the results partition of the task's home (its items past what one
-record holds made errors: `oversize.py`); a run refused because
+becomes one `TaskResult` on the results partition of the task's home (one too large for a
+record goes in pieces before it: `oversize.py`); a run refused because
 its model could not load on demand becomes a `TaskDeclined`.
 """
 
@@ -36,7 +36,7 @@ from inferstream.serving.loop import Worker
 from inferstream.serving.pipeline import TaskRun
 from inferstream.serving.source import Source, WorkerContext
 from inferstream.worker.controls import TaskControls
-from inferstream.worker.oversize import fitted
+from inferstream.worker.oversize import result_records
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +107,8 @@ class TaskSource(Source):
             started_at=int(run.started_at * 1000), finished_at=int(run.finished_at * 1000),
             decode_seconds=run.decode_seconds, inference_seconds=run.inference_seconds,
         )
-        return [self._result(task, fitted(self.codec, result,
-                                          encode_result(self.codec, result)))]
+        return [self._result(task, value) for value in
+                result_records(self.codec, result, encode_result(self.codec, result))]
 
     def _declined(self, task: Task, reason: str) -> Outgoing:
         """The TaskDeclined that answers `task`, committed with its offset like a result."""

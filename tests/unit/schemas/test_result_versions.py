@@ -55,8 +55,9 @@ def read_as_v1(name: str, record: dict[str, Any]) -> dict[str, Any]:
 
 def without_v2(name: str, record: dict[str, Any]) -> dict[str, Any]:
     """`record` as v1 holds it: no model version, no embedding, no tensors, no item
-    counts (v3)."""
-    drop = ("model_version", "embedding", "tensors", "ok_count", "error_count")
+    counts (v3), no chunks (v4)."""
+    drop = ("model_version", "embedding", "tensors", "ok_count", "error_count", "chunks",
+            "chunk_id")
     old = {k: v for k, v in record.items() if k not in drop}
     if name == "TaskResult":
         old["items"] = [{k: v for k, v in i.items() if k not in drop} for i in record["items"]]

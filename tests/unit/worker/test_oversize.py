@@ -1,17 +1,24 @@
-"""A task whose outputs would not fit in one result record (16 MiB): the worker keeps its items
-in order while they fit and makes the rest errors that say why, so the task is committed once
-and its job can end, instead of every commit of its partition failing for ever."""
+"""A task whose outputs would not fit in one result record (16 MiB): the worker sends the
+result in ResultChunks and a TaskResult that names them, in the task's transaction; the
+controller counts that TaskResult and skips the chunks, the readers put them together, and
+the job's output holds every item's output. A result past `MAX_CHUNKS` records keeps its items
+in order while they fit and makes the rest errors that say why."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Sequence
 
 import pytest
 import torch
 
+from inferstream.client import Client
 from inferstream.config.controller import MAX_CHUNK_SIZE
 from inferstream.controller.declines import failed_result
 from inferstream.controller.expansion import TASK_BYTES_CAP
+from inferstream.controller.replica import Controller
+from inferstream.jobs.output import keep_result
+from inferstream.jobs.spool import ResultSpool
 from inferstream.models import LoadedModel
 from inferstream.models.names import parse_sim_name
 from inferstream.models.outputs import ItemOutput, NamedTensor, Tensors
@@ -22,17 +29,19 @@ from inferstream.schemas.records import (
     Task,
     TaskItem,
     TaskResult,
+    encode_result,
     error_item,
     error_items,
     ok_item,
     read_record,
+    read_result_summary,
 )
 from inferstream.schemas.records.results import short_reason
 from inferstream.serving.loop import Worker
-from inferstream.testing import MemoryBroker
-from inferstream.worker.oversize import RESULT_BYTES_CAP, fitted
+from inferstream.testing import MemoryBroker, MemoryKafkaClients
+from inferstream.worker.oversize import RESULT_BYTES_CAP, fitted, result_records
 from tests.unit.support.memory import CODEC, MODEL, make_config
-from tests.unit.support.records import all_committed, put_tasks, results, task_counts
+from tests.unit.support.records import settled
 from tests.unit.support.running import Running
 
 MiB = 2**20
@@ -40,34 +49,69 @@ MiB = 2**20
 MASK = 5 * MiB
 
 
+def mask_of(item: int) -> bytes:
+    return bytes([item % 251]) * MASK
+
+
 class MaskModel(SimModel):
     """The sim model, answering each item with a 5 MiB uint8 tensor, as a segmentation model
-    answers a large photo."""
+    answers a large photo: its bytes are the item's number (the sim's input holds it)."""
 
     def predict(self, batch: torch.Tensor, top_k: int) -> Sequence[ItemOutput]:
         hashes = [int(h) for h in batch.reshape(len(batch), -1)[:, 0].tolist()]
-        return [Tensors((NamedTensor("mask", "uint8", (MASK,), bytes([h % 251]) * MASK),))
-                for h in hashes]
+        return [Tensors((NamedTensor("mask", "uint8", (MASK,), mask_of(h)),)) for h in hashes]
 
 
-def test_outputs_past_a_record_are_errors_that_say_why_and_each_task_ends(
-        broker: MemoryBroker, make_worker: Callable[..., Worker], running: Running) -> None:
+def test_a_result_past_a_record_goes_in_chunks_and_the_output_holds_every_item(
+        broker: MemoryBroker, clients: MemoryKafkaClients, make_worker: Callable[..., Worker],
+        running: Running, make_controller: Callable[..., Controller]) -> None:
     config = make_config()
-    put_tasks(broker, config, 2, items=4)
+    job = Client(config, CODEC, clients).submit(
+        MODEL, [f"item-{i}" for i in range(8)], chunk_size=4)
     model: LoadedModel = MaskModel(MODEL, parse_sim_name(MODEL))
     running.workers(make_worker(config, model))
-    running.until(all_committed(broker, config))
+    running.controller(make_controller())
+    running.until(settled(broker, config))
 
-    found = results(broker, config)
-    assert task_counts(found) == {0: 1, 1: 1}
-    for result in found:
-        items = result["items"]
-        assert [i["status"] for i in items] == [ItemStatus.OK] * 3 + [ItemStatus.ERROR]
-        assert [len(i["tensors"][0]["data"]) for i in items[:3]] == [MASK] * 3
-        assert items[3]["error"] == (
-            "output too large: this task's outputs take 20.0 MiB, over the 15.9 MiB a result "
-            "record holds; submit the job with --chunk-size 3 or less")
-    assert max(map(len, broker.values(config.topic("results")))) <= RESULT_BYTES_CAP
+    status = job.wait(timeout_s=5)
+    assert (status.ok_items, status.error_items) == (8, 0)
+    lines = list(job.results())
+    assert [line["status"] for line in lines] == ["ok"] * 8
+    assert sorted(line["item"].rsplit("/", 1)[-1] for line in lines) == [
+        f"item-{i}" for i in range(8)]
+    masks = [base64.b64decode(line["tensors"][0]["data"]) for line in lines]
+    assert all(mask == mask[:1] * MASK for mask in masks)  # whole, and each one item's
+    values = broker.values(config.topic("results"))
+    assert max(map(len, values)) <= RESULT_BYTES_CAP
+    summaries = [read_result_summary(CODEC, value) for value in values]
+    # each task: two chunks (20 MiB), then its TaskResult with the counts and no item
+    assert [s is None for s in summaries].count(True) == 4
+    stubs = [s for s in summaries if s is not None]
+    assert [(s["chunks"], s["ok_count"]) for s in stubs] == [(2, 4), (2, 4)]
+    assert broker.values(config.topic("dlq")) == []
+
+
+def test_a_result_past_its_chunks_keeps_its_first_items_and_says_why() -> None:
+    result = result_of(*[bytes([n]) * 1000 for n in range(10)])
+    records = result_records(CODEC, result, encode_result(CODEC, result), cap=3000, chunks=2)
+    assert len(records) == 3 and all(len(record) <= 3000 for record in records)
+    kept = whole(records)
+    # the outputs of items 0 and 1 (the error of item 9 between them) kept, the rest errors
+    assert [(i["index"], i["status"]) for i in kept["items"][:4]] == [
+        (0, ItemStatus.OK), (9, ItemStatus.ERROR), (1, ItemStatus.OK), (2, ItemStatus.ERROR)]
+    assert kept["items"][1]["error"] == "cannot decode"
+    assert {i["error"] for i in kept["items"][3:]} == {
+        "output too large: this task's outputs take 10.1 KiB, over the 3.9 KiB a task's "
+        "result takes in all; submit the job with --chunk-size 3 or less"}
+
+
+def whole(records: list[bytes], job_id: str = "j") -> TaskResult:
+    """The result that `records` carry, as a reader of the job's output puts it together."""
+    with ResultSpool(CODEC) as spool:
+        for record in records:
+            keep_result(spool, job_id, record)
+        (result,) = spool.in_task_order()
+        return result
 
 
 def result_of(*outputs: bytes) -> TaskResult:
@@ -84,11 +128,12 @@ def result_of(*outputs: bytes) -> TaskResult:
 def test_a_result_that_fits_is_sent_as_it_is_and_one_too_large_item_is_said_so() -> None:
     small = result_of(b"a" * 100, b"b" * 100)
     encoded = CODEC.encode("TaskResult", small)
-    assert fitted(CODEC, small, encoded, cap=len(encoded)) is encoded
+    assert fitted(CODEC, small, encoded, cap=len(encoded)) == (small, encoded)
+    assert result_records(CODEC, small, encoded, cap=len(encoded)) == [encoded]
 
     large = result_of(b"a" * 1000, b"b" * 5000, b"c" * 100)
     encoded = CODEC.encode("TaskResult", large)
-    kept = read_record(CODEC, fitted(CODEC, large, encoded, cap=3000), TaskResult)
+    kept = read_record(CODEC, fitted(CODEC, large, encoded, cap=3000)[1], TaskResult)
     # the first item and the error before it kept, the 5,000-byte one and all after made errors
     assert [(i["index"], i["status"]) for i in kept["items"]] == [
         (0, ItemStatus.OK), (9, ItemStatus.ERROR), (1, ItemStatus.ERROR), (2, ItemStatus.ERROR)]
@@ -105,7 +150,7 @@ def test_errors_that_would_not_fit_with_their_reason_each_point_to_the_first(cap
     in full, the others a short pointer to it, and the record fits the cap, whatever it is."""
     large = result_of(*[b"x" * 200] * 400)
     encoded = CODEC.encode("TaskResult", large)
-    kept = read_record(CODEC, fitted(CODEC, large, encoded, cap=cap), TaskResult)
+    kept = read_record(CODEC, fitted(CODEC, large, encoded, cap=cap)[1], TaskResult)
     assert len(CODEC.encode("TaskResult", kept)) <= cap
     items = kept["items"]
     assert [i["index"] for i in items] == [0, 9, *range(1, 400)]

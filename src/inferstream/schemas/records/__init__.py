@@ -8,7 +8,7 @@ the way back for a record holding dataclasses. `tests/unit/schemas/test_records.
 a type here and its `.avsc` disagree on a field's name or on whether it may be null.
 
 The modules, by what the records are about: `jobs` (Job, Task, JobEvent), `results`
-(TaskResult, TaskDeclined), `tracking` (the controller's LedgerEntry and TaskControl),
+(TaskResult, ResultChunk, TaskDeclined), `tracking` (the controller's LedgerEntry and TaskControl),
 `readings` (SysInfoSample), `policy_entry` (PolicyEntry, ModelRange, ModelRate), `streams`
 (StreamResult, DeadLetter), `announcements` (WorkerAnnouncement), `summary` (a TaskResult as
 the controller reads it, without its items); import them all from here.
@@ -57,6 +57,7 @@ from inferstream.schemas.records.results import (
     NamedTensor,
     OutputFields,
     Prediction,
+    ResultChunk,
     ResultSummary,
     TaskDeclined,
     TaskResult,
@@ -73,6 +74,7 @@ from inferstream.schemas.records.streams import (
 )
 from inferstream.schemas.records.summary import (
     encode_result,
+    encode_stub,
     read_result_summary,
     summary_of,
 )
@@ -122,6 +124,7 @@ __all__ = [
     "Prediction",
     "PublisherFields",
     "QueueFields",
+    "ResultChunk",
     "ResultSummary",
     "SoftwareFields",
     "StreamOrigin",
@@ -138,6 +141,7 @@ __all__ = [
     "WorkerState",
     "as_record",
     "encode_result",
+    "encode_stub",
     "error_item",
     "error_items",
     "model_ref",

@@ -76,15 +76,30 @@ class TaskResult(_ResultHead):
 
     ok_count: NotRequired[int]
     error_count: NotRequired[int]
+    chunks: NotRequired[int]
+    chunk_id: NotRequired[str]
     items: list[ItemResult]
 
 
 class ResultSummary(_ResultHead):
     """A TaskResult without its items, which the controller reads in their place: how many
-    are OK and how many ERROR."""
+    are OK and how many ERROR, and the ResultChunks that hold them where they did not fit
+    in one record (`chunks` 0: none)."""
 
     ok_count: int
     error_count: int
+    chunks: int
+    chunk_id: str
+
+
+class ResultChunk(TypedDict):
+    """A piece of a TaskResult's encoding too large for one record (`worker.oversize`)."""
+
+    job_id: str
+    task_id: int
+    chunk_id: str
+    index: int
+    data: bytes
 
 
 class TaskDeclined(TypedDict):

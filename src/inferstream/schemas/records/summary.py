@@ -32,6 +32,8 @@ from inferstream.schemas.records.typed import decline_of
 SUMMARY_FIELDS: tuple[str, ...] = tuple(typing.get_type_hints(ResultSummary))
 #: The counts among them, which a result read in full may lack.
 COUNT_FIELDS = ("ok_count", "error_count")
+#: The fields of a result in chunks, and their values in a result in one record.
+CHUNK_DEFAULTS: dict[str, Any] = {"chunks": 0, "chunk_id": ""}
 
 
 def item_counts(items: Sequence[ItemResult] | Sequence[Mapping[str, Any]]) -> tuple[int, int]:
@@ -55,17 +57,29 @@ def _item_writer() -> ItemWriter:
     return ItemWriter(load_schema("TaskResult"))
 
 
+def encode_stub(codec: Codec, result: TaskResult, chunk_id: str, chunks: int) -> bytes:
+    """The TaskResult that stands for `result` written as `chunks` ResultChunks of
+    `chunk_id`: its summary, its items' counts, and no item."""
+    ok, errors = item_counts(result["items"])
+    return codec.encode("TaskResult", {**result, "ok_count": ok, "error_count": errors,
+                                       "chunks": chunks, "chunk_id": chunk_id, "items": []})
+
+
 def summary_of(result: Mapping[str, Any]) -> ResultSummary:
     """The summary of a result read in full: its fields but the items, and their counts."""
     ok, errors = item_counts(result["items"])
-    fields = {name: result[name] for name in SUMMARY_FIELDS if name not in COUNT_FIELDS}
+    fields = {name: result.get(name, CHUNK_DEFAULTS.get(name)) for name in SUMMARY_FIELDS
+              if name not in COUNT_FIELDS}
     return typing.cast(ResultSummary, {**fields, "ok_count": ok, "error_count": errors})
 
 
-def read_result_summary(codec: Codec, value: bytes) -> ResultSummary | TaskDeclined:
+def read_result_summary(codec: Codec, value: bytes) -> ResultSummary | TaskDeclined | None:
     """A record of the results topic as the controller reads it: a TaskResult's summary,
-    without decoding its items where its writer counted them; or a worker's TaskDeclined."""
+    without decoding its items where its writer counted them; a worker's TaskDeclined; or
+    None for a ResultChunk, a piece of a large result whose own TaskResult sums it up."""
     name, record = codec.decode_leading(value, "TaskResult", SUMMARY_FIELDS)
+    if name == "ResultChunk":
+        return None
     declined = decline_of(name, record)
     if declined is not None:
         return declined

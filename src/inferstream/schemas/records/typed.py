@@ -27,6 +27,7 @@ from inferstream.schemas.records.results import (
     ItemResult,
     NamedTensor,
     Prediction,
+    ResultChunk,
     TaskDeclined,
     TaskResult,
 )
@@ -42,7 +43,7 @@ Convert = Callable[[Any], Any]
 RECORD_TYPES: dict[str, type] = {
     "Job": Job, "InlineItem": InlineItem, "Task": Task, "TaskItem": TaskItem,
     "TaskResult": TaskResult, "ItemResult": ItemResult, "Prediction": Prediction,
-    "NamedTensor": NamedTensor, "TaskDeclined": TaskDeclined,
+    "NamedTensor": NamedTensor, "TaskDeclined": TaskDeclined, "ResultChunk": ResultChunk,
     "JobEvent": JobEvent, "LedgerEntry": LedgerEntry, "DeadLetter": DeadLetter,
     "SysInfoSample": SysInfoSample, "ModelPerformance": ModelPerformance,
     "Calibration": Calibration, "PolicyEntry": PolicyEntry,
