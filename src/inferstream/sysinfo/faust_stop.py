@@ -1,7 +1,12 @@
 """Faust's stop with the cluster away: each of its Kafka steps bounded, never a traceback.
 
-Three steps of a Faust worker's stop await the cluster unguarded (faust-streaming 0.15):
+Four steps of a Faust worker's stop await the cluster unguarded (faust-streaming 0.15):
 
+* the app waits for its streams to be empty and commits their offsets
+  (`App._consumer_wait_empty` -> `Consumer.wait_empty` -> `commit`), which first waits for a
+  commit under way: the consumer's periodic commit, which aiokafka retries until the group
+  coordinator answers, for ever while the cluster is away (seen with py-spy and a dump of
+  the loop's tasks: 4 of 6 stops of a replica beside a worker and a stream member);
 * the app flushes its producer's buffer (`App._producer_flush`): the records it still holds
   (changelog writes, the fleet topic's forwards) wait for a broker that is away, for ever;
 * the consumer thread stops its aiokafka consumer (`AIOKafkaConsumerThread.on_thread_stop`
@@ -31,6 +36,10 @@ def bound_faust_stop(group_id: str, timeout_s: float) -> None:
     """Give each Kafka step of Faust's stop `timeout_s`, one warning where it did not finish
     (idempotent; for the process: one sysinfo app runs in it)."""
 
+    async def consumer_wait_empty(self: Any, consumer: Any, logger: Any) -> None:
+        await stop_or_warn(wait_empty(self, consumer, logger), timeout_s,
+                           "offsets of the sysinfo app not committed at its stop")
+
     async def producer_flush(self: Any, logger: Any) -> None:
         if self._producer is not None:
             await stop_or_warn(self._producer.flush(), timeout_s,
@@ -52,6 +61,10 @@ def bound_faust_stop(group_id: str, timeout_s: float) -> None:
         if producer is not None:
             await stop_or_warn(producer.stop(), timeout_s, "sysinfo app's producer not closed")
 
+    wait_empty = getattr(App._consumer_wait_empty, "__wrapped__",  # noqa: SLF001
+                         App._consumer_wait_empty)  # noqa: SLF001
+    consumer_wait_empty.__wrapped__ = wait_empty  # type: ignore[attr-defined]
+    App._consumer_wait_empty = consumer_wait_empty  # type: ignore[method-assign]  # noqa: SLF001
     App._producer_flush = producer_flush  # type: ignore[method-assign]  # noqa: SLF001
     AIOKafkaConsumerThread.on_thread_stop = on_thread_stop  # type: ignore[method-assign]
     Producer.on_stop = on_stop  # type: ignore[method-assign]

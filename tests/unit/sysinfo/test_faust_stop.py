@@ -1,6 +1,7 @@
-"""The sysinfo replica's Faust stop with the cluster away: its consumer's stop ends cancelled
-(aiokafka#647) or hangs, its producer's buffer cannot be sent; each step still returns (with
-one warning), so Faust ends the replica with exit 0 instead of waiting until it is killed."""
+"""The sysinfo replica's Faust stop with the cluster away: its streams' last commit waits for
+a commit that never ends, its consumer's stop ends cancelled (aiokafka#647) or hangs, its
+producer's buffer cannot be sent; each step still returns (with one warning), so Faust ends
+the replica with exit 0 instead of waiting until it is killed."""
 
 from __future__ import annotations
 
@@ -34,12 +35,17 @@ class AwayClient:
     async def flush(self) -> None:
         await asyncio.Event().wait()
 
+    async def wait_empty(self) -> None:
+        """Faust's consumer waiting for a commit under way, which aiokafka retries until the
+        group coordinator answers."""
+        await asyncio.Event().wait()
+
 
 @pytest.fixture(autouse=True)
 def bounded(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Faust's stop bounded to 0.1 s for the test, faust's own methods back after it."""
-    for cls, name in ((App, "_producer_flush"), (AIOKafkaConsumerThread, "on_thread_stop"),
-                      (Producer, "on_stop")):
+    for cls, name in ((App, "_producer_flush"), (App, "_consumer_wait_empty"),
+                      (AIOKafkaConsumerThread, "on_thread_stop"), (Producer, "on_stop")):
         monkeypatch.setattr(cls, name, getattr(cls, name))
     bound_faust_stop(GROUP, 0.1)
     yield
@@ -74,3 +80,15 @@ def test_the_apps_flush_at_its_stop_returns_with_one_warning(
 
     assert warnings(caplog) == ["records of the sysinfo app not sent at its stop: the cluster "
                                 "did not answer (no answer within 0.1s)"]
+
+
+def test_the_apps_last_commit_at_its_stop_returns_with_one_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
+    app: Any = SimpleNamespace(conf=SimpleNamespace(stream_wait_empty=True))
+    bound_faust_stop(GROUP, 0.1)  # again: still one bound, not one inside another
+
+    asyncio.run(asyncio.wait_for(App._consumer_wait_empty(app, AwayClient(hangs=True),
+                                                          logging.getLogger("t")), 10))
+
+    assert warnings(caplog) == ["offsets of the sysinfo app not committed at its stop: the "
+                                "cluster did not answer (no answer within 0.1s)"]
