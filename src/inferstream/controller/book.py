@@ -165,8 +165,10 @@ class JobBook:
             return  # a job of another replica's partition, or long finished
         if not state.record_result(result["task_id"], ok, errors):
             out.count(state.partition, ("late_results_dropped",))
-            log.info("duplicate result dropped job=%s task=%d attempt=%d worker=%s",
-                     state.job_id, result["task_id"], result["attempt"], result["worker"])
+            why = ("duplicate result" if state.status == LedgerStatus.ACTIVE else
+                   f"result after the job was {state.status.value.lower()}")
+            log.info("%s dropped job=%s task=%d attempt=%d worker=%s", why, state.job_id,
+                     result["task_id"], result["attempt"], result["worker"])
             return
         self.deadlines.done(state.job_id, result["task_id"])
         out.count(state.partition, ("tasks_done", state.job["pool"]))

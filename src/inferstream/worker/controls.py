@@ -50,6 +50,13 @@ class TaskControls(TopicFollower):
                     f"superseded by attempt {current['attempt']}")
         return None
 
+    def job_ended(self, job_id: str) -> str | None:
+        """Why no answer of job `job_id` is wanted any longer (it completed, failed or was
+        cancelled); None while it runs."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+        return None if job is None else f"job {job_id} {job['reason'].lower()}"
+
     def apply(self, key: bytes | None, value: bytes) -> None:
         try:
             control = read_record(self.codec, value, TaskControl)

@@ -6,7 +6,9 @@ or a `TaskDeclined` (no model of this worker serves it, in the version it names,
 load one on demand). A run
 becomes one `TaskResult` on the results partition of the task's home (one too large for a
 record goes in pieces before it: `oversize.py`); a run refused because
-its model could not load on demand becomes a `TaskDeclined`.
+its model could not load on demand becomes a `TaskDeclined`; one whose job ended while it ran
+(a cancel) is committed with no result, so that what a cancelled job's readers find is what
+its counts say, but for the results of the moment the cancel took to reach the worker.
 """
 
 from __future__ import annotations
@@ -96,10 +98,17 @@ class TaskSource(Source):
         return task
 
     def render(self, run: TaskRun, record: Record) -> list[Outgoing]:
-        """The task's result; its decline where its model could not load."""
+        """The task's result; its decline where its model could not load; nothing where its
+        job ended (cancelled, say) while it ran."""
         task = run.task
         if run.refusal is not None:
             return [self._declined(task, run.refusal)]
+        ended = self.controls.job_ended(task["job_id"])
+        if ended is not None:  # cancelled while it ran: committed with no result, as if
+            self.worker.hooks.after_skip(task["model"])  # skipped when it came
+            log.info("no result for job=%s task=%d attempt=%d: %s", task["job_id"],
+                     task["task_id"], task["attempt"], ended)
+            return []
         result = TaskResult(
             job_id=task["job_id"], task_id=task["task_id"], attempt=task["attempt"],
             worker=self.worker.worker_id, model=run.model, model_version=run.model_version,

@@ -73,7 +73,8 @@ def test_late_tasks_complete_elsewhere_and_late_results_are_dropped(
     assert reasons[TaskControlReason.FINISHED] == 1
     results = [read_result(CODEC, v) for v in clients.broker.values("t.results")]
     by_task = Counter(r["task_id"] for r in results)
-    # the slow worker finished some of its late attempts anyway: their results are in the
-    # topic, dropped by the controller; the output has each item once (above)
-    assert set(by_task) == set(range(8)) and max(by_task.values()) == 2
+    # a late attempt the slow worker finished while the job ran is in the topic, dropped by
+    # the controller; one it finished after the job completed is committed with no result
+    # (worker.source); the output has each item once (above)
+    assert set(by_task) == set(range(8)) and max(by_task.values()) <= 2
     assert {line["worker"] for line in lines} >= {"fast"}
