@@ -18,7 +18,9 @@ replica holding work (each rounds its share up); the cap on the sum belongs in t
 
 The items of a job whose inputs are not expanded yet (a directory, a list file) are counted
 here, at most `COUNT_STEP` names a round, so that a huge directory never holds a round up;
-until its count ends a job's figure is what was counted so far (a lower bound).
+until its count ends a job's figure is what was counted so far (a lower bound). Once it ends,
+the count is the job's total (`JobState.counted_items`) until its last task is cut: its
+progress events, `status`, the client's ETA and `inferstream_job_items` have it from then on.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ class _ItemCount:
     def __init__(self, job: Job) -> None:
         self.items = len(job["inline_items"])
         self._names: Iterator[str] | None = iter_names(job["inputs"])
+        #: every name counted (not stopped by an error)
+        self.finished = False
 
     def advance(self, budget: int) -> int:
         """Counts up to `budget` more names; returns how many it read."""
@@ -70,6 +74,7 @@ class _ItemCount:
             counted, self._names = 0, None
         if counted < budget:
             self._names = None
+            self.finished = True
         self.items += counted
         return counted
 
@@ -125,6 +130,9 @@ class Backlog:
         if count is None:
             count = self._counts[state.job_id] = _ItemCount(state.job)
         budget -= count.advance(budget)
+        if count.finished and state.counted_items != count.items:
+            state.counted_items = count.items  # its total from now on: reported
+            state.changed = True
         return max(0, max(count.items, state.issued_items) - state.done_items), budget
 
     def per_item_s(self, pool: str, model: str) -> float:

@@ -45,6 +45,9 @@ class JobState:
     issued_tasks: int = 0
     issued_items: int = 0
     expanded: bool = False
+    #: its items counted ahead of the cutting (`backlog`): its total until it is expanded;
+    #: None until that count ends
+    counted_items: int | None = None
     #: the tasks with a counted result, while the job is active (`end` releases it)
     done: set[int] = field(default_factory=set)
     done_tasks: int = 0
@@ -82,7 +85,9 @@ class JobState:
 
     @property
     def total_items(self) -> int | None:
-        return self.issued_items if self.expanded else None
+        """Its items: those issued once it is expanded, else those counted ahead (pacing
+        issues its last task seconds before its end), else None while neither is known."""
+        return self.issued_items if self.expanded else self.counted_items
 
     @property
     def output_due(self) -> bool:

@@ -16,11 +16,12 @@ from inferstream.controller.book import JobBook
 from inferstream.controller.hooks import RoundState
 from inferstream.controller.metrics import ControllerMetrics
 from inferstream.policy.view import WorkerPolicy
-from inferstream.schemas.records import Task, now_ms
+from inferstream.schemas.records import JobEventType, Task, now_ms
 from tests.unit.controller.test_book import (
     HOME,
     MakeBook,
     accepted,
+    events,
     make_config,
     make_job,
     result_of,
@@ -122,9 +123,21 @@ def test_a_list_file_is_counted_before_its_tasks_are_cut(
     book = make_book(paced(backlog_item_s=0.01))
     accepted(book, make_job(items=0, chunk_size=10, inputs=[f"@{names}"]))
 
-    counted = [figures(book)["default"].seconds for _ in range(4)]
+    state = book.jobs[next(iter(book.jobs))]
+    counted = []
+    for _ in range(4):
+        counted.append(figures(book)["default"].seconds)
+        if len(counted) < 3:  # a lower bound is not the job's total
+            assert state.total_items is None
     assert counted == pytest.approx([4.0, 8.0, 10.0, 10.0])  # 1000 items of 10 ms
-    assert not book.jobs[next(iter(book.jobs))].expanded
+    assert not state.expanded
+
+    # the count ended: the job's total long before its last task is cut, in its events
+    assert state.total_items == 1000
+    out = book.outbox()
+    book.tick(out, now_ms() + 60_000)
+    (progress,) = [e for e in events(book, out) if e["type"] == JobEventType.PROGRESS]
+    assert (progress["total_items"], progress["total_tasks"]) == (1000, None)
 
 
 def test_two_replicas_figures_add_up_to_the_pool_s(make_book: MakeBook) -> None:
