@@ -82,13 +82,17 @@ def topic_partitions(client: SyncConsumer | SyncProducer, topic: str,
     return sorted(meta.partitions)
 
 
-#: The errors of a partition whose leader is not there yet, or moved: a lookup of offsets by
-#: time asks again (`offsets_for_times`).
+#: The errors of a partition whose leader is not there yet, or moved (or its broker died): a
+#: lookup of offsets asks again (`offsets_for_times`, `end_offset`).
 LEADER_ERRORS = frozenset({
     KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.FENCED_LEADER_EPOCH,
     KafkaError.UNKNOWN_LEADER_EPOCH,
     KafkaError.OFFSET_NOT_AVAILABLE,  # a new leader not caught up yet (KIP-207)
+    # the leader's broker died or hung under the request: librdkafka's local errors while
+    # the cluster fences it (a few seconds) and its partitions get new leaders; `status`
+    # and `cancel` exited 2 on them with two brokers of three up
+    KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT,  # noqa: SLF001
 })
 _T = TypeVar("_T")
 #: How long a lookup of offsets by time asks again, and how often.

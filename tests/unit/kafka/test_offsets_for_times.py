@@ -78,3 +78,14 @@ def test_a_partition_end_is_asked_again_while_its_leader_is_not_there() -> None:
     consumer = Answers(not_leader(), not_leader(), (0, 7))
     assert end_offset(consumer, ASKED[0]) == 7  # type: ignore[arg-type]
     assert consumer.calls == 3
+
+
+@pytest.mark.parametrize("code", [KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT])
+def test_a_leader_whose_broker_died_under_the_request_is_asked_again(code: int) -> None:
+    """`status` of a job the moment the leader of its events' partition was killed: librdkafka
+    gives its broker handle up ("Broker handle destroyed without termination") while the
+    cluster fences it, and the next ask reaches the new leader."""
+    consumer = Answers(KafkaException(KafkaError(code)), (0, 7))
+    assert end_offset(consumer, ASKED[0]) == 7  # type: ignore[arg-type]
+    consumer = Answers(KafkaException(KafkaError(code)), [TopicPartition("t.job-events", 3, 9)])
+    assert offsets_for_times(consumer, ASKED)[0].offset == 9  # type: ignore[arg-type]
