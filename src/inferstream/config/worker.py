@@ -42,6 +42,10 @@ class WorkerConfig:
         30.0, "seconds between looks at the model repository for new versions, which are "
         "loaded beside the served ones without a restart (SIGHUP: look now; 0: only on "
         "SIGHUP)")
+    retired_version_idle_s: float = setting(
+        60.0, "seconds a version that falls outside the version policy stays loaded after "
+        "the last task that names it came (a job that runs on it keeps its version; its "
+        "memory is held that long; 0: unloaded once none of its tasks is in flight)")
     load_on_demand: bool = setting(
         False, "also load other registry models when a task asks for them")
     max_loaded_models: int = setting(
@@ -164,7 +168,7 @@ def validate_worker(worker: WorkerConfig) -> None:
                  "max_wait_ms", "http_timeout_s", "idle_exit_s", "revoke_grace_s",
                  "commit_window_ms",
                  "sysinfo_interval_s", "announce_interval_s", "calibration_items",
-                 "repository_poll_s",
+                 "repository_poll_s", "retired_version_idle_s",
                  "rebalance_threshold", "min_rebalance_interval_s", "policy_max_age_s"):
         _at_least(f"worker.{name}", getattr(worker, name), 0)
     if worker.latency_target_ms is not None and worker.latency_target_ms <= 0:

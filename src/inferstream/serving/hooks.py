@@ -74,7 +74,8 @@ class WorkerHooks:
 
     def after_versions_changed(self, versions: dict[str, list[int]]) -> None:
         """The versions served of each repository model are now `versions` (oldest first, by
-        model name): at start, and when a version is loaded or taken out of service."""
+        model name): at start, and when a version is loaded, taken out of service (its folder
+        gone) or unloaded (a retired one, once quiet)."""
 
     def after_stream_record(self, status: str, latency_s: float | None) -> None:
         """A stream member committed the outcome (`ok`, `error` or `dead_letter`) of one input

@@ -8,16 +8,20 @@ model, because a simulated model's parameters describe the node's speed, not the
 
 A repository model is served in several versions at once, each a pipeline of its own, kept
 by its `versions.RepositoryWatch`: a task answered by the version it names, or by the newest
-where it names none; a version taken out of service takes no new task and is unloaded once
-none of its tasks is in flight.
+where it names none. A version that falls outside the policy is retired: it still answers the
+tasks that name it (a job that runs on it keeps its version) and is still announced, and is
+unloaded once none of its tasks is in flight and none has come for `retired_version_idle_s`.
+A version whose folder is gone is taken out of service: it takes no new task and is unloaded
+once none of its tasks is in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from inferstream.config import WorkerConfig
 from inferstream.models import LoadedModel, ModelError, get_model_spec
@@ -38,16 +42,22 @@ class ServedModels:
     """The loaded models and their pipelines, by `served_ref`; `close()` stops every pipeline.
 
     With a model repository and a `loader`, its models' versions are kept by a
-    `RepositoryWatch` (`watch`) from `start()` on."""
+    `RepositoryWatch` (`watch`) from `start()` on; `clock` (monotonic seconds) times how long
+    a retired version has had no task."""
 
     def __init__(self, settings: WorkerConfig, models: list[LoadedModel], hooks: WorkerHooks,
-                 loader: ModelLoader | None = None) -> None:
+                 loader: ModelLoader | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
         self.hooks = hooks
         self.loader = loader if settings.load_on_demand else None
+        self.clock = clock
         self.pipelines: OrderedDict[str, BatchingPipeline] = OrderedDict()
-        #: versions taken out of service, unloaded once idle (`unload_idle`)
-        self.retiring: set[str] = set()
+        #: versions outside their policy that still answer the tasks naming them, by when
+        #: (`clock`) the last of those came, unloaded once quiet (`unload_idle`)
+        self.retired: dict[str, float] = {}
+        #: versions whose folder is gone: no new task, unloaded once idle (`unload_idle`)
+        self.withdrawn: set[str] = set()
         #: `find`'s answer (a pipeline's ref) by task model, until the models served change
         self._found: dict[str, str | None] = {}
         self._loops: dict[str, asyncio.Task[None]] = {}
@@ -74,12 +84,18 @@ class ServedModels:
     @property
     def references(self) -> list[str]:
         """What it serves, by name and version, a repository model's versions as
-        `NAME:VERSION` each (those taken out of service left out)."""
-        return sorted((ref for ref in self.pipelines if ref not in self.retiring),
+        `NAME:VERSION` each (retired ones in, those taken out of service left out)."""
+        return sorted((ref for ref in self.pipelines if ref not in self.withdrawn),
                       key=lambda ref: (split_ref(ref)[0], split_ref(ref)[1] or 0))
 
+    @property
+    def retiring(self) -> set[str]:
+        """The versions waiting to be unloaded: retired, or taken out of service."""
+        return set(self.retired) | self.withdrawn
+
     def versions(self) -> dict[str, list[int]]:
-        """The versions in service of each repository model, oldest first, by name."""
+        """The versions in service of each repository model (retired ones too: they answer
+        the tasks that name them), oldest first, by name; what the worker announces."""
         found: dict[str, list[int]] = {}
         for ref in self.references:
             name, version = split_ref(ref)
@@ -93,9 +109,12 @@ class ServedModels:
 
     def find(self, task_model: str) -> BatchingPipeline | None:
         """The loaded pipeline that serves `task_model` (a `model_ref`: the newest version in
-        service where it names none), marked as recently used."""
+        service, not a retired one, where it names none), marked as recently used (a retired
+        version's quiet time starts again)."""
         if task_model not in self._found:  # asked twice a task: sorting them each time told
-            found = [ref for ref in self.references if serves(ref, task_model)]
+            named = split_ref(task_model)[1] is not None
+            found = [ref for ref in self.references if serves(ref, task_model)
+                     and (named or ref not in self.retired)]
             if len(self._found) >= _MOST_FOUND:
                 self._found.clear()
             self._found[task_model] = max(found, key=lambda r: split_ref(r)[1] or 0) \
@@ -103,6 +122,8 @@ class ServedModels:
         ref = self._found[task_model]
         if ref is None:
             return None
+        if ref in self.retired:
+            self.retired[ref] = self.clock()
         self.pipelines.move_to_end(ref)
         return self.pipelines[ref]
 
@@ -186,27 +207,64 @@ class ServedModels:
                 pipeline.limit_batch(size)
 
     def retire(self, refs: Iterable[str]) -> None:
-        """Take the versions `refs` out of service: no new task, and each is unloaded once
-        none of its tasks is in flight (`unload_idle`)."""
+        """Retire the versions `refs` (outside their policy): a task that names one is still
+        answered by it, one that names none goes to the newest, and each is unloaded once
+        none of its tasks is in flight and none has come for `retired_version_idle_s`
+        (`unload_idle`): a job that runs on it keeps its version."""
         retired = {ref for ref in refs if ref in self.pipelines} - self.retiring
         if not retired:
             return
-        self.retiring |= retired
+        self.retired.update(dict.fromkeys(retired, self.clock()))
+        self._found.clear()
+        log.info("model %s retired: answers the tasks that name it until none has come for "
+                 "%g s", ", ".join(sorted(retired)), self.settings.retired_version_idle_s)
+
+    def restore(self, refs: Iterable[str]) -> None:
+        """The retired versions among `refs` are back in the policy (a newer one's folder
+        went): in service again."""
+        restored = sorted(ref for ref in refs if ref in self.retired)
+        for ref in restored:
+            del self.retired[ref]
+            log.info("model %s back in service", ref)
+        if restored:
+            self._found.clear()
+
+    def withdraw(self, refs: Iterable[str]) -> None:
+        """Take the versions `refs` (whose folder is gone) out of service: no new task, and
+        each is unloaded once none of its tasks is in flight (`unload_idle`)."""
+        withdrawn = {ref for ref in refs if ref in self.pipelines} - self.withdrawn
+        if not withdrawn:
+            return
+        self.withdrawn |= withdrawn
+        for ref in withdrawn:
+            self.retired.pop(ref, None)
         self._found.clear()
         log.info("model %s out of service: unloaded once its tasks in flight are done",
-                 ", ".join(sorted(retired)))
+                 ", ".join(sorted(withdrawn)))
         self.hooks.after_versions_changed(self.versions())
         self.unload_idle()
 
     def unload_idle(self) -> None:
-        """Unload the versions out of service that no task is in flight on."""
-        for ref in sorted(self.retiring):
-            if self.pipelines[ref].items_in_flight == 0:
-                log.info("unloading model %s", ref)
-                self.retiring.discard(ref)
-                self._loops.pop(ref).cancel()
-                self.pipelines.pop(ref).close()
-                self._found.clear()
+        """Unload the versions out of service that no task is in flight on, and the retired
+        ones that, besides, no task has come for in `retired_version_idle_s`."""
+        now = self.clock()
+        quiet = {ref for ref, last in self.retired.items()
+                 if now - last >= self.settings.retired_version_idle_s}
+        idle = [ref for ref in sorted(self.withdrawn | quiet)
+                if self.pipelines[ref].items_in_flight == 0]
+        for ref in idle:
+            log.info("unloading model %s", ref)
+            self._unload(ref)
+
+    def _unload(self, ref: str) -> None:
+        """Stop and drop `ref`'s pipeline; a retired version, still announced, is no more."""
+        announced = self.retired.pop(ref, None) is not None
+        self.withdrawn.discard(ref)
+        self._loops.pop(ref).cancel()
+        self.pipelines.pop(ref).close()
+        self._found.clear()
+        if announced:
+            self.hooks.after_versions_changed(self.versions())
 
     def look_again(self) -> None:
         """Look at the model repository now (SIGHUP); thread-safe."""
@@ -221,10 +279,7 @@ class ServedModels:
             if self.pipelines[name].items_in_flight == 0:
                 log.info("unloading model %s (max_loaded_models=%d)", name,
                          self.settings.max_loaded_models)
-                self.retiring.discard(name)
-                self._loops.pop(name).cancel()
-                self.pipelines.pop(name).close()
-                self._found.clear()
+                self._unload(name)
 
     def start(self) -> None:
         """Start the batch loop of every loaded model and the repository's watch (inside the

@@ -4,12 +4,15 @@ and, while it runs, as version folders come and go (`RepositoryWatch`).
 
 The watch looks at the repository every `repository_poll_s` and on SIGHUP (`look_now`). A new
 version is loaded on a thread beside the served ones, checked on a synthetic batch and its
-forward pass prepared (the loader's), then served and announced (`ServedModels.add`); the
-versions that fall outside the policy (older than the newest K, or whose folder is gone) take
-no new task and are unloaded once none of theirs is in flight (`ServedModels.retire`). A
-version that fails is logged in one line and not served, the others serving on; it is tried
-again once its folder's files change (a copy still being written) or on SIGHUP. A model whose
-folder cannot be read is left as it is served (one line, once per problem).
+forward pass prepared (the loader's), then served and announced (`ServedModels.add`). A
+version that falls outside the policy (older than the newest K) is retired: it still answers
+the tasks that name it, so that a job that runs on it keeps its version, and is unloaded once
+none has come for `retired_version_idle_s` (`ServedModels.retire`; back in service where it
+is among the newest K again). A version whose folder is gone takes no new task and is unloaded
+once none of its tasks is in flight (`ServedModels.withdraw`). A version that fails is logged
+in one line and not served, the others serving on; it is tried again once its folder's files
+change (a copy still being written) or on SIGHUP. A model whose folder cannot be read is left
+as it is served (one line, once per problem).
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Seconds between two looks for versions to unload while one waits for its tasks.
+#: Seconds between two looks for versions to unload while one waits for its tasks (or, a
+#: retired one, for `retired_version_idle_s` with no task).
 UNLOAD_CHECK_S = 1.0
 #: A version folder's files as last tried: (name, size, modification time) of each.
 Signature = tuple[tuple[str, int, int], ...]
@@ -127,7 +131,8 @@ class RepositoryWatch:
             self.served.unload_idle()
 
     async def look(self) -> None:
-        """Each model's new versions loaded and served; those outside its policy retired."""
+        """Each model's new versions loaded and served; those outside its policy retired,
+        those whose folder is gone taken out of service."""
         for name in self.names:
             entry = await asyncio.to_thread(self._entry, name)
             if entry is None:
@@ -137,9 +142,12 @@ class RepositoryWatch:
             for number in reversed(newest(available, latest)):
                 if model_ref(name, number) not in self.served.pipelines:
                     await self._load(available[number])
-            served = self.served.versions().get(name, [])
+            served = {v: model_ref(name, v) for v in self.served.versions().get(name, [])}
             keep = newest((v for v in served if v in available), latest)
-            self.served.retire(model_ref(name, v) for v in served if v not in keep)
+            self.served.withdraw(ref for v, ref in served.items() if v not in available)
+            self.served.retire(ref for v, ref in served.items()
+                               if v in available and v not in keep)
+            self.served.restore(served[v] for v in keep)
 
     def _entry(self, name: str) -> ModelEntry | None:
         """Model `name`'s card and versions; None (logged once per problem) where its folder

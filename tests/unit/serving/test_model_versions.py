@@ -1,13 +1,15 @@
 """A worker serving several versions of a repository model (issue 27.2 and 27.3): the newest K
 at start, a task answered by the version it names or declined, new version folders loaded
-beside the served ones while it runs, those outside the policy unloaded once idle, a version
-that fails left out in one line. Models stand in for the repository's (no torch): a simulated
-model named and numbered as the version it loads."""
+beside the served ones while it runs, one outside the policy retired (still answering the
+tasks that name it until none has come for a while), one whose folder is gone unloaded once
+idle, a version that fails left out in one line. Models stand in for the repository's (no
+torch): a simulated model named and numbered as the version it loads."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -162,31 +164,93 @@ async def _served(settings: WorkerConfig, loader: StubLoader,
     return served
 
 
-def test_a_new_version_is_served_beside_and_one_outside_the_policy_unloaded_once_idle(
+def test_a_version_outside_the_policy_answers_the_tasks_that_name_it_until_quiet(
         tmp_path: Path) -> None:
-    repo = repository(tmp_path, 1, 2)
+    repo = repository(tmp_path, 1, card="[versions]\nlatest = 1\n")
+    hooks = Versions()
+    now = [1000.0]
+
+    async def scenario() -> None:
+        settings, loader = settings_of(repo, repository_poll_s=0), StubLoader()
+        served = ServedModels(settings, start_models(settings, loader), hooks, loader,
+                              clock=lambda: now[0])
+        served.start()
+        try:
+            assert served.watch is not None and served.versions() == {FACES: [1]}
+            add_version(repo, 2)
+            await served.watch.look()
+            # a job on version 1 keeps it; a new one (no version named) gets the newest
+            assert served.versions() == {FACES: [1, 2]}
+            assert served.refusal("faces:1") is None
+            assert served.find("faces:1") is served.pipelines["faces:1"]
+            assert served.find(FACES) is served.pipelines["faces:2"]
+            now[0] += 59
+            served.find("faces:1")  # a task of it came: quiet from now on
+            now[0] += 59
+            served.unload_idle()
+            assert "faces:1" in served.pipelines
+            now[0] += 1
+            served.pipelines["faces:1"].items_in_flight = 1  # quiet, but a task under way
+            served.unload_idle()
+            assert "faces:1" in served.pipelines
+            served.pipelines["faces:1"].items_in_flight = 0
+            served.unload_idle()
+            assert "faces:1" not in served.pipelines and not served.retiring
+            assert served.refusal("faces:1") == "serves faces:2, sim:ms=0, not faces:1"
+        finally:
+            served.close()
+
+    asyncio.run(scenario())
+    assert hooks.said == [{FACES: [1]}, {FACES: [1, 2]}, {FACES: [2]}]
+
+
+def test_a_version_whose_folder_is_gone_takes_no_new_task_and_is_unloaded_once_idle(
+        tmp_path: Path) -> None:
+    repo = repository(tmp_path, 1, 2, 3)
     hooks = Versions()
 
     async def scenario() -> None:
         served = await _served(settings_of(repo, repository_poll_s=0), StubLoader(), hooks)
         try:
-            assert served.watch is not None and served.versions() == {FACES: [1, 2]}
-            served.pipelines["faces:1"].items_in_flight = 1  # a task of it is under way
-            add_version(repo, 3)
+            assert served.watch is not None and served.versions() == {FACES: [2, 3]}
+            served.pipelines["faces:3"].items_in_flight = 1  # a task of it is under way
+            shutil.rmtree(repo / FACES / "3")
             await served.watch.look()
-            assert served.versions() == {FACES: [2, 3]}
-            assert served.find("faces:1") is None and served.find(FACES) is not None
-            assert served.refusal("faces:1") == "serves faces:2, faces:3, sim:ms=0, not faces:1"
+            # 3 is gone: out of service at once; 1 comes back into the policy
+            assert served.versions() == {FACES: [1, 2]}
+            assert served.find("faces:3") is None and served.find(FACES) is not None
+            assert served.refusal("faces:3") == "serves faces:1, faces:2, sim:ms=0, not faces:3"
             served.unload_idle()
-            assert "faces:1" in served.pipelines  # still in flight
-            served.pipelines["faces:1"].items_in_flight = 0
+            assert "faces:3" in served.pipelines  # still in flight
+            served.pipelines["faces:3"].items_in_flight = 0
             served.unload_idle()
-            assert "faces:1" not in served.pipelines and not served.retiring
+            assert "faces:3" not in served.pipelines and not served.retiring
         finally:
             served.close()
 
     asyncio.run(scenario())
-    assert hooks.said == [{FACES: [1, 2]}, {FACES: [1, 2, 3]}, {FACES: [2, 3]}]
+    assert hooks.said == [{FACES: [2, 3]}, {FACES: [1, 2, 3]}, {FACES: [1, 2]}]
+
+
+def test_a_running_job_keeps_its_version_when_a_newer_one_appears_beyond_the_policy(
+        tmp_path: Path, broker: MemoryBroker, running: Running,
+        make_worker: Callable[..., Worker]) -> None:
+    repo = repository(tmp_path, 1, card="[versions]\nlatest = 1\n")
+    config = make_config(worker={"models": (FACES,), "model_repository": str(repo),
+                                 "repository_poll_s": 0.05})
+    loader, hooks = StubLoader(), Versions()
+    put_task(broker, 0, 1)
+    running.workers(make_worker(config, start_models(config.worker, loader), loader=loader,
+                                hooks=hooks))
+    running.wait_for(lambda: len(broker.values("t.results")) == 1)
+    add_version(repo, 2)  # published while the job on version 1 runs
+    running.wait_for(lambda: {FACES: [1, 2]} in hooks.said)
+    put_task(broker, 1, 1)  # the job's next task
+    put_task(broker, 2, None)
+    running.until(lambda: len(broker.values("t.results")) == 3)
+    answers = [read_result(CODEC, v) for v in broker.values("t.results")]
+    assert [a.get("reason") for a in answers if isinstance(a.get("served_models"), list)] == []
+    assert {a["task_id"]: a.get("model_version") for a in answers} == {0: "1", 1: "1", 2: "2"}
 
 
 def test_a_version_that_fails_is_left_out_in_one_line_and_tried_again_once_changed(
