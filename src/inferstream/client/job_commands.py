@@ -8,7 +8,6 @@ SIGTERM during `submit --wait`.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import threading
@@ -319,12 +318,14 @@ class _Tally:
 
 
 def _check_writable(path: str) -> None:
-    """ConfigError naming `path` unless a file can be written there."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise ConfigError(f"--output {path} is a directory")
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        raise ConfigError(f"--output {path}: cannot write in {folder}")
+    """ConfigError naming `--output path` unless a file can be written there."""
+    from inferstream.jobs.errors import OutputPathError
+    from inferstream.jobs.partial import check_writable
+
+    try:
+        check_writable(path)
+    except OutputPathError as exc:
+        raise ConfigError(f"--output {exc}") from exc
 
 
 def _write_output(lines: Any, path: str | None, fmt: str) -> None:

@@ -56,15 +56,16 @@ def check_number(name: str, value: float) -> None:
 
 
 def seconds_arg(text: str) -> float:
-    """argparse type of a duration flag that is not a setting (`submit --timeout`): finite,
-    at most MAX_DURATION_S."""
+    """argparse type of a duration flag that is not a setting (`submit --timeout`): above 0
+    (`submit --timeout -1` submitted the job, then gave up on it at once), at most
+    MAX_DURATION_S."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not math.isfinite(value) or value > MAX_DURATION_S:
+    if not 0 < value <= MAX_DURATION_S:  # NaN compares false
         raise argparse.ArgumentTypeError(
-            f"expects a number of seconds up to {MAX_DURATION_S}, got {text!r}")
+            f"expects a number of seconds above 0 and up to {MAX_DURATION_S}, got {text!r}")
     return value
 
 

@@ -155,7 +155,14 @@ def _typed(name: str, kind: Any, value: Any) -> Any:
 
 
 def _build(cls: type, values: Mapping[str, Any], prefix: str = "") -> Any:
+    """`cls` of `values`; ConfigError naming a key that is no setting of it (a section's
+    key in `load_config`'s flags, which nothing else checks)."""
     hints = setting_types(cls)
+    unknown = sorted(set(values) - set(hints))
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], hints, n=1)
+        hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+        raise ConfigError(f"{prefix}{unknown[0]} is not an inferstream setting{hint}")
     return cls(**{k: v if k in SECTIONS else _typed(prefix + k, hints[k], v)
                   for k, v in values.items()})
 

@@ -85,6 +85,15 @@ class OutputFormatError(InferstreamError):
     width, from items of different widths)."""
 
 
+class OutputPathError(InferstreamError):
+    """A job's output cannot be written at the path given (a folder, or in a folder that is
+    missing or not writable): said before the job's results are read."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
 class OutputIncompleteError(InferstreamError):
     """A completed job's results were not all read back in time: no output is written."""
 

@@ -31,7 +31,7 @@ from typing import IO, Any
 import numpy as np
 
 from inferstream.jobs.errors import OutputFormatError
-from inferstream.jobs.partial import partial_path, spool_prefix
+from inferstream.jobs.partial import check_writable, partial_path, spool_prefix
 from inferstream.schemas.records import ItemResult, ItemStatus, NamedTensor, TaskResult
 
 _COPY_BYTES = 1 << 18
@@ -205,7 +205,9 @@ def _tensor_type(tensor: NamedTensor, item: ItemResult) -> tuple[np.dtype[Any],
 
 def write_npz(results: Iterable[TaskResult], path: str) -> NpzWritten:
     """Write the outputs of `results` (a job's, in task order) to `path` atomically (a
-    temporary file renamed into place)."""
+    temporary file renamed into place); OutputPathError, before `results` is read, where
+    no file can be written at `path`."""
+    check_writable(path)
     folder = os.path.dirname(os.path.abspath(path))
     tmp = partial_path(path)
     try:

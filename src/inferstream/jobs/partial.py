@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+from inferstream.jobs.errors import OutputPathError
 from inferstream.leftovers import claim
 
 
@@ -25,3 +26,13 @@ def spool_prefix(folder: str) -> str:
     """The prefix of a temporary folder of this process in `folder` (see `partial_path`);
     those of processes gone are removed."""
     return claim(folder, ".inferstream-npz-") + "-"
+
+
+def check_writable(path: str) -> None:
+    """OutputPathError naming `path` unless a file can be written there: before a job's
+    results are read, and before a partial file or spool beside it is named after it."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise OutputPathError(path, f"{path} is a directory")
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise OutputPathError(path, f"{path}: cannot write in {folder}")

@@ -9,6 +9,7 @@ import pytest
 
 from inferstream.cli import main
 from inferstream.config import load_config
+from inferstream.errors import ConfigError
 from tests.unit.kafka.test_preflight import one_line_error
 
 
@@ -79,6 +80,35 @@ def test_nan_and_inf_in_a_flag_that_is_not_a_setting_are_refused(
         main(argv)
     assert exit_.value.code == 2
     assert f"argument {argv[-2]}: expects a " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["submit", "--model", "sim:ms=1", "--input", "x", "--wait",
+                                   "--timeout", "-1"],
+                                  ["submit", "--model", "sim:ms=1", "--input", "x", "--wait",
+                                   "--timeout", "0"],
+                                  ["cancel", "job-1", "--wait", "--timeout", "-5"],
+                                  ["top", "--interval", "0"]])
+def test_a_duration_flag_not_above_zero_is_refused_before_anything_runs(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """`submit --timeout -1` submitted the job, then gave up on it at once."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"argument {argv[-2]}: expects a number of seconds above 0 and up to 2147483" in err
+
+
+@pytest.mark.parametrize(("flags", "shown"), [
+    ({"worker": {"max_bach": 64}},
+     "worker.max_bach is not an inferstream setting (did you mean worker.max_batch?)"),
+    ({"controller": {"nonsense": 1}}, "controller.nonsense is not an inferstream setting"),
+])
+def test_an_unknown_key_of_a_section_in_load_configs_flags_is_a_config_error_naming_it(
+        flags: dict[str, dict[str, int]], shown: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_config(flags, {})
+    assert str(raised.value) == shown
 
 
 @pytest.mark.parametrize(("servers", "bad"), [("localhost:99999", "localhost:99999"),

@@ -3,6 +3,7 @@ item in item order, written in flat memory and read back with numpy alone."""
 
 from __future__ import annotations
 
+import re
 import tracemalloc
 import zipfile
 from pathlib import Path
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from inferstream.client.client import Client
-from inferstream.jobs.errors import OutputFormatError
+from inferstream.jobs.errors import OutputFormatError, OutputPathError
 from inferstream.jobs.ids import new_job_id
 from inferstream.jobs.npz import write_npz
 from inferstream.jobs.output import job_results
@@ -81,6 +82,21 @@ def result(items: list[ItemResult], task_id: int = 0) -> TaskResult:
 
 def item(index: int) -> TaskItem:
     return TaskItem(index=index, name=f"x{index}.npy", data=None)
+
+
+def test_a_path_no_file_can_be_written_at_is_an_error_naming_it_not_a_temporary_file(
+        clients: MemoryKafkaClients, tmp_path: Path) -> None:
+    config, job_id = make_config(), new_job_id()
+    put_results(clients, config, job_id, tasks=1, chunk=2, answer=embedded)
+    put_event(clients, config, job_id, JobEventType.COMPLETED, tasks=1, chunk=2)
+    job = Client(config, CODEC, clients).job(job_id)
+    path = str(tmp_path / "nodir" / "z.npz")
+    with pytest.raises(OutputPathError) as raised:
+        job.write_npz(path)
+    assert str(raised.value) == f"{path}: cannot write in {tmp_path / 'nodir'}"
+    with pytest.raises(OutputPathError, match=f"{re.escape(str(tmp_path))} is a directory"):
+        job.write_npz(str(tmp_path))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_named_tensors_become_one_array_each_with_their_dtype_and_shape(
