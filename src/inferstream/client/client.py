@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from inferstream.client.stalls import QUIET_S, StallWatch
@@ -19,6 +20,8 @@ from inferstream.client.submitted import job_submitted
 from inferstream.config import Config
 from inferstream.jobs.errors import (
     InlineTooLargeError,
+    InputError,
+    InvalidJobError,
     JobCancelledError,
     JobFailedError,
     JobNotAcceptedError,
@@ -26,12 +29,13 @@ from inferstream.jobs.errors import (
     JobTimeoutError,
     UnknownJobError,
 )
-from inferstream.jobs.ids import new_job_id
+from inferstream.jobs.ids import check_job_id, new_job_id
 from inferstream.jobs.options import check_job_options
 from inferstream.jobs.output import job_results, open_job_partition, output_lines
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients, SyncProducer
 from inferstream.kafka.groups import describe_with
-from inferstream.kafka.reader import PartitionReader, topic_partitions
+from inferstream.kafka.preflight import reachable_partitions
+from inferstream.kafka.reader import PartitionReader
 from inferstream.kafka.settings import LIBRDKAFKA_LOG, partition_for, producer_config
 from inferstream.kafka.topics import LARGE_MESSAGE_BYTES
 from inferstream.models import UnknownModelError, check_model_name
@@ -106,12 +110,14 @@ class Job:
     `model` are what it was submitted with, where known (for messages about a wait)."""
 
     def __init__(self, client: Client, job_id: str, pool: str | None = None,
-                 model: str | None = None) -> None:
+                 model: str | None = None, *, submitted: bool = False) -> None:
         self.client = client
         self.job_id = job_id
         self.pool = pool or client.config.pool
         self.model = model
         self._status = JobStatus(job_id, SUBMITTED, model=model)
+        #: whether the job is known to have been submitted (by this client, or seen)
+        self._submitted = submitted
 
     def events(self, follow: bool = True, timeout_s: float | None = None,
                on_idle: Callable[[], None] | None = None) -> Iterator[JobStatus]:
@@ -158,11 +164,15 @@ class Job:
              on_progress: Callable[[JobStatus], None] | None = None,
              on_notice: Callable[[str], None] | None = None,
              quiet_s: float = QUIET_S) -> JobStatus:
-        """Block until the job completes; raise if it is rejected, fails or times out.
+        """Block until the job completes; raise if it is rejected, fails or times out, and
+        UnknownJobError at once for an id no job was submitted with (as `progress`).
 
         While the job shows no event for `quiet_s`, `on_notice` is told what it waits for
         (no controller accepted it, no live worker in its pool), once per stall.
         """
+        if not self._submitted:  # a job of `client.job(id)`: it may name nothing
+            self.progress()
+            self._submitted = True
         watch = StallWatch(self.job_id, self.pool, self.model, self.live_workers,
                            on_notice or (lambda _line: None), quiet_s)
         for status in self.events(follow=True, timeout_s=timeout_s, on_idle=watch.idle):
@@ -226,7 +236,8 @@ class Job:
 
 
 class Client:
-    """Produces jobs and reads their events and results."""
+    """Produces jobs and reads their events and results. `close()`, or the end of a `with`
+    block, lets go of the producer it holds; each read opens and closes its own consumer."""
 
     def __init__(self, config: Config, codec: Codec | None = None,
                  clients: KafkaClients = REAL_CLIENTS) -> None:
@@ -234,6 +245,21 @@ class Client:
         self.codec = codec or Codec.for_config(config)
         self.clients = clients
         self._producer: SyncProducer | None = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Deliver what is still queued (up to `connect_timeout_s`) and let go of the
+        producer; a second call does nothing. The client and its jobs stay usable: a later
+        call opens what it needs again (then close it again)."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.flush(self.config.connect_timeout_s)
 
     def submit(self, model: str, inputs: list[str], *, chunk_size: int | None = None,
                top_k: int = 5, inline: bool = False, pool: str | None = None,
@@ -245,18 +271,20 @@ class Client:
         `chunk_size` None: the controller cuts tasks of the policy's task size for the pool.
         `priority`: a higher one's tasks go before any lower one's in the pool; `weight`:
         the job's share among the running jobs of its priority (see docs/design.md).
-        InvalidJobError for a chunk size or top-k below 1 or a weight not above 0, before
-        anything is sent; a model that is not well-formed goes as it is, and the controller
-        rejects the job with the reason."""
-        check_job_options(chunk_size, top_k, weight)
-        job_id = job_id or new_job_id()
+        `job_id` None: a new id; one given must be of `ids.JOB_ID_RULE` and name no job
+        submitted before (the job's partition of the jobs topic is read to tell).
+        InvalidJobError for `inputs` that are one string, an option of the wrong type, a
+        chunk size or top-k below 1, a weight not above 0 or a job id refused; InputError
+        for an inline file that cannot be read; all before anything is sent. A model not
+        well-formed goes as it is: the controller rejects the job with the reason."""
+        _check_submission(inputs, job_id, chunk_size, top_k, weight, priority)
         try:
             name, version = check_model_name(model)
         except UnknownModelError:
             name, version = model, None
         record = JobRecord(
-            job_id=job_id, model=name, model_version=version, pool=pool or self.config.pool,
-            top_k=top_k, chunk_size=chunk_size or 0,
+            job_id=job_id or new_job_id(), model=name, model_version=version,
+            pool=pool or self.config.pool, top_k=top_k, chunk_size=chunk_size or 0,
             inputs=[] if inline else [_absolute(i) for i in inputs],
             inline_items=_read_inline(inputs) if inline else [], submitted_at=now_ms(),
             submitter=_whoami(),
@@ -268,8 +296,11 @@ class Client:
             raise InlineTooLargeError(
                 f"inline job is {len(value)} bytes; the limit is {LARGE_MESSAGE_BYTES}: "
                 "submit paths on a shared filesystem or split the job")
-        self._produce(self.config.topic("jobs"), job_id, value)
-        return Job(self, job_id, record["pool"], model)
+        if job_id is not None and job_submitted(self.config, job_id, self.clients):
+            raise InvalidJobError("job_id", job_id, "an id no job was submitted with before "
+                                  "(leave it out for a new one)")
+        self._produce(self.config.topic("jobs"), record["job_id"], value)
+        return Job(self, record["job_id"], record["pool"], model, submitted=True)
 
     def job(self, job_id: str) -> Job:
         return Job(self, job_id)
@@ -277,7 +308,7 @@ class Client:
     def _produce(self, topic: str, key: str, value: bytes) -> None:
         if self._producer is None:
             self._producer = self.clients.producer(producer_config(self.config))
-        partitions = topic_partitions(self._producer, topic)
+        partitions = reachable_partitions(self.config, self._producer, topic)
         errors: list[Any] = []
         self._producer.produce(topic, value, key.encode(),
                                partition=partition_for(key, len(partitions)),
@@ -286,6 +317,18 @@ class Client:
         if remaining or errors:
             reason = f"could not deliver the job to {topic}: {errors or 'timeout'}"
             raise JobFailedError(key, reason)
+
+
+def _check_submission(inputs: object, job_id: str | None, chunk_size: int | None,
+                      top_k: int, weight: float, priority: int) -> None:
+    """InvalidJobError for what `submit` cannot send as asked: a str would be split into
+    one input per character, an id with a space or newline breaks every line naming it."""
+    if isinstance(inputs, str | bytes | bytearray):
+        raise InvalidJobError("inputs", inputs, "a list of paths or URIs (for one, a list "
+                              "of one)")
+    check_job_options(chunk_size, top_k, weight, priority)
+    if job_id is not None:
+        check_job_id(job_id)
 
 
 def _absolute(entry: str) -> str:
@@ -298,12 +341,16 @@ def _absolute(entry: str) -> str:
 
 
 def _read_inline(inputs: list[str]) -> list[InlineItem]:
-    """The files' bytes, each named by its absolute path (as a path input would be)."""
+    """The files' bytes, each named by its absolute path (as a path input would be);
+    InputError naming a file that cannot be read."""
     items = []
     for path in inputs:
         for name in _inline_files(os.path.abspath(path)):
-            with open(name, "rb") as handle:
-                items.append(InlineItem(name=name, data=handle.read()))
+            try:
+                with open(name, "rb") as handle:
+                    items.append(InlineItem(name=name, data=handle.read()))
+            except OSError as exc:
+                raise InputError(f"cannot read {name}: {exc.strerror}") from exc
     return items
 
 

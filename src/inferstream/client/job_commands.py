@@ -98,9 +98,6 @@ def run_submit(args: argparse.Namespace, client: Client) -> int:
     except InvalidJobError as exc:
         flag = "--" + exc.option.replace("_", "-")
         raise ConfigError(f"{flag} must be {exc.rule}, got {exc.value}") from exc
-    except OSError as exc:
-        print(f"inferstream: error: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
-        return 2
     print(job.job_id, flush=True)
     if not (args.wait or args.output):
         return 0

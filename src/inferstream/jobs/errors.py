@@ -45,7 +45,8 @@ class InlineTooLargeError(InferstreamError):
 
 
 class InputError(InferstreamError):
-    """An input root of a job cannot be read at all: the job is rejected with this reason."""
+    """An input root of a job cannot be read at all: the controller rejects the job with this
+    reason, and the client refuses an inline job whose file it cannot read."""
 
 
 

@@ -22,12 +22,12 @@ from inferstream.jobs.partial import partial_path
 from inferstream.jobs.spool import ResultSpool
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients, SyncConsumer
 from inferstream.kafka.errors import PartitionReadError
+from inferstream.kafka.preflight import reachable_partitions
 from inferstream.kafka.reader import (
     PartitionReader,
     end_offset,
     offsets_for_times,
     reader_consumer,
-    topic_partitions,
 )
 from inferstream.kafka.settings import partition_for
 from inferstream.schemas import Codec, SchemaError
@@ -55,9 +55,14 @@ def open_job_partition(config: Config, topic: str, job_id: str,
                        ) -> tuple[SyncConsumer, int]:
     """A consumer assigned to the partition of `job_id` in `topic` (murmur2 of its id, or
     `partition`: the job's home partition, where it arrived), from about its submission,
-    and that partition; `follow` as for `reader_consumer`."""
+    and that partition; `follow` as for `reader_consumer`. KafkaSetupError within
+    `connect_timeout_s` when no broker answers."""
     consumer = reader_consumer(config, clients, follow=follow)
-    partitions = topic_partitions(consumer, topic)
+    try:
+        partitions = reachable_partitions(config, consumer, topic)
+    except Exception:
+        consumer.close()
+        raise
     index = partition if partition is not None and 0 <= partition < len(partitions) else (
         partition_for(job_id, len(partitions)))
     tp = TopicPartition(topic, index, OFFSET_BEGINNING)

@@ -25,6 +25,7 @@ from inferstream.http import HttpGuard
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
 from inferstream.kafka.errors import KafkaSetupError
 from inferstream.kafka.passthrough import check_pass_through
+from inferstream.kafka.reader import topic_partitions
 from inferstream.kafka.refusals import not_authorized, principal
 from inferstream.kafka.settings import consumer_config
 from inferstream.kafka.topics import admin_client
@@ -209,6 +210,16 @@ def cluster_metadata(config: Config, topics: tuple[str, ...] = (),
         consumer.close()  # also hands over librdkafka's log lines, with the reason
     raise KafkaSetupError(_cannot_reach(config, failure.args[0], captured.reason())
                           ) from failure
+
+
+def reachable_partitions(config: Config, client: Any, topic: str) -> list[int]:
+    """`topic_partitions` of `topic` within `connect_timeout_s`, asked through `client` (a
+    consumer or producer); KafkaSetupError in the start-up check's words when no broker
+    answers: the SDK runs no start-up check, and raised librdkafka's error after 30 s."""
+    try:
+        return topic_partitions(client, topic, timeout_s=config.connect_timeout_s)
+    except KafkaException as exc:
+        raise KafkaSetupError(_cannot_reach(config, exc.args[0], None)) from exc
 
 
 def listing(consumer: Any, topics: tuple[str, ...], timeout_s: float) -> Any:

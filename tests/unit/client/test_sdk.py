@@ -1,0 +1,172 @@
+"""The Python SDK as docs/cli.md describes it, on the in-memory transport: what `submit`
+refuses before sending anything (a job id used before or not well-formed, one string for the
+inputs, an option of the wrong type, an inline file that cannot be read), `wait` on an id no
+job has, a cluster that does not answer, and `close()` or a `with` block."""
+
+from __future__ import annotations
+
+import socket
+import weakref
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from inferstream.client.client import Client
+from inferstream.config import Config
+from inferstream.jobs.errors import InputError, InvalidJobError, JobTimeoutError, UnknownJobError
+from inferstream.kafka.clients import SyncProducer
+from inferstream.kafka.errors import KafkaSetupError
+from inferstream.testing import MemoryKafkaClients
+from inferstream.testing.clients.sync_producer import MemoryProducer
+from tests.unit.support.memory import CODEC, MODEL, make_config
+
+
+@pytest.fixture
+def client(clients: MemoryKafkaClients) -> Client:
+    return Client(make_config(), CODEC, clients)
+
+
+def jobs_sent(clients: MemoryKafkaClients) -> list[bytes | None]:
+    """The keys of the records on the jobs topic."""
+    return [record.key for record in clients.broker.records(make_config().topic("jobs"))]
+
+
+def one_line(exc: pytest.ExceptionInfo[Exception]) -> str:
+    message = str(exc.value)
+    assert "\n" not in message
+    return message
+
+
+def test_a_job_id_used_before_is_refused_naming_it(client: Client,
+                                                   clients: MemoryKafkaClients) -> None:
+    first = client.submit(MODEL, ["photos"], job_id="myjob-1")
+    assert first.job_id == "myjob-1"
+    with pytest.raises(InvalidJobError) as raised:
+        client.submit(MODEL, ["photos/chelsea.png"], job_id="myjob-1")
+    assert one_line(raised) == ("job_id must be an id no job was submitted with before "
+                                "(leave it out for a new one), got 'myjob-1'")
+    assert jobs_sent(clients) == [b"myjob-1"]
+    assert client.submit(MODEL, ["photos"], job_id="myjob-2").job_id == "myjob-2"
+
+
+@pytest.mark.parametrize("job_id", ["a b/c\n", "", "a/b", "tab\there", "x" * 129, "é"])
+def test_a_job_id_outside_the_documented_charset_is_refused(
+        client: Client, clients: MemoryKafkaClients, job_id: str) -> None:
+    with pytest.raises(InvalidJobError) as raised:
+        client.submit(MODEL, ["photos"], job_id=job_id)
+    assert one_line(raised).startswith(
+        "job_id must be 1 to 128 letters, digits, '.', '_', ':' or '-', got ")
+    assert jobs_sent(clients) == []
+
+
+def test_one_string_of_inputs_is_refused_not_split_into_characters(
+        client: Client, clients: MemoryKafkaClients) -> None:
+    with pytest.raises(InvalidJobError) as raised:
+        client.submit(MODEL, "photos")  # type: ignore[arg-type]
+    assert one_line(raised) == ("inputs must be a list of paths or URIs (for one, a list of "
+                                "one), got 'photos'")
+    assert jobs_sent(clients) == []
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"priority": 1.5}, "priority must be an integer, got 1.5"),
+    ({"priority": "high"}, "priority must be an integer, got 'high'"),
+    ({"priority": 2**31}, "priority must be an integer from -2147483648 to 2147483647, got "),
+    ({"weight": "2"}, "weight must be a positive number, got '2'"),
+    ({"top_k": "5"}, "top_k must be an integer, got '5'"),
+    ({"chunk_size": 2.0}, "chunk_size must be an integer, got 2.0"),
+])
+def test_an_option_of_the_wrong_type_is_refused_naming_it(
+        client: Client, clients: MemoryKafkaClients, options: dict[str, Any],
+        message: str) -> None:
+    with pytest.raises(InvalidJobError) as raised:
+        client.submit(MODEL, ["photos"], **options)
+    assert one_line(raised).startswith(message)
+    assert raised.value.option == next(iter(options))
+    assert jobs_sent(clients) == []
+
+
+def test_an_inline_file_that_cannot_be_read_is_an_input_error_naming_it(
+        client: Client, clients: MemoryKafkaClients, tmp_path: Path) -> None:
+    missing = tmp_path / "missing.png"
+    with pytest.raises(InputError) as raised:
+        client.submit(MODEL, [str(missing)], inline=True)
+    assert one_line(raised) == f"cannot read {missing}: No such file or directory"
+    assert jobs_sent(clients) == []
+
+
+def test_wait_on_an_id_no_job_has_is_unknown_at_once_not_a_timeout(client: Client) -> None:
+    with pytest.raises(UnknownJobError, match=r"no job 20990101-000000-deadbeef on topic t\.jobs"):
+        client.job("20990101-000000-deadbeef").wait(timeout_s=5)
+
+
+def test_wait_on_a_job_submitted_but_not_yet_accepted_waits(client: Client) -> None:
+    """The check is on the job's record, which is there before any event."""
+    job = client.submit(MODEL, ["photos"])
+    for waited in (job, client.job(job.job_id)):
+        with pytest.raises(JobTimeoutError, match="it goes on"):
+            waited.wait(timeout_s=0.05)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.mark.parametrize("call", ["submit", "progress", "wait"])
+def test_no_broker_is_the_commands_one_line_error_within_the_connect_timeout(
+        call: str) -> None:
+    """librdkafka on a loopback port nothing listens on: the SDK asked for 30 s and raised
+    its KafkaException."""
+    address = f"127.0.0.1:{free_port()}"
+    client = Client(Config(bootstrap_servers=address, connect_timeout_s=0.2))
+    with pytest.raises(KafkaSetupError) as raised:
+        if call == "submit":
+            client.submit("sim:ms=20", ["photos"])
+        elif call == "progress":
+            client.job("20990101-000000-deadbeef").progress()
+        else:
+            client.job("20990101-000000-deadbeef").wait(timeout_s=5)
+    assert one_line(raised).startswith(f"no Kafka broker answered at {address} within 0.2s")
+
+
+class _Producers(MemoryKafkaClients):
+    """Keeps no producer alive itself: `alive` counts those someone still holds."""
+
+    def __init__(self, clients: MemoryKafkaClients) -> None:
+        super().__init__(clients.broker)
+        self._made: list[weakref.ref[MemoryProducer]] = []
+
+    def producer(self, settings: dict[str, Any]) -> SyncProducer:
+        producer = MemoryProducer(self.broker, settings)
+        self._made.append(weakref.ref(producer))
+        return producer
+
+    def alive(self) -> int:
+        return sum(ref() is not None for ref in self._made)
+
+
+def test_close_and_a_with_block_let_go_of_the_producer_and_a_later_call_opens_one(
+        clients: MemoryKafkaClients) -> None:
+    producers = _Producers(clients)
+    with Client(make_config(), CODEC, producers) as client:
+        job = client.submit(MODEL, ["photos"])
+        assert producers.alive() == 1
+    assert producers.alive() == 0
+    job.cancel()  # a job of a closed client opens what it needs again
+    assert producers.alive() == 1
+    client.close()
+    client.close()
+    assert producers.alive() == 0
+    assert len(jobs_sent(clients)) == 2
+
+
+def test_numpy_numbers_pass_as_python_numbers_do(client: Client,
+                                                 clients: MemoryKafkaClients) -> None:
+    np = pytest.importorskip("numpy")
+    client.submit(MODEL, ["photos"], top_k=np.int64(3), priority=np.int32(2),
+                  weight=np.float32(0.5))
+    assert len(jobs_sent(clients)) == 1
