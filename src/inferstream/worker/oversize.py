@@ -60,10 +60,12 @@ LENGTH_PREFIX_BYTES = 8
 
 
 def result_records(codec: Codec, result: TaskResult, encoded: bytes,
-                   cap: int = RESULT_BYTES_CAP, chunks: int = MAX_CHUNKS) -> list[bytes]:
+                   cap: int | None = None, chunks: int = MAX_CHUNKS) -> list[bytes]:
     """The records of the results topic that carry `result` (`encoded`): `encoded` alone
-    where it fits in `cap` bytes; else its ResultChunks of at most `cap` bytes each, at most
-    `chunks` of them (the items past those made errors, `fitted`), and its TaskResult."""
+    where it fits in `cap` bytes (`RESULT_BYTES_CAP`); else its ResultChunks of at most
+    `cap` bytes each, at most `chunks` of them (the items past those made errors, `fitted`),
+    and its TaskResult."""
+    cap = RESULT_BYTES_CAP if cap is None else cap
     if len(encoded) <= cap:
         return [encoded]
     step = cap - CHUNK_FIELDS_BYTES - len(result["job_id"].encode())

@@ -39,6 +39,7 @@ from inferstream.schemas.records import (
 from inferstream.schemas.records.results import short_reason
 from inferstream.serving.loop import Worker
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
+from inferstream.worker import oversize
 from inferstream.worker.oversize import RESULT_BYTES_CAP, fitted, result_records
 from tests.unit.support.memory import CODEC, MODEL, make_config
 from tests.unit.support.records import settled
@@ -47,24 +48,31 @@ from tests.unit.support.running import Running
 MiB = 2**20
 #: One item's "mask": four of them (a task) are 20 MiB, three fit in a record.
 MASK = 5 * MiB
-
-
-def mask_of(item: int) -> bytes:
-    return bytes([item % 251]) * MASK
+#: A record's cap in the test of chunks, and a mask there: a task of four takes two chunks.
+CAP, SMALL_MASK = 64 * 1024, 20 * 1024
 
 
 class MaskModel(SimModel):
-    """The sim model, answering each item with a 5 MiB uint8 tensor, as a segmentation model
-    answers a large photo: its bytes are the item's number (the sim's input holds it)."""
+    """The sim model, answering each item with a `size` uint8 tensor (5 MiB), as a
+    segmentation model answers a large photo: its bytes are the item's number (the sim's
+    input holds it)."""
+
+    size = MASK
 
     def predict(self, batch: torch.Tensor, top_k: int) -> Sequence[ItemOutput]:
         hashes = [int(h) for h in batch.reshape(len(batch), -1)[:, 0].tolist()]
-        return [Tensors((NamedTensor("mask", "uint8", (MASK,), mask_of(h)),)) for h in hashes]
+        return [Tensors((NamedTensor("mask", "uint8", (self.size,),
+                                     bytes([h % 251]) * self.size),)) for h in hashes]
 
 
 def test_a_result_past_a_record_goes_in_chunks_and_the_output_holds_every_item(
         broker: MemoryBroker, clients: MemoryKafkaClients, make_worker: Callable[..., Worker],
-        running: Running, make_controller: Callable[..., Controller]) -> None:
+        running: Running, make_controller: Callable[..., Controller],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records of 64 KiB and masks of 20 KiB: a task of four takes two chunks (16 MiB and
+    5 MiB masks as a real worker's cap would make the test's data 40 MiB)."""
+    monkeypatch.setattr(oversize, "RESULT_BYTES_CAP", CAP)
+    monkeypatch.setattr(MaskModel, "size", SMALL_MASK)
     config = make_config()
     job = Client(config, CODEC, clients).submit(
         MODEL, [f"item-{i}" for i in range(8)], chunk_size=4)
@@ -80,9 +88,9 @@ def test_a_result_past_a_record_goes_in_chunks_and_the_output_holds_every_item(
     assert sorted(line["item"].rsplit("/", 1)[-1] for line in lines) == [
         f"item-{i}" for i in range(8)]
     masks = [base64.b64decode(line["tensors"][0]["data"]) for line in lines]
-    assert all(mask == mask[:1] * MASK for mask in masks)  # whole, and each one item's
+    assert all(mask == mask[:1] * SMALL_MASK for mask in masks)  # whole, each one item's
     values = broker.values(config.topic("results"))
-    assert max(map(len, values)) <= RESULT_BYTES_CAP
+    assert max(map(len, values)) <= CAP
     summaries = [read_result_summary(CODEC, value) for value in values]
     # each task: two chunks (20 MiB), then its TaskResult with the counts and no item
     assert [s is None for s in summaries].count(True) == 4
