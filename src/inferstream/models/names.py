@@ -15,17 +15,24 @@ from dataclasses import dataclass
 from inferstream.models.errors import UnknownModelError
 from inferstream.schemas.records import SIM_PREFIX, SIM_SYNTAX, model_ref
 
-__all__ = ["LITE0", "NAME_SYNTAX", "SIM_SYNTAX", "TORCHVISION_MODELS", "SimParams",
-           "check_builtin_name", "check_model_name", "has_versions", "is_model_name",
-           "known_models", "parse_sim_name", "version_ref"]
+__all__ = ["LITE0", "MAX_VERSION", "NAME_SYNTAX", "SIM_SYNTAX", "TORCHVISION_MODELS",
+           "VERSION_SYNTAX", "SimParams", "check_builtin_name", "check_model_name",
+           "has_versions", "is_model_name", "is_version", "known_models", "parse_sim_name",
+           "version_ref"]
 
 TORCHVISION_MODELS = ("alexnet", "googlenet", "resnet50", "mobilenet_v3_large", "efficientnet_b0")
 LITE0 = "efficientnet_lite0"
 #: What a repository model's name is made of (a built-in or `sim:` name aside).
 NAME_SYNTAX = ("letters, digits, '.', '_' and '-', starting with a letter or a digit, at most "
                "128 characters")
+#: The highest version of a repository model: versions travel as Avro ints (32 bits, signed)
+#: in Job, Task, JobEvent, LedgerEntry and WorkerAnnouncement records. Seconds since the epoch
+#: fit (until 2038); a yyyymmddHHMM timestamp does not.
+MAX_VERSION = 2**31 - 1
+#: What a version is: its folder's name, and VERSION in NAME:VERSION.
+VERSION_SYNTAX = f"a whole number from 1 to {MAX_VERSION}"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-_VERSION = re.compile(r"[1-9][0-9]{0,8}")
+_VERSION = re.compile(r"[1-9][0-9]{0,9}")  # MAX_VERSION's 10 digits at most; is_version: its value
 _SIM_KEYS = ("ms", "batch_ms", "as", "slower", "jitter", "slow_after", "slow_factor",
              "embedding", "decode_ms")
 
@@ -134,7 +141,7 @@ def check_model_name(reference: str) -> tuple[str, int | None]:
     """The model name and version (None where none is given) of `reference`, `NAME` or
     `NAME:VERSION`; UnknownModelError unless NAME is a built-in name, a `SIM_SYNTAX` name or
     a repository model's (`NAME_SYNTAX`: whether a repository holds it only a worker can
-    tell), and VERSION, given only for a repository model, a positive integer."""
+    tell), and VERSION, given only for a repository model, `VERSION_SYNTAX`."""
     if reference.startswith(SIM_PREFIX):
         if re.search(r":[0-9]+$", reference[len(SIM_PREFIX):]):
             raise UnknownModelError(reference, known_models(),
@@ -149,10 +156,15 @@ def check_model_name(reference: str) -> tuple[str, int | None]:
     if sep and not has_versions(name):
         raise UnknownModelError(reference, known_models(), detail=(
             f"{name} is a built-in model: only repository models have versions"))
-    if sep and not _VERSION.fullmatch(version):
+    if sep and not (_VERSION.fullmatch(version) and is_version(int(version))):
         raise UnknownModelError(reference, known_models(), detail=(
-            f"the version after {name}: is a positive integer (NAME:VERSION)"))
+            f"the version after {name}: is {VERSION_SYNTAX} (NAME:VERSION)"))
     return name, int(version) if sep else None
+
+
+def is_version(number: int) -> bool:
+    """Whether `number` is a version a repository model can have (`VERSION_SYNTAX`)."""
+    return 1 <= number <= MAX_VERSION
 
 
 def is_model_name(name: str) -> bool:

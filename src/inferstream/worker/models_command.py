@@ -6,7 +6,9 @@ serve each of its versions (the checks a worker runs at start, `models.repositor
     $ inferstream models check --model-repository models/
     models/products/2/model.pt: the model outputs 11 classes and its labels file holds 12 labels
 
-`check` exits 1 where anything is wrong, `list` where a model cannot be read.
+`check` exits 1 where anything is wrong, `list` where a model cannot be read or served (a
+folder named like a built-in model, or that no job can name, a bad version folder): `list`
+prints those on stderr, in the lines `check` prints.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import sys
 
 from inferstream.config import Config
 from inferstream.errors import ConfigError
+from inferstream.models.names import is_model_name
 from inferstream.models.repository import ModelEntry, Repository, open_repository
+from inferstream.models.repository.check import shadowing, unnameable
 from inferstream.models.repository.errors import RepositoryError
 
 
@@ -60,14 +64,18 @@ def models(args: argparse.Namespace, config: Config) -> int:
 
 
 def _list(repository: Repository) -> int:
-    unreadable = 0
+    problems = shadowing(repository)
     for name in repository.names():
+        if not is_model_name(name):
+            problems.append(unnameable(repository, name))
+            continue
         try:
             print(describe(repository.model(name)))
         except RepositoryError as exc:
-            print(exc, file=sys.stderr)
-            unreadable += 1
-    return 1 if unreadable else 0
+            problems.append(exc)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    return 1 if problems else 0
 
 
 def describe(entry: ModelEntry) -> str:

@@ -209,7 +209,7 @@ def test_a_version_on_a_built_in_model_or_in_the_name_is_rejected() -> None:
             (make_job(model="resnet50", model_version=2, job_id="j1"),
              "only repository models have versions"),
             (make_job(model="faces:2", job_id="j2"), "gives its model's version in model_version"),
-            (make_job(model=FACES, model_version=0, job_id="j3"), "positive integer")]:
+            (make_job(model=FACES, model_version=0, job_id="j3"), "a whole number from 1")]:
         out, issued = accepted(book, job)
         (event,) = events(book, out)
         assert event["type"] == JobEventType.REJECTED and says in (event["reason"] or "")

@@ -16,6 +16,8 @@ from inferstream.schemas.records import model_ref, serves, split_ref
     ("product-classes.v2_ft", ("product-classes.v2_ft", None)),
     ("faces:3", ("faces", 3)),
     ("Faces9:12", ("Faces9", 12)),
+    ("faces:1796608800", ("faces", 1796608800)),  # a version in seconds since the epoch
+    ("faces:2147483647", ("faces", 2147483647)),
 ])
 def test_a_well_formed_reference_gives_its_name_and_version(
         reference: str, parsed: tuple[str, int | None]) -> None:
@@ -27,9 +29,12 @@ def test_a_well_formed_reference_gives_its_name_and_version(
     ("resnet50:2", "resnet50 is a built-in model: only repository models have versions"),
     ("sim:ms=5:2", "a simulated model has no versions"),
     ("sim:speed=3", "expected ms=N"),
-    ("faces:0", "the version after faces: is a positive integer"),
-    ("faces:v2", "the version after faces: is a positive integer"),
-    ("faces:1:2", "the version after faces: is a positive integer"),
+    ("faces:0", "the version after faces: is a whole number from 1 to 2147483647"),
+    ("faces:v2", "the version after faces: is a whole number from 1 to 2147483647"),
+    ("faces:1:2", "the version after faces: is a whole number from 1 to 2147483647"),
+    ("faces:2147483648", "the version after faces: is a whole number from 1 to 2147483647"),
+    ("faces:202612071053", "the version after faces: is a whole number from 1 to 2147483647"),
+    ("faces:" + "9" * 5000, "the version after faces: is a whole number from 1"),
     ("no such model", "a repository model's name is made of letters, digits"),
     ("", "a repository model's name is made of"),
     ("-faces", "a repository model's name is made of"),

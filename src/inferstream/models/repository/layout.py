@@ -2,8 +2,9 @@
 labels files; torch-free.
 
 `open_repository` takes a local folder or a `file://` URI. A model's folder holds its card, an
-optional labels file and one folder per version, named by a positive integer; a version folder
-holds exactly one model file and may hold its own labels file, which wins over the model's.
+optional labels file and one folder per version, named by a whole number from 1 to
+`MAX_VERSION` (a version travels in 32-bit record fields); a version folder holds exactly one
+model file and may hold its own labels file, which wins over the model's.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from inferstream.models.names import MAX_VERSION, VERSION_SYNTAX, is_version
 from inferstream.models.repository.card import ModelCard, read_card
 from inferstream.models.repository.errors import RepositoryError
 
@@ -95,6 +97,9 @@ def open_repository(location: str) -> Repository:
         path = Path(urllib.request.url2pathname(parts.path))
     if not path.is_dir():
         raise RepositoryError(path, "no such folder (the model repository)")
+    if (path / CARD).is_file():
+        raise RepositoryError(path, f"holds a {CARD}: this looks like a model folder; give its "
+                              f"parent, the repository ({path.resolve().parent})")
     return Repository(path)
 
 
@@ -116,14 +121,21 @@ def read_labels(path: Path) -> tuple[str, ...]:
 
 
 def _version_numbers(folder: Path) -> list[int]:
+    """The numbers of the model's version folders; RepositoryError for a folder whose name
+    is not one (`VERSION_SYNTAX`)."""
     numbers = []
     for child in folder.iterdir():
         if not child.is_dir() or child.name.startswith("."):
             continue
-        if not child.name.isdigit() or child.name != str(int(child.name)) or \
-                int(child.name) < 1:
-            raise RepositoryError(child, "a version folder's name is a positive integer "
+        if not child.name.isascii() or not child.name.isdigit() or \
+                child.name != str(int(child.name)) or int(child.name) < 1:
+            raise RepositoryError(child, f"a version folder's name is {VERSION_SYNTAX} "
                                   "(1, 2, ...)")
+        if not is_version(int(child.name)):
+            raise RepositoryError(child, (
+                f"version {child.name} is above {MAX_VERSION}, the highest a version can be "
+                f"(versions are {VERSION_SYNTAX}): renumber the folder, e.g. the next of "
+                "1, 2, ... or the time in seconds since the epoch"))
         numbers.append(int(child.name))
     return sorted(numbers)
 
