@@ -94,7 +94,7 @@ class JobBook:
     # -- records ----------------------------------------------------------------------------
     def on_job(self, job: Job, partition: int, out: Outbox) -> None:
         """A job arrived on `partition` (its home): accepted with its first tasks, or
-        rejected with the reason; seen before, ignored."""
+        rejected with the reason (its version among them, `versions`); seen before, ignored."""
         if job["job_id"] in self.jobs:
             log.info("job %s seen again: ignored", job["job_id"])
             return
@@ -105,13 +105,14 @@ class JobBook:
         reason = rejection_reason(job, self.partitions, self.config.task_topic(job["pool"]))
         if reason is None and cursor(state).finished:
             reason = "empty input: the job names no items"
+        versioned = reason is None and self.versions.choose(state)
+        reason = reason or state.failure
         if reason is not None:
             state.status = LedgerStatus.REJECTED
             out.event(state.event(JobEventType.REJECTED, reason), partition)
             out.ledger(*self.ledger.job_entry(state), partition)
             log.info("job %s rejected: %s", state.job_id, reason)
             return
-        versioned = self.versions.choose(state)
         out.event(state.event(JobEventType.ACCEPTED), partition)
         out.count(partition, ("jobs_accepted",))
         if versioned:
@@ -198,7 +199,8 @@ class JobBook:
     def tick(self, out: Outbox, now: int) -> None:
         """What a round decides beyond its records, at `now` (ms): more tasks of the jobs
         not fully issued (but waiting for a worker of their model), held tasks issued again
-        or failed, late tasks moved, progress and completion events."""
+        or failed, late tasks moved, progress and completion events; a job whose tasks
+        cannot be written (its `failure`) ends FAILED with the reason."""
         self.waits.release(out, now, self.jobs)
         more = [state for state in self.jobs.values()
                 if state.status == LedgerStatus.ACTIVE
@@ -207,7 +209,10 @@ class JobBook:
         versioned: list[JobState] = []
         unversioned: list[JobState] = []
         for state in more:
-            (versioned if self.versions.choose(state) else unversioned).append(state)
+            if self.versions.choose(state):
+                versioned.append(state)
+            elif state.failure is None:  # one that failed ends below
+                unversioned.append(state)
         self.issuer.more(versioned, self.jobs, out, now)
         for state in unversioned:
             self._hold(state, out, now)
@@ -224,7 +229,10 @@ class JobBook:
     def _emit_events(self, out: Outbox, now: int) -> None:
         interval_ms = self.options.progress_interval_s * 1000
         for state in self.jobs.values():
-            if state.complete:
+            if state.failure is not None and state.status == LedgerStatus.ACTIVE:
+                self._end(state, LedgerStatus.FAILED, out)
+                log.info("job %s failed: %s", state.job_id, state.failure)
+            elif state.complete:
                 self._complete(state, out)
             elif state.status == LedgerStatus.ACTIVE and state.changed and (
                     now - state.last_event_ms >= interval_ms):
@@ -242,6 +250,7 @@ class JobBook:
         tasks, what it keeps dropped, its task entries deleted from the ledger with the
         JOB entry that carries its final counts (`LedgerCodec.final_entries`)."""
         kind, reason, control = _ENDINGS[status]
+        reason = state.failure if status == LedgerStatus.FAILED else reason
         done = state.end(status)
         out.event(state.event(kind, reason), state.partition)
         out.control(state.partition, state.job_id, -1, 0, control)
@@ -323,6 +332,8 @@ _ENDINGS = {
     LedgerStatus.COMPLETED: (JobEventType.COMPLETED, None, TaskControlReason.FINISHED),
     LedgerStatus.CANCELLED: (JobEventType.CANCELLED, "cancelled on request",
                              TaskControlReason.CANCELLED),
+    # the reason is the job's `failure`
+    LedgerStatus.FAILED: (JobEventType.FAILED, None, TaskControlReason.FINISHED),
 }
 
 

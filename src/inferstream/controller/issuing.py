@@ -28,7 +28,7 @@ from inferstream.controller.pacing import Pacing
 from inferstream.controller.placement import task_partition
 from inferstream.controller.sharing import FairShare, TakeBack, priority
 from inferstream.policy.view import ModelRange, PolicyView, model_range
-from inferstream.schemas import Codec
+from inferstream.schemas import Codec, SchemaError
 from inferstream.schemas.records import Job, Task, new_task, now_ms
 
 log = logging.getLogger(__name__)
@@ -171,13 +171,20 @@ class TaskIssuer:
 
     def _produce(self, state: JobState, tasks: list[Placed], out: Outbox) -> None:
         """The tasks, and the job's ledger entry that counts them, into the job's home
-        partition's transaction."""
+        partition's transaction; none where one of them cannot be encoded (the job's
+        `failure` says why)."""
         topic = self.config.task_topic(state.job["pool"])
         now = now_ms()
-        for task_id, items, partition in tasks:
-            task = self._task(state, task_id, items)
-            out.add(state.partition, topic, partition, state.job_id.encode(),
-                    self.codec.encode("Task", task))
+        built = [(self._task(state, task_id, items), partition)
+                 for task_id, items, partition in tasks]
+        try:
+            encoded = [self.codec.encode("Task", task) for task, _ in built]
+        except SchemaError as exc:  # the job fails (`book`), not the controller
+            state.failure = f"its tasks cannot be written: {exc}"
+            log.warning("job %s: %s", state.job_id, state.failure)
+            return
+        for (task, partition), value in zip(built, encoded, strict=True):
+            out.add(state.partition, topic, partition, state.job_id.encode(), value)
             self.track(task, state.partition, partition, now)
         out.count(state.partition, ("tasks_issued", state.job["pool"]), len(tasks))
         self._counted(state, [items for _, items, _ in tasks], out)

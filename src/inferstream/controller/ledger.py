@@ -69,6 +69,9 @@ class JobState:
     #: the version of its repository model it runs on (`versions`); None: a built-in or
     #: simulated model, or not chosen yet
     model_version: int | None = None
+    #: why the job cannot go on (its tasks cannot be written: `versions`, `issuing`); the
+    #: round ends it FAILED with this reason (`book`)
+    failure: str | None = None
 
     @property
     def job_id(self) -> str:

@@ -8,7 +8,9 @@ controller's describe), crossed with the versions each announces it serves (its 
 yet, the job's tasks are held (`waiting`) and the version is chosen before the first of them
 goes to a worker. The choice is in the job's ledger entry, so a replica that takes the job over
 keeps it, and in its events; a version that appears later changes nothing for the job. Built-in
-and simulated models have no versions.
+and simulated models have no versions. A newest version above `MAX_VERSION` (announced by a
+worker of a release that did not check its version folders) cannot be written in the job's
+tasks: the job fails, saying so, instead of the controller.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Protocol
 from inferstream.config import Config
 from inferstream.controller.declines import PoolView
 from inferstream.controller.ledger import JobState
-from inferstream.models.names import has_versions
+from inferstream.models.names import MAX_VERSION, has_versions, is_version
 from inferstream.schemas.records import model_ref
 
 log = logging.getLogger(__name__)
@@ -54,7 +56,8 @@ class JobVersions:
         """Whether the job has what its tasks need: no version (not a repository model),
         the one it was pinned to or given, or else the newest among its pool's live workers,
         given it now (the job's next event and ledger entry say it); False while no live
-        worker of the model is known."""
+        worker of the model is known, or where the newest one cannot be written in a task
+        (the job's `failure` says so)."""
         job = state.job
         if state.model_version is not None or not has_versions(job["model"]):
             return True
@@ -63,6 +66,11 @@ class JobVersions:
             return True
         newest = self.newest(job["pool"], job["model"])
         if newest is None:
+            return False
+        if not is_version(newest):
+            state.failure = (f"version {newest} of model {job['model']!r}, the newest its "
+                             f"live workers serve, is above {MAX_VERSION}, the highest a "
+                             "task can carry: renumber its version folder")
             return False
         state.model_version, state.changed = newest, True
         log.info("job %s runs on version %d of model %s, the newest among the live workers "

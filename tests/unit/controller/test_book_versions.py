@@ -5,15 +5,22 @@ declined one version may serve another. No Kafka, no thread."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from inferstream.controller.announcements import WorkerAnnouncements
 from inferstream.controller.book import JobBook
 from inferstream.controller.declines import PoolView
 from inferstream.controller.outbox import Outbox
+from inferstream.policy.view import NO_POLICY
+from inferstream.schemas import Codec, SchemaError
 from inferstream.schemas.records import (
     ItemStatus,
     JobEventType,
     LedgerKind,
+    LedgerStatus,
     Task,
+    TaskControlReason,
     TaskDeclined,
     TaskResult,
     WorkerAnnouncement,
@@ -24,6 +31,7 @@ from tests.unit.controller.test_book import (
     CODEC,
     HOME,
     accepted,
+    controls,
     events,
     ledger,
     make_config,
@@ -250,3 +258,70 @@ def test_a_held_task_goes_to_the_worker_that_declined_it_once_it_serves_its_vers
     book.tick(later, now + 1000)
     (_, again), *_ = tasks(book, later)
     assert (again["task_id"], again["attempt"], again["model_version"]) == (0, 2, 2)
+
+
+def test_a_newest_version_no_task_can_carry_fails_the_held_job_saying_so() -> None:
+    """No worker of the model is live when the job is accepted; the one that joins, of a
+    release that did not check its version folders, serves version 2147483648 (above what
+    a Task's model_version holds): the job fails with the reason, its tasks never go out."""
+    config = make_config()
+    table = WorkerAnnouncements(config)
+    serving(table, "sim-1")
+    pool = {"sim-1": [0, 1, 2, 3]}
+    book = live_book(config, pool, table, versions=table)
+    out, issued = accepted(book, make_job(items=4, model=FACES))
+    book.tick(out, now_ms())
+    assert issued == [] and events(book, out)[0]["type"] == JobEventType.ACCEPTED
+
+    serving(table, "w1", 2**31)
+    pool.update({"sim-1": [0, 1], "w1": [2, 3]})
+    joined = book.outbox()
+    book.tick(joined, now_ms() + 1000)
+    (failed,) = events(book, joined)
+    assert (failed["type"], failed["model_version"], failed["reason"]) == (
+        JobEventType.FAILED, None, "version 2147483648 of model 'faces', the newest its live "
+        "workers serve, is above 2147483647, the highest a task can carry: renumber its "
+        "version folder")
+    assert tasks(book, joined) == [] and failed_items(book, joined) == []
+    assert [e["status"] for e in ledger(book, joined)] == [LedgerStatus.FAILED]
+    assert [c["reason"] for c in controls(book, joined)] == [TaskControlReason.FINISHED]
+
+
+class RefusingCodec(Codec):
+    """Encodes as `Codec`, but no Task of job `job_id` fits its schema (as one of a field
+    its producer filled beyond the schema's range would not)."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__()
+        self.job_id = job_id
+
+    def encode(self, name: str, record: Mapping[str, Any]) -> bytes:
+        if name == "Task" and record["job_id"] == self.job_id:
+            raise SchemaError("record does not fit schema Task: inferstream.Task.top_k: "
+                              "got 2147483648 (int), expected int")
+        return super().encode(name, record)
+
+
+def test_a_job_whose_tasks_cannot_be_encoded_fails_and_the_others_run() -> None:
+    """Instead of the controller exiting on the first task of the job (and again after each
+    restart, every other job waiting), the job fails with the reason and the others run."""
+    config = make_config()
+    book = JobBook(config, codec=RefusingCodec("bad"), policy=NO_POLICY,
+                   describe=lambda _group: {"w1": [0, 1, 2, 3]},
+                   partitions=lambda topic: 4 if topic == config.task_topic() else 2)
+    out, issued = accepted(book, make_job(items=4, job_id="bad"))
+    _, good = accepted(book, make_job(items=4, job_id="good"))
+    book.tick(out, now_ms())
+    assert issued == [] and [t["job_id"] for t in good] == ["good", "good"]
+    (accepted_bad, failed) = [e for e in events(book, out) if e["job_id"] == "bad"]
+    assert (accepted_bad["type"], failed["type"]) == (JobEventType.ACCEPTED,
+                                                      JobEventType.FAILED)
+    assert failed["reason"] == ("its tasks cannot be written: record does not fit schema "
+                                "Task: inferstream.Task.top_k: got 2147483648 (int), "
+                                "expected int")
+    done = book.outbox()
+    for task in good:
+        book.on_result(result_of(task), done)
+    book.tick(done, now_ms())
+    assert [(e["job_id"], e["type"]) for e in events(book, done)] == [
+        ("good", JobEventType.COMPLETED)]

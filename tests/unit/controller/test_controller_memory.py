@@ -18,7 +18,7 @@ from inferstream.controller.ledger import JobState
 from inferstream.controller.metrics import ControllerMetrics
 from inferstream.controller.outputs import OutputFiles
 from inferstream.controller.replica import Controller
-from inferstream.jobs.errors import JobCancelledError
+from inferstream.jobs.errors import JobCancelledError, JobFailedError, JobRejectedError
 from inferstream.jobs.ids import new_job_id
 from inferstream.kafka.settings import partition_for
 from inferstream.schemas.records import (
@@ -295,3 +295,33 @@ def test_the_controller_counts_a_job_with_duplicate_results_once(
     assert sample(r, "inferstream_controller_round_duration_seconds_count") > 0
     assert sample(r, "inferstream_controller_commit_duration_seconds_count") > 0
     check_metrics(generate_latest(r))
+
+
+class OldWorkerVersions:
+    """w1, of a release that did not check its version folders, announces version
+    202612071053 of model `faces` (a yyyymmddHHMM folder), above what a Task carries."""
+
+    def versions(self, pool: str, model: str) -> dict[str, list[int]]:
+        return {"w1": [202612071053]} if model == "faces" else {}
+
+
+def test_a_job_whose_version_no_task_can_carry_ends_and_the_others_run(
+        clients: MemoryKafkaClients, make_worker: Callable[..., Worker],
+        running: Running) -> None:
+    """The controller exited on the first task of such a job, and again after each restart
+    (the job was still there), every job of every model waiting: now the job is rejected
+    (or fails, where w1 was not live yet when it came) saying why, and the next job runs."""
+    config = make_config()
+    stamped = Client(config, CODEC, clients).submit("faces", ["item-00"])
+    job = submit(clients, items=4)
+    running.workers(make_worker())
+    running.controller(Controller(config, codec=CODEC, clients=clients,
+                                  versions=OldWorkerVersions()))
+    running.until(lambda: events(clients.broker, config, JobEventType.COMPLETED) and (
+        events(clients.broker, config, JobEventType.REJECTED)
+        or events(clients.broker, config, JobEventType.FAILED)))
+    with pytest.raises((JobRejectedError, JobFailedError),
+                       match="version 202612071053 of model 'faces', the newest its live "
+                       "workers serve, is above 2147483647"):
+        stamped.wait(timeout_s=5)
+    assert job.wait(timeout_s=5).ok_items == 4
