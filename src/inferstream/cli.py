@@ -147,15 +147,19 @@ def _log_level(name: str) -> int:
     return level
 
 
-def _setup_logging(level: int) -> None:
+def _setup_logging(level: int, long_running: bool) -> None:
     from inferstream.repeats import hold_back_repeats
 
     logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr)
     hold_back_repeats()  # a broker away: the clients' complaint once in a while, counted
     # librdkafka warns about transient states (a coordinator still loading on a fresh broker)
-    # that the client retries by itself; show only its errors unless debugging.
+    # that the client retries by itself; show only its errors unless debugging. A short
+    # command shows none: what stops it is its own line (the start-up check reads
+    # librdkafka's words for it), and one broker of three away printed "FAIL ... Connection
+    # refused" above the output of a command that succeeded.
     if logging.getLogger().level > logging.DEBUG:
-        logging.getLogger("inferstream.librdkafka").setLevel(logging.ERROR)
+        logging.getLogger("inferstream.librdkafka").setLevel(
+            logging.ERROR if long_running else logging.CRITICAL)
 
 
 def _stop_signals(command: Command, config: Config) -> AbstractContextManager[object]:
@@ -199,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(build_parser(), argv)
     try:
-        _setup_logging(_log_level(args.log_level))
+        _setup_logging(_log_level(args.log_level), COMMANDS[args.command].long_running)
         _warn_unknown_variables()
         return _run(COMMANDS[args.command], args, config_from_args(args), argv)
     except InferstreamError as exc:

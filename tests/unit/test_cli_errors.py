@@ -4,11 +4,13 @@ still prints the whole help."""
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Iterator
 
 import pytest
 
-from inferstream.cli import build_parser, main
+from inferstream import repeats
+from inferstream.cli import _setup_logging, build_parser, main
 from inferstream.commands import COMMANDS
 
 
@@ -55,3 +57,18 @@ def test_a_bad_value_is_one_line_and_help_is_still_whole(
         main(["controller", "-h"])
     assert exit_.value.code == 0
     assert len(capsys.readouterr().out.splitlines()) > 40
+
+
+@pytest.mark.parametrize(("long_running", "shown"), [(True, logging.ERROR),
+                                                      (False, logging.CRITICAL)])
+def test_librdkafka_s_lines_are_errors_only_and_none_for_a_short_command(
+        long_running: bool, shown: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A role logs librdkafka's errors; a short command (status, results) none, so that one
+    broker of three away prints no "FAIL ... Connection refused" above its output."""
+    librdkafka = logging.getLogger("inferstream.librdkafka")
+    monkeypatch.setattr(librdkafka, "level", librdkafka.level)  # restored after the test
+    monkeypatch.setattr(logging.getLogger(), "level", logging.INFO)
+    monkeypatch.setattr(logging, "basicConfig", lambda **_: None)  # pytest's handlers stay
+    monkeypatch.setattr(repeats, "hold_back_repeats", lambda: None)  # as they are
+    _setup_logging(logging.INFO, long_running)
+    assert librdkafka.level == shown
