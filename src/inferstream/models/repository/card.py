@@ -100,9 +100,10 @@ class ModelCard:
 
 
 def read_card(path: Path) -> ModelCard:
-    """The card at `path`; RepositoryError for a missing or unreadable file or a bad key."""
+    """The card at `path` (UTF-8; a byte order mark, as Windows editors write, skipped);
+    RepositoryError for a missing or unreadable file or a bad key."""
     try:
-        table = tomllib.loads(path.read_text(encoding="utf-8"))
+        table = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
         raise RepositoryError(path, "missing file (every model has a card)") from None
     except (OSError, UnicodeDecodeError) as exc:

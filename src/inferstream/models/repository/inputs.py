@@ -2,7 +2,8 @@
 
 An `image` item is decoded and preprocessed by `models.preprocess.ImagePreprocessor` (resize,
 optional centre crop, mean and std). A `tensor` item is a `.npy` file's bytes, read with
-`numpy.load(allow_pickle=False)`, or a JSON array (as a stream's record may hold it); either
+`numpy.load(allow_pickle=False)`, or a JSON array (as a stream's record may hold it; UTF-8,
+a byte order mark allowed); either
 must have exactly the card's shape (the batch dimension not counted), and a `.npy` the card's
 dtype. A JSON array's numbers are converted to the card's dtype where each keeps its value in
 kind (`json_array_as`): integers to an integer dtype whose range holds them, integers and
@@ -12,6 +13,7 @@ any; never floats to integers, and never a silent wraparound.
 
 from __future__ import annotations
 
+import codecs
 import io
 import json
 from collections.abc import Callable
@@ -84,6 +86,7 @@ class TensorPreprocessor:
             except (ValueError, OSError, EOFError) as exc:
                 raise ItemError(f"unreadable .npy: {exc}") from None
             return array
+        data = data.removeprefix(codecs.BOM_UTF8)  # a file saved by a Windows editor
         if data.lstrip()[:1] == b"[":
             return self.from_json(data)
         raise ItemError("not a .npy file (numpy.save) nor a JSON array")

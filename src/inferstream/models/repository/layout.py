@@ -104,10 +104,11 @@ def open_repository(location: str) -> Repository:
 
 
 def read_labels(path: Path) -> tuple[str, ...]:
-    """One label per line, the class id being the line's index; RepositoryError for an empty
-    file or an empty line before the last label."""
+    """One label per line, the class id being the line's index (UTF-8; a byte order mark
+    skipped, not part of the first label); RepositoryError for an empty file or an empty line
+    before the last label."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise RepositoryError(path, f"cannot read: {exc}") from None
     while lines and not lines[-1].strip():

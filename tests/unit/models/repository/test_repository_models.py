@@ -93,6 +93,23 @@ def test_a_classifier_without_labels_answers_class_numbers(
     assert isinstance(answer, list) and answer[0][:2] == (2, "class_2")
 
 
+def test_a_card_and_labels_saved_with_a_byte_order_mark_read_as_without(
+        models: Models, make_repository: MakeRepository) -> None:
+    """Windows editors begin a UTF-8 file with a BOM: it is no part of the TOML nor of the
+    first label, nor of a JSON item."""
+    bom = "\ufeff"
+    root = make_repository("colours", bom + CNN_CARD + "resize = 40\n", {
+        "1/model.pt2": models.cnn.pt2, "labels.txt": bom + "rouge\nvert\nbleu\n"})
+    model = load(root, "colours")
+    answer = model.predict_items([model.preprocess(coloured(0, 1))], top_k=1)[0]
+    assert model.labels == ("rouge", "vert", "bleu")
+    assert answer == [(0, "rouge", pytest.approx(answer[0][2]))]
+    vectors = load(make_repository("vectors", TENSOR_CARD + "[output]\ntensor = 0\n",
+                                   {"1/model.pt2": models.tensor.pt2}), "vectors")
+    item = (bom + json.dumps([1.0] * FEATURES)).encode()
+    assert vectors.preprocess(item).tolist() == [1.0] * FEATURES
+
+
 @pytest.mark.parametrize("normalize", [True, False])
 def test_an_embedding_model_answers_the_modules_vectors(
         models: Models, make_repository: MakeRepository, normalize: bool) -> None:
