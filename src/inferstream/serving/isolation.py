@@ -24,24 +24,21 @@ with it, as they always did.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 import torch
 
+from inferstream.models.errors import error_line
+
 log = logging.getLogger(__name__)
 
 #: Items failed alone, with no pass succeeded, after which a recovery gives the rest up.
 HOPELESS_AFTER = 8
-#: The most characters of an error's line that an item's reason keeps.
-REASON_CHARS = 200
 #: Errors of the device or of memory, by type and by what torch's messages say of them.
 _DEVICE_ERRORS = (torch.OutOfMemoryError, torch.AcceleratorError, MemoryError)
 _DEVICE_MARKERS = ("out of memory", "can't allocate memory", "CUDA error", "CUBLAS_STATUS_",
                    "CUDNN_STATUS_", "cuDNN error", "device-side assert", "HIP error")
-#: A line of a traceback that names its exception: `builtins.ValueError: message`.
-_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Za-z_]\w*(?:Error|Exception)): ")
 
 _Item = TypeVar("_Item")
 _Output = TypeVar("_Output")
@@ -54,25 +51,6 @@ def splittable(exc: BaseException) -> bool:
         return False
     message = str(exc)
     return not any(marker in message for marker in _DEVICE_MARKERS)
-
-
-def error_line(exc: BaseException) -> str:
-    """`exc` in one line of at most `REASON_CHARS` characters: `Type: line`.
-
-    The line is the first non-blank one of the message, but where the message holds a
-    traceback (TorchScript's: `Traceback of TorchScript ...`, then the code, then
-    `builtins.ValueError: feature 0 out of range`) its last one, which names the exception
-    raised in the model's code: that exception's type and message, its module left out.
-    """
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    if not lines:
-        return type(exc).__name__
-    if any(line.startswith("Traceback") for line in lines):
-        named = _EXCEPTION_LINE.match(lines[-1])
-        if named is not None:
-            return f"{named.group(1)}: {lines[-1][named.end():]}"[:REASON_CHARS]
-        return f"{type(exc).__name__}: {lines[-1]}"[:REASON_CHARS]
-    return f"{type(exc).__name__}: {lines[0]}"[:REASON_CHARS]
 
 
 def forward_error(exc: BaseException) -> str:

@@ -17,12 +17,13 @@ import torch
 
 from inferstream.jobs.output import output_lines, write_lines
 from inferstream.models import DEFAULT_MAX_PIXELS
+from inferstream.models.errors import REASON_CHARS, error_line
 from inferstream.models.repository import open_repository
 from inferstream.models.repository.check import load_checked
 from inferstream.models.sim import SimParams
 from inferstream.schemas.records import error_item
 from inferstream.serving.hooks import WorkerHooks
-from inferstream.serving.isolation import HOPELESS_AFTER, REASON_CHARS, error_line, isolate
+from inferstream.serving.isolation import HOPELESS_AFTER, isolate
 from tests.unit.serving.test_batching_pipeline import PickyModel, run_tasks, task
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from inferstream.models.errors import ItemError
+from inferstream.models.errors import ItemError, error_line
 from inferstream.models.repository.archive import vet_export_archive
 from inferstream.models.repository.errors import HANDLER_REFUSED, RepositoryError
 from inferstream.models.repository.layout import ModelVersion
@@ -72,7 +72,7 @@ class HandlerPreprocess:
             raise
         except Exception as exc:  # the handler's own code raises anything
             log.debug("the handler's preprocess failed on an item", exc_info=True)
-            raise ItemError(f"model error: {first_line(exc)}") from exc
+            raise ItemError(f"model error: {error_line(exc)}") from exc
         if not isinstance(item, torch.Tensor):
             raise ItemError(f"model error: preprocess returned a {type(item).__name__}, not "
                             "a tensor")
@@ -109,7 +109,7 @@ def load_program(version: ModelVersion, device: torch.device, *,
     except RepositoryError:
         raise
     except Exception as exc:  # torch raises anything for a file it cannot read
-        raise RepositoryError(version.file, f"does not load: {first_line(exc)}") from None
+        raise RepositoryError(version.file, f"does not load: {error_line(exc)}") from None
 
 
 def _load_exported(version: ModelVersion) -> torch.nn.Module:
@@ -147,7 +147,7 @@ def _load_handler(version: ModelVersion, device: torch.device) -> Program:
     except RepositoryError:
         raise
     except Exception as exc:  # the handler's own code failed
-        raise RepositoryError(version.file, f"does not load: {first_line(exc)}") from None
+        raise RepositoryError(version.file, f"does not load: {error_line(exc)}") from None
     if not callable(getattr(handler, "predict", None)):
         raise RepositoryError(version.file, "load() returned an object without "
                               "predict(batch)")
@@ -156,8 +156,3 @@ def _load_handler(version: ModelVersion, device: torch.device) -> Program:
                    HandlerPreprocess(preprocess) if callable(preprocess) else None,
                    handler=True)
 
-
-def first_line(exc: BaseException) -> str:
-    """`Type: first line of the message`, at most 200 characters."""
-    first = (str(exc).strip().splitlines() or [""])[0][:200]
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

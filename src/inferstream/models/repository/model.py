@@ -16,7 +16,7 @@ import torch
 
 from inferstream.models.base import TorchModel
 from inferstream.models.collate import collate
-from inferstream.models.errors import ItemError
+from inferstream.models.errors import ItemError, error_line
 from inferstream.models.outputs import ItemOutput
 from inferstream.models.repository.answers import (
     OutputMismatchError,
@@ -33,7 +33,7 @@ from inferstream.models.repository.inputs import (
     synthetic_description,
 )
 from inferstream.models.repository.layout import ModelVersion, read_labels
-from inferstream.models.repository.loaders import Program, first_line
+from inferstream.models.repository.loaders import Program
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class RepositoryModel(TorchModel):
         except Exception as exc:  # the model's own code raises anything
             stage = "its predict fails" if self.handler else "fails"
             raise RepositoryError(self.file, f"{stage} on a synthetic batch of {CHECK_BATCH}: "
-                                  f"{first_line(exc)}") from None
+                                  f"{error_line(exc)}") from None
         try:
             with torch.inference_mode():
                 self._read_output(raw)
@@ -117,7 +117,7 @@ class RepositoryModel(TorchModel):
         except Exception as exc:  # torch's own, on an output of an odd dtype, layout, device
             log.debug("reading the output of %s failed", self.file, exc_info=True)
             raise RepositoryError(self.file, f"its output on a synthetic batch does not read "
-                                  f"as a {self.card.output.kind} output: {first_line(exc)}"
+                                  f"as a {self.card.output.kind} output: {error_line(exc)}"
                                   ) from None
 
     def _checked_item(self) -> torch.Tensor:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import io
 import json
+import warnings
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 
 from inferstream.cli import main
 from inferstream.config import WorkerConfig
@@ -82,6 +84,26 @@ def static_batch(models: Models, make_repository: MakeRepository) -> Path:
     return make_repository("m", CNN_CARD, {"1/model.pt2": models.static.pt2})
 
 
+class ItemOfTheBatch(torch.nn.Module):
+    """Runs on a batch of 1 only: `.item()` of the batch's first feature."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:, :3] * (float(x[:, 0].item()) + 1.0)
+
+
+def scripted(module: torch.nn.Module) -> bytes:
+    """`module` scripted and saved with torch.jit.save."""
+    out = io.BytesIO()
+    with warnings.catch_warnings():  # TorchScript is deprecated upstream
+        warnings.simplefilter("ignore", FutureWarning)
+        torch.jit.save(torch.jit.script(module.eval()), out)
+    return out.getvalue()
+
+
+def batch_of_one_only(models: Models, make_repository: MakeRepository) -> Path:
+    return make_repository("m", TENSOR_CARD, {"1/model.pt": scripted(ItemOfTheBatch())})
+
+
 # (id, repository, the file relative to the repository, the reason)
 BROKEN: list[tuple[str, Broken, str, str]] = [
     ("no card", layout(None, GOOD), "m/model.toml", "missing file (every model has a card)"),
@@ -136,6 +158,8 @@ BROKEN: list[tuple[str, Broken, str, str]] = [
                                        "tensor = \"logits\"\n", {"1/model.pt2": b"t"}),
      "m/1/model.pt2", "fails on a synthetic batch of 2: RuntimeError: Expected input at "
      "*args[0].shape[1] to be equal to 6, but got 5"),
+    ("TorchScript raises", batch_of_one_only, "m/1/model.pt", "fails on a synthetic batch "
+     "of 2: RuntimeError: a Tensor with 2 elements cannot be converted to Scalar"),
     ("shadows a built-in", layout(CNN_CARD, GOOD, name="resnet50"), "resnet50",
      "shadows the built-in model resnet50: give the folder another name"),
     ("name no job can give", layout(CNN_CARD, GOOD, name="_colors"), "_colors",
