@@ -46,6 +46,15 @@ _CONSTANTS_CONFIG = "data/constants/{}_constants_config.json"
 _LEGACY = ("data/weights/{}.pt", "data/constants/{}.pt")
 _SAMPLE_INPUTS = "data/sample_inputs/{}.pt"
 _TENSOR_CONSTANT = "tensor_"
+#: What a pickle of torch.save, TorchScript's and an older torch.export's archives hold
+#: (torch/serialization.py, torch/csrc/jit/serialization/export_module.cpp,
+#: torch/_export/__init__.py of torch before 2.8).
+_PICKLE = "data.pkl"
+_TORCHSCRIPT = ("constants.pkl", "code/")
+_OLD_EXPORT = "serialized_exported_program.json"
+#: A model file saved by the wrong function, and what to do about it.
+PICKLED = ("a torch.save pickle (a state_dict or a pickled module), not a model: save the "
+           "module with torch.export.save as model.pt2, or torch.jit.save as model.pt")
 
 #: What the shape expressions torch.export writes are made of: sympy's constructors (as
 #: `srepr` prints them), torch's shape functions (torch/utils/_sympy/functions.py), the
@@ -84,6 +93,22 @@ def vet_export_archive(path: Path) -> None:
             from None
 
 
+def saved_by(path: Path) -> str | None:
+    """Which of `torch.save`, `torch.jit.save` and `torch.export.save` wrote the archive at
+    `path`, by the entries each writes (None: none of them, or not a zip file)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (zipfile.BadZipFile, OSError):
+        return None
+    entries = {name.split("/", 1)[1] for name in names if "/" in name}
+    if entries & {_VERSION, _OLD_EXPORT} or any(e.startswith(_MODELS) for e in entries):
+        return "torch.export.save"
+    if any(e == _TORCHSCRIPT[0] or e.startswith(_TORCHSCRIPT[1]) for e in entries):
+        return "torch.jit.save"
+    return "torch.save" if _PICKLE in entries else None
+
+
 class _Vetting:
     def __init__(self, path: Path, archive: zipfile.ZipFile) -> None:
         self.path = path
@@ -101,6 +126,7 @@ class _Vetting:
             raise self.fail("entries outside the archive's folder")
         entries = {name[len(self.root):] for name in names}
         if _VERSION not in entries:
+            self.saved_otherwise()
             raise self.fail("written by torch.export.save of a torch before 2.8 (no "
                             "archive_version): save it again with this torch")
         if any(entry.startswith(_AOTI) for entry in entries):
@@ -109,6 +135,16 @@ class _Vetting:
                   if e.startswith(_MODELS) and e.endswith(".json")]
         for model in models:
             self.vet_model(model, entries)
+
+    def saved_otherwise(self) -> None:
+        """RepositoryError naming the function that wrote the file where it is not
+        torch.export.save: TorchScript belongs in model.pt, a pickle is no model."""
+        saver = saved_by(self.path)
+        if saver == "torch.jit.save":
+            raise RepositoryError(self.path, "written by torch.jit.save (TorchScript), not "
+                                  "torch.export.save: rename it model.pt")
+        if saver == "torch.save":
+            raise RepositoryError(self.path, PICKLED)
 
     def vet_model(self, model: str, entries: set[str]) -> None:
         for legacy in _LEGACY:

@@ -8,6 +8,10 @@ of the batch, on `device`) and, optionally, `preprocess(data: bytes) -> Tensor` 
 bytes to its CPU input tensor, called on several threads at once; without it the card's
 [input] applies). The handler places its own weights and picks its own precision. What its
 preprocess raises on an item is that item's error (`HandlerPreprocess`), never the worker's.
+
+A file written by another saver than its name says (a torch.save pickle, TorchScript as
+`model.pt2`, torch.export as `model.pt`) is refused naming the saver (`archive.saved_by`):
+torch's own error calls such a file corrupted.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any
 import torch
 
 from inferstream.models.errors import ItemError, error_line
-from inferstream.models.repository.archive import vet_export_archive
+from inferstream.models.repository.archive import PICKLED, saved_by, vet_export_archive
 from inferstream.models.repository.errors import HANDLER_REFUSED, RepositoryError
 from inferstream.models.repository.layout import ModelVersion
 
@@ -101,6 +105,7 @@ def load_program(version: ModelVersion, device: torch.device, *,
     try:
         if version.format == "export":
             return Program(ExportedModule(_load_exported(version)))
+        _vet_torchscript(version.file)
         with warnings.catch_warnings():
             # TorchScript is deprecated upstream and still common: the issue's format too.
             warnings.filterwarnings("ignore", category=FutureWarning, message=".*torch.jit")
@@ -110,6 +115,17 @@ def load_program(version: ModelVersion, device: torch.device, *,
         raise
     except Exception as exc:  # torch raises anything for a file it cannot read
         raise RepositoryError(version.file, f"does not load: {error_line(exc)}") from None
+
+
+def _vet_torchscript(path: Path) -> None:
+    """RepositoryError where a `model.pt` is a torch.save pickle or a torch.export archive,
+    which torch.jit.load would call a corrupted file (`constants.pkl` not found)."""
+    saver = saved_by(path)
+    if saver == "torch.save":
+        raise RepositoryError(path, PICKLED)
+    if saver == "torch.export.save":
+        raise RepositoryError(path, "written by torch.export.save, not torch.jit.save "
+                              "(TorchScript): rename it model.pt2")
 
 
 def _load_exported(version: ModelVersion) -> torch.nn.Module:

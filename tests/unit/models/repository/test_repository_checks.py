@@ -104,6 +104,25 @@ def batch_of_one_only(models: Models, make_repository: MakeRepository) -> Path:
     return make_repository("m", TENSOR_CARD, {"1/model.pt": scripted(ItemOfTheBatch())})
 
 
+def saved_with_torch_save(file: str, *, whole: bool) -> Broken:
+    """The CNN saved with torch.save as `file`: its state_dict, or the module pickled."""
+    def make(models: Models, make_repository: MakeRepository) -> Path:
+        out = io.BytesIO()
+        torch.save(models.cnn.module if whole else models.cnn.module.state_dict(), out)
+        return make_repository("m", CNN_CARD, {f"1/{file}": out.getvalue()})
+    return make
+
+
+def swapped(file: str) -> Broken:
+    """The CNN's TorchScript saved as model.pt2, or its export as model.pt."""
+    def make(models: Models, make_repository: MakeRepository) -> Path:
+        content = models.cnn.pt if file == "model.pt2" else models.cnn.pt2
+        return make_repository("m", CNN_CARD, {f"1/{file}": content})
+    return make
+
+
+PICKLED = ("a torch.save pickle (a state_dict or a pickled module), not a model: save the "
+           "module with torch.export.save as model.pt2, or torch.jit.save as model.pt")
 # (id, repository, the file relative to the repository, the reason)
 BROKEN: list[tuple[str, Broken, str, str]] = [
     ("no card", layout(None, GOOD), "m/model.toml", "missing file (every model has a card)"),
@@ -144,6 +163,16 @@ BROKEN: list[tuple[str, Broken, str, str]] = [
     ("not TorchScript", layout(CNN_CARD, {"1/model.pt": b"not a zip"}), "m/1/model.pt",
      "does not load: RuntimeError: PytorchStreamReader failed reading zip archive: not a ZIP "
      "archive"),
+    ("state_dict as model.pt", saved_with_torch_save("model.pt", whole=False),
+     "m/1/model.pt", PICKLED),
+    ("pickled module as model.pt", saved_with_torch_save("model.pt", whole=True),
+     "m/1/model.pt", PICKLED),
+    ("state_dict as model.pt2", saved_with_torch_save("model.pt2", whole=False),
+     "m/1/model.pt2", PICKLED),
+    ("TorchScript as model.pt2", swapped("model.pt2"), "m/1/model.pt2",
+     "written by torch.jit.save (TorchScript), not torch.export.save: rename it model.pt"),
+    ("torch.export as model.pt", swapped("model.pt"), "m/1/model.pt",
+     "written by torch.export.save, not torch.jit.save (TorchScript): rename it model.pt2"),
     ("static batch", static_batch, "m/1/model.pt2",
      "its batch dimension is fixed at 2: export it with dynamic_shapes=({0: "
      "torch.export.Dim('batch')},)"),
