@@ -103,7 +103,12 @@ def served_ref(model: LoadedModel) -> str:
 
 def model_settings(settings: WorkerConfig, model: LoadedModel) -> WorkerConfig:
     """The worker's settings with those `model` sets for itself (a repository model's card:
-    max_batch, compile, precision, channels_last)."""
-    if isinstance(model, RepositoryModel):
-        return dataclasses.replace(settings, **model.settings())
-    return settings
+    max_batch, compile, precision, channels_last), its max_batch no more than its program
+    takes (a torch.export batch Dim's max), which would fail larger batches."""
+    if not isinstance(model, RepositoryModel):
+        return settings
+    options = dataclasses.replace(settings, **model.settings())
+    bound = model.program_max_batch
+    if bound is not None and options.max_batch > bound:
+        options = dataclasses.replace(options, max_batch=bound)
+    return options

@@ -27,7 +27,7 @@ from inferstream.models.repository.errors import RepositoryError
 def models_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=("list", "check"),
                         help="list: each model, its versions, input and output; check: load "
-                        "and run every version on a synthetic batch, one line per problem")
+                        "and run every version on synthetic batches, one line per problem")
     parser.add_argument("--model-repository", metavar="DIR",
                         help="the repository, a folder or file:// URI (default: [worker] "
                         "model_repository, INFERSTREAM_MODEL_REPOSITORY)")

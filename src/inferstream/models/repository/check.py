@@ -1,7 +1,7 @@
 """The checks of a model repository, the same for `inferstream models check` and a worker's
 start: what can be read without torch (`check_names`: cards, folders, names), then each
-version loaded and run on a synthetic batch (`load_checked`). Every problem is one line
-naming the file and the reason (`RepositoryError`).
+version loaded and run on synthetic batches of 1, 2 and more items (`load_checked`). Every
+problem is one line naming the file and the reason (`RepositoryError`).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def load_checked(repository: Repository, name: str, device: torch.device | str, 
                  allow_python: bool, max_pixels: int, number: int | None = None
                  ) -> RepositoryModel:
     """Version `number` (default: the newest) of model `name` loaded on `device` and run on
-    a synthetic batch (`RepositoryModel.check`); RepositoryError where anything fails."""
+    synthetic batches (`RepositoryModel.check`); RepositoryError where anything fails."""
     import torch
 
     from inferstream.models.repository.loaders import load_program
@@ -93,7 +93,7 @@ def load_checked(repository: Repository, name: str, device: torch.device | str, 
 def check_repository(repository: Repository, *, allow_python: bool, device: str = "cpu",
                      max_pixels: int) -> list[str]:
     """Every problem of the repository, one line each: each model's card and folders, then
-    each version loaded and run on a synthetic batch."""
+    each version loaded and run on synthetic batches."""
     problems = [str(error) for error in shadowing(repository)]
     for name in repository.names():
         if not is_model_name(name):

@@ -43,6 +43,9 @@ class Program:
     module: torch.nn.Module
     preprocess: Callable[[bytes], torch.Tensor] | None = None
     handler: bool = False
+    #: the most items per batch the program takes (a torch.export batch Dim's max, which its
+    #: module enforces); None: no bound
+    max_batch: int | None = None
 
 
 class ExportedModule(torch.nn.Module):
@@ -104,7 +107,7 @@ def load_program(version: ModelVersion, device: torch.device, *,
         return _load_handler(version, device)
     try:
         if version.format == "export":
-            return Program(ExportedModule(_load_exported(version)))
+            return _load_exported(version)
         _vet_torchscript(version.file)
         with warnings.catch_warnings():
             # TorchScript is deprecated upstream and still common: the issue's format too.
@@ -128,7 +131,7 @@ def _vet_torchscript(path: Path) -> None:
                               "(TorchScript): rename it model.pt2")
 
 
-def _load_exported(version: ModelVersion) -> torch.nn.Module:
+def _load_exported(version: ModelVersion) -> Program:
     vet_export_archive(version.file)
     read: Callable[[Path], torch.export.ExportedProgram] = torch.export.load  # untyped upstream
     program = read(version.file)
@@ -144,7 +147,16 @@ def _load_exported(version: ModelVersion) -> torch.nn.Module:
                               "it with dynamic_shapes=({0: torch.export.Dim('batch')},)")
     # check_guards=False: the guards would be code the file carries, exec'd (archive.py).
     module: torch.nn.Module = program.module(check_guards=False)
-    return module
+    return Program(ExportedModule(module), max_batch=_largest_batch(program, batch))
+
+
+def _largest_batch(program: torch.export.ExportedProgram, batch: object) -> int | None:
+    """The max of the program's batch Dim (`Dim("batch", max=4)`), None where it has none:
+    its module raises on a larger batch."""
+    if not isinstance(batch, torch.SymInt):
+        return None
+    bound = program.range_constraints.get(batch.node.expr)
+    return int(bound.upper) if bound is not None and bound.upper.is_Integer else None
 
 
 def _load_handler(version: ModelVersion, device: torch.device) -> Program:

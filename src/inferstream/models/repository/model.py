@@ -2,9 +2,9 @@
 
 It is a `TorchModel`, so the worker's forward path applies to it as to a built-in
 (`models.forward`: compiled or eager, precision, channels-last; JPEGs decoded on the device),
-with the card's [serving] keys in place of the worker's settings (`settings`). `check` runs a
-synthetic batch through it before it serves: a model whose output does not fit its card never
-serves.
+with the card's [serving] keys in place of the worker's settings (`settings`). `check` runs
+synthetic batches of several sizes through it before it serves: a model whose output does not
+fit its card never serves.
 """
 
 from __future__ import annotations
@@ -37,9 +37,16 @@ from inferstream.models.repository.loaders import Program
 
 log = logging.getLogger(__name__)
 
-#: items in the batch `check` runs: more than one, so that a batch dimension exported as a
-#: constant shows
-CHECK_BATCH = 2
+#: the largest batch `check` runs (fewer items where the model takes fewer: `check_sizes`)
+CHECK_LARGEST = 8
+
+
+def check_sizes(limit: int | None) -> list[int]:
+    """The batch sizes `check` runs, none above `limit` (None: no bound): an item alone (a
+    `.squeeze()` breaks it), two, and CHECK_LARGEST (a batch size traced in as a constant, or
+    an exported batch Dim's max, breaks the others)."""
+    top = CHECK_LARGEST if limit is None else min(limit, CHECK_LARGEST)
+    return sorted({1, min(2, top), top})
 
 
 class RepositoryModel(TorchModel):
@@ -61,6 +68,12 @@ class RepositoryModel(TorchModel):
         self.handler = program.handler
         self.reader = OutputReader(card.output, labels)
         self._synthetic = synthetic_data(card.input)
+        #: the most items per batch its program takes (`Program.max_batch`); the worker's
+        #: batches of this model stay within it (`serving.loader.model_settings`)
+        self.program_max_batch = program.max_batch
+        bounds = [n for n in (card.serving.max_batch, program.max_batch) if n is not None]
+        #: the most items per batch it serves, where its card or program bounds them
+        self.batch_limit = min(bounds) if bounds else None
 
     def settings(self) -> dict[str, Any]:
         """The worker settings this model sets for itself: its card's [serving] keys, and
@@ -96,29 +109,43 @@ class RepositoryModel(TorchModel):
             return self.reader.read(self.forward(self.to_inputs(batch)), len(batch), top_k)
 
     def check(self) -> None:
-        """RepositoryError unless a synthetic batch runs and its output fits the card; a
-        classifier without a labels file gets class_0, class_1, ... for its width. What the
-        model's own code raises on the way is one line naming the stage: a handler's
-        preprocess, the forward pass (a handler's predict), the reading of its output."""
-        batch = collate([self._checked_item()] * CHECK_BATCH)
-        inputs = self.to_inputs(batch)
+        """RepositoryError unless synthetic batches of 1, 2 and more items (`check_sizes`,
+        never more than the card's max_batch or the program takes) run and their output fits
+        the card; a classifier without a labels file gets class_0, class_1, ... for its
+        width. What the model's own code raises on the way is one line naming the stage (a
+        handler's preprocess, the forward pass or a handler's predict, the reading of its
+        output) and the batch's size."""
+        item = self._checked_item()
+        passed = 0
+        for size in check_sizes(self.batch_limit):
+            self._check_batch(collate([item] * size), passed)
+            passed = size
+
+    def _check_batch(self, batch: torch.Tensor, passed: int) -> None:
+        """One synthetic batch run and its output read; `passed`: the largest batch that
+        did (0: none yet), which a card's max_batch could keep the model to."""
+        size = len(batch)
         try:
             with torch.inference_mode():
-                raw = self.forward(inputs)
+                raw = self.forward(self.to_inputs(batch))
         except Exception as exc:  # the model's own code raises anything
             stage = "its predict fails" if self.handler else "fails"
-            raise RepositoryError(self.file, f"{stage} on a synthetic batch of {CHECK_BATCH}: "
-                                  f"{error_line(exc)}") from None
+            hint = (f"; a batch of {passed} passes: where the model takes no more, set "
+                    f"[serving] max_batch = {passed} in its card") if passed else ""
+            raise RepositoryError(self.file, f"{stage} on a synthetic batch of {size}: "
+                                  f"{error_line(exc)}{hint}") from None
         try:
             with torch.inference_mode():
-                self._read_output(raw)
+                self._read_output(raw, size)
         except OutputMismatchError as exc:
-            raise RepositoryError(self.file, str(exc)) from None
+            said = str(exc) if f"a batch of {size}" in str(exc) else \
+                f"{exc} (a synthetic batch of {size})"
+            raise RepositoryError(self.file, said) from None
         except Exception as exc:  # torch's own, on an output of an odd dtype, layout, device
             log.debug("reading the output of %s failed", self.file, exc_info=True)
-            raise RepositoryError(self.file, f"its output on a synthetic batch does not read "
-                                  f"as a {self.card.output.kind} output: {error_line(exc)}"
-                                  ) from None
+            raise RepositoryError(self.file, f"its output on a synthetic batch of {size} does "
+                                  f"not read as a {self.card.output.kind} output: "
+                                  f"{error_line(exc)}") from None
 
     def _checked_item(self) -> torch.Tensor:
         """The synthetic item, preprocessed; RepositoryError where the preprocess refuses it
@@ -131,17 +158,18 @@ class RepositoryModel(TorchModel):
                 f"{whose} fails on the check's synthetic {self.card.input.kind} item "
                 f"({synthetic_description(self.card.input)}): {exc.reason}")) from None
 
-    def _read_output(self, raw: object) -> None:
-        """The synthetic batch's output read as the card says (OutputMismatchError where it
+    def _read_output(self, raw: object, size: int) -> None:
+        """A synthetic batch's output read as the card says (OutputMismatchError where it
         does not fit)."""
         if self.card.output.kind == "classification" and not self.labels:
-            self.labels = class_labels(_width(raw, self.card.output.tensor))
+            self.labels = class_labels(_width(raw, size, self.card.output.tensor))
             self.reader = OutputReader(self.card.output, self.labels)
-        self.reader.read(raw, CHECK_BATCH, 1)
+        self.reader.read(raw, size, 1)
 
 
-def _width(raw: object, choices: tuple[str | int, ...]) -> int:
-    """The classes of a classifier's output (0 where it is not [batch, classes])."""
-    outputs = named_outputs(raw, CHECK_BATCH)
+def _width(raw: object, size: int, choices: tuple[str | int, ...]) -> int:
+    """The classes of a classifier's output for a batch of `size` (0 where it is not
+    [batch, classes])."""
+    outputs = named_outputs(raw, size)
     values = chosen(outputs, choices)[0][1] if len(outputs) == 1 or choices else None
     return values.shape[1] if values is not None and values.dim() == 2 else 0

@@ -181,14 +181,15 @@ BROKEN: list[tuple[str, Broken, str, str]] = [
      "with output.tensor"),
     ("output not 2-D", layout(TENSOR_FEATURES_CARD + "tensor = \"features\"\n",
                               {"1/model.pt2": b"t"}),
-     "m/1/model.pt2", "output features of a embedding model has shape [2, 4, 2]; expected "
-     "[batch, dim]"),
+     "m/1/model.pt2", "output features of a embedding model has shape [1, 4, 2]; expected "
+     "[batch, dim] (a synthetic batch of 1)"),
     ("input the model refuses", layout(TENSOR_FEATURES_CARD.replace("[6]", "[5]") +
                                        "tensor = \"logits\"\n", {"1/model.pt2": b"t"}),
-     "m/1/model.pt2", "fails on a synthetic batch of 2: RuntimeError: Expected input at "
+     "m/1/model.pt2", "fails on a synthetic batch of 1: RuntimeError: Expected input at "
      "*args[0].shape[1] to be equal to 6, but got 5"),
     ("TorchScript raises", batch_of_one_only, "m/1/model.pt", "fails on a synthetic batch "
-     "of 2: RuntimeError: a Tensor with 2 elements cannot be converted to Scalar"),
+     "of 2: RuntimeError: a Tensor with 2 elements cannot be converted to Scalar; a batch of "
+     "1 passes: where the model takes no more, set [serving] max_batch = 1 in its card"),
     ("shadows a built-in", layout(CNN_CARD, GOOD, name="resnet50"), "resnet50",
      "shadows the built-in model resnet50: give the folder another name"),
     ("name no job can give", layout(CNN_CARD, GOOD, name="_colors"), "_colors",
@@ -348,9 +349,9 @@ FAILING_HANDLERS = [
      f"the check's synthetic tensor item ({NPY}): model error: preprocess returned a list, "
      "not a tensor"),
     ("predict raises", handler(ZEROS, "raise KeyError('scale')\n"), "its predict fails on "
-     "a synthetic batch of 2: KeyError: 'scale'"),
+     "a synthetic batch of 1: KeyError: 'scale'"),
     ("output unreadable", handler(ZEROS, "return torch.zeros(len(batch), 3, device='meta')"),
-     "its output on a synthetic batch does not read as a classification output: "
+     "its output on a synthetic batch of 1 does not read as a classification output: "
      "NotImplementedError: Cannot copy out of meta tensor; no data!"),
 ]
 
