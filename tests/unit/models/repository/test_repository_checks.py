@@ -371,37 +371,3 @@ def test_a_handler_failing_on_the_synthetic_batch_is_one_line_naming_the_stage(
     with pytest.raises(RepositoryError) as refused:  # the worker's start: exit 2, no restart
         model_loader(settings, "cpu")("text")
     assert str(refused.value) == line
-
-
-def test_models_list_flags_the_folders_check_reports(
-        models: Models, make_repository: MakeRepository,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    """A folder no job can name, one named like a built-in model and a version folder above
-    2^31-1 were listed (or left out) without a word: `list` says what `check` says of them."""
-    for name in ("colours", "modèle", "x" * 140, "resnet50"):
-        root = make_repository(name, CNN_CARD, GOOD | {"1/model.pt2": models.cnn.pt2})
-    make_repository("stamped", CNN_CARD, GOOD | {"202612071053/model.pt2": models.cnn.pt2})
-    assert main(["models", "list", "--model-repository", str(root)]) == 1
-    out, err = capsys.readouterr()
-    assert out.splitlines() == [
-        f"{name}  versions 1 (export)  input image [32, 32]  output classification"
-        for name in ("colours", "resnet50")]
-    assert sorted(err.splitlines()) == sorted([
-        f"{root}/resnet50: shadows the built-in model resnet50: give the folder another name",
-        *(f"{root}/{name}: no job can name this model: a model's name is made of letters, "
-          "digits, '.', '_' and '-', starting with a letter or a digit, at most 128 "
-          "characters; rename the folder" for name in ("modèle", "x" * 140)),
-        f"{root}/stamped/202612071053: version 202612071053 is above 2147483647, the highest "
-        "a version can be (versions are a whole number from 1 to 2147483647): renumber the "
-        "folder, e.g. the next of 1, 2, ... or the time in seconds since the epoch"])
-
-
-@pytest.mark.parametrize("action", ["list", "check"])
-def test_a_model_folder_given_as_the_repository_says_to_give_its_parent(
-        action: str, models: Models, make_repository: MakeRepository,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    root = make_repository("colours", CNN_CARD, {"1/model.pt2": models.cnn.pt2})
-    assert main(["models", action, "--model-repository", str(root / "colours")]) == 2
-    assert capsys.readouterr().err == (
-        f"inferstream: error: {root}/colours: holds a model.toml: this looks like a model "
-        f"folder; give its parent, the repository ({root})\n")
