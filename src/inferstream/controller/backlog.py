@@ -37,6 +37,7 @@ from inferstream.config import Config
 from inferstream.controller.deadlines import Deadlines
 from inferstream.controller.expansion import iter_names
 from inferstream.controller.ledger import JobState
+from inferstream.jobs.errors import InputError
 from inferstream.policy.view import PolicyView, model_figure
 from inferstream.schemas.records import Job, LedgerStatus
 
@@ -67,14 +68,17 @@ class _ItemCount:
         """Counts up to `budget` more names; returns how many it read."""
         if self._names is None:
             return 0
+        counted = 0
         try:
-            counted = sum(1 for _ in islice(self._names, budget))
-        except OSError as exc:  # the expansion meets the same error and says so
-            log.debug("counting the items of a job stopped: %s", exc)
-            counted, self._names = 0, None
-        if counted < budget:
+            for _ in islice(self._names, budget):
+                counted += 1
+        except (OSError, InputError) as exc:  # the expansion meets the same error: the
+            log.debug("counting the items of a job stopped: %s", exc)  # job fails with it
             self._names = None
-            self.finished = True
+        else:
+            if counted < budget:
+                self._names = None
+                self.finished = True
         self.items += counted
         return counted
 

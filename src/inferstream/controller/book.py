@@ -104,7 +104,7 @@ class JobBook:
         self.jobs[state.job_id] = state
         reason = rejection_reason(job, self.partitions, self.config.task_topic(job["pool"]))
         if reason is None and cursor(state).finished:
-            reason = "empty input: the job names no items"
+            reason = cursor(state).error or "empty input: the job names no items"
         versioned = reason is None and self.versions.choose(state)
         reason = reason or state.failure
         if reason is not None:
@@ -229,6 +229,8 @@ class JobBook:
     def _emit_events(self, out: Outbox, now: int) -> None:
         interval_ms = self.options.progress_interval_s * 1000
         for state in self.jobs.values():
+            if state.failure is None and state.expansion is not None:
+                state.failure = state.expansion.error  # its input could not be read
             if state.failure is not None and state.status == LedgerStatus.ACTIVE:
                 self._end(state, LedgerStatus.FAILED, out)
                 log.info("job %s failed: %s", state.job_id, state.failure)

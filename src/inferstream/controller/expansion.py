@@ -61,11 +61,16 @@ def iter_names(inputs: Iterable[str]) -> Iterator[str]:
 
 
 def _read_list(path: str) -> Iterator[str]:
+    """The names in list file `path`; InputError where it is not UTF-8 text (librdkafka's
+    and the controller's loop would otherwise meet a UnicodeDecodeError)."""
     with open(path, encoding="utf-8") as lines:
-        for line in lines:
-            name = line.strip()
-            if name and not name.startswith("#"):
-                yield name
+        try:
+            for line in lines:
+                name = line.strip()
+                if name and not name.startswith("#"):
+                    yield name
+        except UnicodeDecodeError as exc:
+            raise InputError(f"list file {path} is not UTF-8 text ({exc.reason})") from None
 
 
 def _walk(root: str) -> Iterator[str]:
@@ -114,11 +119,15 @@ class JobExpansion:
     """A resumable cursor over a job's tasks: `next_tasks(n)` gives up to n more.
 
     It reads one task ahead, so `finished` is True as soon as the last task is taken and
-    `next_size` is the size of the task that comes next. Of the `skip_tasks` first tasks, it
+    `next_size` is the size of the task that comes next; an input that cannot be read to its
+    end finishes it too, `error` saying why. Of the `skip_tasks` first tasks, it
     keeps the items of those in `keep` in `kept` (a takeover's outstanding tasks)."""
 
     def __init__(self, job: Job, skip_tasks: int = 0, keep: Container[int] = ()) -> None:
-        self._chunks = cut_tasks(iter_items(job), max(1, job["chunk_size"]))
+        #: why the job's input could not be read to its end (a list file gone since the job
+        #: was accepted, or not UTF-8 text): the cut ends there and the job fails with it
+        self.error: str | None = None
+        self._chunks = cut_tasks(self._read(iter_items(job)), max(1, job["chunk_size"]))
         self.next_task_id = 0
         self.items_issued = 0
         self.kept: dict[int, list[Item]] = {}
@@ -128,6 +137,13 @@ class JobExpansion:
             chunk = self._take()
             if chunk is not None and task_id in keep:
                 self.kept[task_id] = chunk
+
+    def _read(self, items: Iterator[Item]) -> Iterator[Item]:
+        try:
+            yield from items
+        except (OSError, InputError) as exc:
+            why = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) else str(exc)
+            self.error = f"its input cannot be read to its end: {why}"
 
     @property
     def finished(self) -> bool:

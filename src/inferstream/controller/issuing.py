@@ -206,7 +206,8 @@ class TaskIssuer:
         """Tasks of `tasks`' items counted as issued, in the job's ledger entry."""
         state.issued_tasks += len(tasks)
         state.issued_items += sum(len(items) for items in tasks)
-        state.expanded = cursor(state).finished
+        cut = cursor(state)
+        state.expanded = cut.finished and cut.error is None  # an error fails it (`book`)
         state.changed = True
         out.ledger(*self.ledger.job_entry(state), state.partition)
 
