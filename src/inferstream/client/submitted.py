@@ -9,18 +9,30 @@ from __future__ import annotations
 from inferstream.config import Config
 from inferstream.jobs.output import open_job_partition
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
+from inferstream.kafka.errors import PartitionReadError
 from inferstream.kafka.reader import PartitionReader, assign_since, reader_consumer
 from inferstream.schemas import Codec, SchemaError
 from inferstream.schemas.records import Job, model_ref, read_record
 
+#: How long the jobs topic's partition is read for a job's record.
+READ_S = 30.0
+
 
 def job_submitted(config: Config, job_id: str, clients: KafkaClients = REAL_CLIENTS) -> bool:
-    """Whether the jobs topic holds a record keyed by `job_id` (from about its time on)."""
+    """Whether the jobs topic holds a record keyed by `job_id` (from about its time on);
+    PartitionReadError where its partition could not be read to its end in `READ_S` (an id
+    without a time is looked for from the partition's start): not knowing is not "no"."""
     consumer, partition = open_job_partition(config, config.topic("jobs"), job_id, clients)
     key = job_id.encode()
     try:
-        return any(record.key == key
-                   for record in PartitionReader(consumer, [partition], timeout_s=30))
+        reader = PartitionReader(consumer, [partition], timeout_s=READ_S)
+        if any(record.key == key for record in reader):
+            return True
+        if reader.waiting:
+            raise PartitionReadError(
+                f"cannot tell whether job {job_id} was submitted: partition {partition} of "
+                f"{config.topic('jobs')} was not read to its end within {READ_S:g}s")
+        return False
     finally:
         consumer.close()
 

@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
+from inferstream.client import submitted
 from inferstream.client.client import Client
 from inferstream.config import Config
 from inferstream.jobs.errors import InputError, InvalidJobError, JobTimeoutError, UnknownJobError
 from inferstream.kafka.clients import SyncProducer
-from inferstream.kafka.errors import KafkaSetupError
+from inferstream.kafka.errors import KafkaSetupError, PartitionReadError
 from inferstream.testing import MemoryKafkaClients
 from inferstream.testing.clients.sync_producer import MemoryProducer
 from tests.unit.support.memory import CODEC, MODEL, make_config
@@ -48,6 +49,19 @@ def test_a_job_id_used_before_is_refused_naming_it(client: Client,
                                 "(leave it out for a new one), got 'myjob-1'")
     assert jobs_sent(clients) == [b"myjob-1"]
     assert client.submit(MODEL, ["photos"], job_id="myjob-2").job_id == "myjob-2"
+
+
+def test_a_jobs_partition_not_read_to_its_end_is_not_taken_for_an_unused_id(
+        client: Client, clients: MemoryKafkaClients, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An id without a time is looked for from the partition's start (inline jobs of up to
+    16 MiB each): a read cut short by its timeout said "not submitted", and the reused id
+    went through."""
+    client.submit(MODEL, ["photos"], job_id="myjob-1")
+    monkeypatch.setattr(submitted, "READ_S", 0.0)
+    with pytest.raises(PartitionReadError, match=r"cannot tell whether job myjob-1 was "
+                       r"submitted: partition [0-9]+ of t\.jobs was not read to its end"):
+        client.submit(MODEL, ["photos/chelsea.png"], job_id="myjob-1")
+    assert jobs_sent(clients) == [b"myjob-1"]
 
 
 @pytest.mark.parametrize("job_id", ["a b/c\n", "", "a/b", "tab\there", "x" * 129, "é"])
