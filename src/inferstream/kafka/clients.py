@@ -30,6 +30,10 @@ class Outgoing(NamedTuple):
     #: None: a tombstone (on a compacted topic, the key is deleted)
     value: bytes | None
     headers: Headers = ()
+    #: sent, and acknowledged, before the records of its batch without it where no
+    #: transaction makes the batch whole (a result's pieces before the TaskResult that
+    #: names them: `worker.oversize`)
+    first: bool = False
 #: A confluent-kafka on_assign / on_revoke callback: (consumer, partitions).
 RebalanceCallback = Callable[[Any, list[Any]], None]
 

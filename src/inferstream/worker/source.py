@@ -116,8 +116,9 @@ class TaskSource(Source):
             started_at=int(run.started_at * 1000), finished_at=int(run.finished_at * 1000),
             decode_seconds=run.decode_seconds, inference_seconds=run.inference_seconds,
         )
-        return [self._result(task, value) for value in
-                result_records(self.codec, result, encode_result(self.codec, result))]
+        values = result_records(self.codec, result, encode_result(self.codec, result))
+        return [self._result(task, value, first=n < len(values) - 1)  # its pieces first
+                for n, value in enumerate(values)]
 
     def _declined(self, task: Task, reason: str) -> Outgoing:
         """The TaskDeclined that answers `task`, committed with its offset like a result."""
@@ -133,9 +134,9 @@ class TaskSource(Source):
             task=self.codec.encode("Task", task), declined_at=now_ms())
         return self._result(task, self.codec.encode("TaskDeclined", declined))
 
-    def _result(self, task: Task, value: bytes) -> Outgoing:
+    def _result(self, task: Task, value: bytes, first: bool = False) -> Outgoing:
         partition = results_partition(task, self.worker.partitions[self.results])
-        return Outgoing(self.results, partition, task["job_id"].encode(), value)
+        return Outgoing(self.results, partition, task["job_id"].encode(), value, first=first)
 
     def _dead_letter(self, record: Record, reason: str) -> Outgoing:
         return dead_letter(self.codec, self.dlq, self.worker.partitions[self.dlq],

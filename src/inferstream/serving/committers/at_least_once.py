@@ -62,10 +62,15 @@ class AtLeastOnceCommitter(PartitionCommitter):
         raise PartitionLostError(f"{self.tp}: commit failed {self.max_attempts} times")
 
     async def _send(self, records: list[Outgoing]) -> None:
-        sends = [await self._shared.send(r.topic, r.value, key=r.key, partition=r.partition,
-                                         headers=list(r.headers) or None)
-                 for r in records]
-        await asyncio.gather(*sends)
+        """`records` sent, those marked `first` acknowledged before the others go: with no
+        transaction, a TaskResult sent beside a piece it names that failed would be a result
+        the readers never make whole."""
+        for batch in ([r for r in records if r.first], [r for r in records if not r.first]):
+            sends = [await self._shared.send(r.topic, r.value, key=r.key,
+                                             partition=r.partition,
+                                             headers=list(r.headers) or None)
+                     for r in batch]
+            await asyncio.gather(*sends)
 
     async def _stop_producer(self) -> None:
         """The shared producer outlives partitions; the worker stops it."""
