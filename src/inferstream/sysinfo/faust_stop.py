@@ -6,7 +6,8 @@ Four steps of a Faust worker's stop await the cluster unguarded (faust-streaming
   (`App._consumer_wait_empty` -> `Consumer.wait_empty` -> `commit`), which first waits for a
   commit under way: the consumer's periodic commit, which aiokafka retries until the group
   coordinator answers, for ever while the cluster is away (seen with py-spy and a dump of
-  the loop's tasks: 4 of 6 stops of a replica beside a worker and a stream member);
+  the loop's tasks: 4 of 6 stops of a replica beside a worker and a stream member); the
+  same wait at a rebalance's revocation is left as Faust has it;
 * the app flushes its producer's buffer (`App._producer_flush`): the records it still holds
   (changelog writes, the fleet topic's forwards) wait for a broker that is away, for ever;
 * the consumer thread stops its aiokafka consumer (`AIOKafkaConsumerThread.on_thread_stop`
@@ -37,6 +38,9 @@ def bound_faust_stop(group_id: str, timeout_s: float) -> None:
     (idempotent; for the process: one sysinfo app runs in it)."""
 
     async def consumer_wait_empty(self: Any, consumer: Any, logger: Any) -> None:
+        if not self.should_stop:  # a rebalance's revocation waits too: Faust's own wait
+            await wait_empty(self, consumer, logger)
+            return
         await stop_or_warn(wait_empty(self, consumer, logger), timeout_s,
                            "offsets of the sysinfo app not committed at its stop")
 

@@ -84,7 +84,7 @@ def test_the_apps_flush_at_its_stop_returns_with_one_warning(
 
 def test_the_apps_last_commit_at_its_stop_returns_with_one_warning(
         caplog: pytest.LogCaptureFixture) -> None:
-    app: Any = SimpleNamespace(conf=SimpleNamespace(stream_wait_empty=True))
+    app: Any = SimpleNamespace(conf=SimpleNamespace(stream_wait_empty=True), should_stop=True)
     bound_faust_stop(GROUP, 0.1)  # again: still one bound, not one inside another
 
     asyncio.run(asyncio.wait_for(App._consumer_wait_empty(app, AwayClient(hangs=True),
@@ -92,3 +92,14 @@ def test_the_apps_last_commit_at_its_stop_returns_with_one_warning(
 
     assert warnings(caplog) == ["offsets of the sysinfo app not committed at its stop: the "
                                 "cluster did not answer (no answer within 0.1s)"]
+
+
+def test_a_rebalance_s_wait_for_its_streams_is_left_unbounded(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Only the stop is bounded: a revocation waits for its streams as Faust has it."""
+    app: Any = SimpleNamespace(conf=SimpleNamespace(stream_wait_empty=True), should_stop=False)
+    wait = App._consumer_wait_empty(app, AwayClient(hangs=True), logging.getLogger("t"))
+
+    with pytest.raises(TimeoutError):
+        asyncio.run(asyncio.wait_for(wait, 0.3))  # still waiting past the stop's 0.1 s
+    assert warnings(caplog) == []
