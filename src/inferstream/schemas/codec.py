@@ -207,6 +207,11 @@ class Codec:
                                            "name": f"{NAMESPACE}.{writer.name}Head"}), None)
         return self._heads[key]
 
+    def record_name(self, data: bytes) -> str:
+        """The name of the record in `data` ("TaskResult", ...), read from its header alone;
+        SchemaError as `decode`'s for bytes of no known writer."""
+        return self._writer_for(data)[0].name
+
     def decode_named(self, data: bytes) -> tuple[str, dict[str, Any]]:
         """Decode one record of any inferstream type; return its name ("Job", ...) and it."""
         writer, start = self._writer_for(data)

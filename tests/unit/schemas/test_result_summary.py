@@ -118,3 +118,11 @@ def test_a_decline_reads_whole_and_another_record_is_a_schema_error() -> None:
                           reason=TaskControlReason.CANCELLED, at=1)
     with pytest.raises(SchemaError, match="TaskResult or TaskDeclined"):
         read_result_summary(CODEC, CODEC.encode("TaskControl", control))
+
+
+def test_a_piece_of_a_large_result_is_skipped_by_its_header_alone() -> None:
+    """A ResultChunk (up to 16 MiB) is nothing to count: the controller reads its name from
+    the record's header and not its data (cut off here: it could not be decoded)."""
+    piece = CODEC.encode("ResultChunk", EXAMPLES["ResultChunk"])
+    assert read_result_summary(CODEC, piece) is None
+    assert read_result_summary(CODEC, piece[:12]) is None

@@ -77,9 +77,9 @@ def read_result_summary(codec: Codec, value: bytes) -> ResultSummary | TaskDecli
     """A record of the results topic as the controller reads it: a TaskResult's summary,
     without decoding its items where its writer counted them; a worker's TaskDeclined; or
     None for a ResultChunk, a piece of a large result whose own TaskResult sums it up."""
-    name, record = codec.decode_leading(value, "TaskResult", SUMMARY_FIELDS)
-    if name == "ResultChunk":
+    if codec.record_name(value) == "ResultChunk":  # up to 16 MiB: not decoded
         return None
+    name, record = codec.decode_leading(value, "TaskResult", SUMMARY_FIELDS)
     declined = decline_of(name, record)
     if declined is not None:
         return declined
