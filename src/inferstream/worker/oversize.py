@@ -14,8 +14,9 @@ its summary, its item counts, the chunks' id and number, and no item, all to the
 partition in the task's transaction. The controller counts that TaskResult as any other and
 skips the chunks; the readers of the items (`jobs.output.keep_result`) put them together.
 
-A result is cut into at most `MAX_CHUNKS` pieces (254 MiB: what the worker holds twice over
-while it sends it, and what a reader decodes at once). `fitted` keeps a larger result's items
+A result is cut into at most `MAX_CHUNKS` pieces (254 MiB: the worker holds about three
+times that while it sends it, its outputs, their encoding and the pieces, and a reader
+decodes it at once). `fitted` keeps a larger result's items
 in order while their outputs fit and turns each item after into an error that says why and
 what to do (a smaller `--chunk-size`): one result per task, as always, and a task that ends.
 Where that reason on every item would itself not fit, the first error holds it in full and
