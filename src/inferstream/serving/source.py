@@ -79,5 +79,11 @@ class Source(ABC):
         """The records that answer `record`, whose task's `run` is done, or was refused
         (`run.refusal`: its model could not load)."""
 
+    def render_on_thread(self, run: TaskRun) -> bool:
+        """Whether `render` of `run` takes long enough to go to a thread (a large result's
+        encoding: seconds for tens of MiB) rather than hold the worker's loop, whose
+        heartbeats and fetches wait meanwhile; `render` is then thread-safe for it."""
+        return False
+
     def after_commit(self, committed: Sequence[PendingTask]) -> None:  # noqa: B027 - as stop
         """`committed` (in offset order) were committed with the records that answer them."""

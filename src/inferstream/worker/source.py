@@ -42,6 +42,10 @@ from inferstream.worker.oversize import result_records
 
 log = logging.getLogger(__name__)
 
+#: The outputs' bytes from which a task's result is encoded on a thread, not the loop (about
+#: 30 ms of encoding).
+RENDER_ON_THREAD_BYTES = 1 << 20
+
 
 def new_worker(config: Config, models: LoadedModel | Sequence[LoadedModel], *,
                hooks: WorkerHooks | None = None, codec: Codec | None = None,
@@ -117,8 +121,22 @@ class TaskSource(Source):
             decode_seconds=run.decode_seconds, inference_seconds=run.inference_seconds,
         )
         values = result_records(self.codec, result, encode_result(self.codec, result))
+        if len(values) > 1 and self.controls.job_ended(task["job_id"]) is not None:
+            return []  # cancelled while its pieces were made (seconds): no result after all
         return [self._result(task, value, first=n < len(values) - 1)  # its pieces first
                 for n, value in enumerate(values)]
+
+    def render_on_thread(self, run: TaskRun) -> bool:
+        """Whether the run's outputs take `RENDER_ON_THREAD_BYTES` or more (embeddings,
+        tensors): their result's encoding goes to a thread."""
+        size = 0
+        for outcome in run.outcomes:
+            if outcome is not None:
+                size += 4 * len(outcome["embedding"] or ()) + sum(
+                    len(tensor["data"]) for tensor in outcome["tensors"])
+                if size >= RENDER_ON_THREAD_BYTES:
+                    return True
+        return False
 
     def _declined(self, task: Task, reason: str) -> Outgoing:
         """The TaskDeclined that answers `task`, committed with its offset like a result."""

@@ -7,6 +7,7 @@ in order while they fit and makes the rest errors that say why."""
 from __future__ import annotations
 
 import base64
+import threading
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -19,6 +20,7 @@ from inferstream.controller.expansion import TASK_BYTES_CAP
 from inferstream.controller.replica import Controller
 from inferstream.jobs.output import keep_result
 from inferstream.jobs.spool import ResultSpool
+from inferstream.kafka.clients import Outgoing, Record
 from inferstream.models import LoadedModel
 from inferstream.models.names import parse_sim_name
 from inferstream.models.outputs import ItemOutput, NamedTensor, Tensors
@@ -38,8 +40,10 @@ from inferstream.schemas.records import (
 )
 from inferstream.schemas.records.results import short_reason
 from inferstream.serving.loop import Worker
+from inferstream.serving.pipeline import TaskRun
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from inferstream.worker import oversize
+from inferstream.worker import source as worker_source
 from inferstream.worker.oversize import RESULT_BYTES_CAP, fitted, result_records
 from tests.unit.support.memory import CODEC, MODEL, make_config
 from tests.unit.support.records import settled
@@ -73,6 +77,16 @@ def test_a_result_past_a_record_goes_in_chunks_and_the_output_holds_every_item(
     5 MiB masks as a real worker's cap would make the test's data 40 MiB)."""
     monkeypatch.setattr(oversize, "RESULT_BYTES_CAP", CAP)
     monkeypatch.setattr(MaskModel, "size", SMALL_MASK)
+    # a result of 16 KiB of outputs or more is encoded on a thread (`render_on_thread`)
+    monkeypatch.setattr(worker_source, "RENDER_ON_THREAD_BYTES", 16 * 1024)
+    rendered_on: list[str] = []
+    render = worker_source.TaskSource.render
+
+    def recorded(self: worker_source.TaskSource, run: TaskRun, record: Record) -> list[Outgoing]:
+        rendered_on.append(threading.current_thread().name)
+        return render(self, run, record)
+
+    monkeypatch.setattr(worker_source.TaskSource, "render", recorded)
     config = make_config()
     job = Client(config, CODEC, clients).submit(
         MODEL, [f"item-{i}" for i in range(8)], chunk_size=4)
@@ -97,6 +111,8 @@ def test_a_result_past_a_record_goes_in_chunks_and_the_output_holds_every_item(
     stubs = [s for s in summaries if s is not None]
     assert [(s["chunks"], s["ok_count"]) for s in stubs] == [(2, 4), (2, 4)]
     assert broker.values(config.topic("dlq")) == []
+    # off the worker's loop, whose heartbeats a 254 MiB result held for 13 s
+    assert len(rendered_on) == 2 and all(name.startswith("asyncio_") for name in rendered_on)
 
 
 def test_a_result_past_its_chunks_keeps_its_first_items_and_says_why() -> None:
