@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from inferstream.client.stalls import QUIET_S, StallWatch
 from inferstream.client.submitted import job_submitted
 from inferstream.config import Config
+from inferstream.config.core import TOPIC_SAFE
 from inferstream.jobs.errors import (
     InlineTooLargeError,
     InputError,
@@ -273,11 +274,11 @@ class Client:
         the job's share among the running jobs of its priority (see docs/design.md).
         `job_id` None: a new id; one given must be of `ids.JOB_ID_RULE` and name no job
         submitted before (the job's partition of the jobs topic is read to tell).
-        InvalidJobError for `inputs` that are one string, an option of the wrong type, a
-        chunk size or top-k below 1, a weight not above 0 or a job id refused; InputError
-        for an inline file that cannot be read; all before anything is sent. A model not
-        well-formed goes as it is: the controller rejects the job with the reason."""
-        _check_submission(inputs, job_id, chunk_size, top_k, weight, priority)
+        InvalidJobError for an argument of the wrong type or out of its range, a job id
+        refused; InputError for an inline file that cannot be read; all before anything is
+        sent. A model name not well-formed goes: the controller rejects it, saying why."""
+        _check_submission(model, inputs, pool, output_path, job_id,
+                          (chunk_size, top_k, weight, priority))
         try:
             name, version = check_model_name(model)
         except UnknownModelError:
@@ -303,6 +304,9 @@ class Client:
         return Job(self, record["job_id"], record["pool"], model, submitted=True)
 
     def job(self, job_id: str) -> Job:
+        """The job of id `job_id` (any id a job was submitted with, by any client)."""
+        if not isinstance(job_id, str) or not job_id:
+            raise InvalidJobError("job_id", job_id, "a job's id (a str)")
         return Job(self, job_id)
 
     def _produce(self, topic: str, key: str, value: bytes) -> None:
@@ -319,16 +323,24 @@ class Client:
             raise JobFailedError(key, reason)
 
 
-def _check_submission(inputs: object, job_id: str | None, chunk_size: int | None,
-                      top_k: int, weight: float, priority: int) -> None:
+def _check_submission(model: object, inputs: object, pool: object, output_path: object,
+                      job_id: str | None, options: tuple[Any, Any, Any, Any]) -> None:
     """InvalidJobError for what `submit` cannot send as asked: a str would be split into
-    one input per character, an id with a space or newline breaks every line naming it."""
-    if isinstance(inputs, str | bytes | bytearray):
+    one input per character, an id with a space or newline breaks every line naming it, a
+    model, pool or path of another type would fail in Python's words."""
+    if not isinstance(model, str) or not model:
+        raise InvalidJobError("model", model, "a model's name, NAME or NAME:VERSION")
+    if isinstance(inputs, str | bytes | bytearray) or not isinstance(inputs, list | tuple) \
+            or not all(isinstance(entry, str) and entry for entry in inputs):
         raise InvalidJobError("inputs", inputs, "a list of paths or URIs (for one, a list "
                               "of one)")
-    check_job_options(chunk_size, top_k, weight, priority)
+    if pool is not None and not (isinstance(pool, str) and TOPIC_SAFE.fullmatch(pool)):
+        raise InvalidJobError("pool", pool, "a pool's name: letters, digits, '.', '_', '-'")
+    if output_path is not None and not isinstance(output_path, str):
+        raise InvalidJobError("output_path", output_path, "a path (a str)")
     if job_id is not None:
         check_job_id(job_id)
+    check_job_options(*options)
 
 
 def _absolute(entry: str) -> str:

@@ -27,7 +27,7 @@ SECRET_FILES = {"sasl_password": "sasl_password_file",
                  "http_token": "http_token_file",
                  "schema_registry_password": "schema_registry_password_file"}
 #: What Kafka allows in a topic name.
-_TOPIC_SAFE = re.compile(r"[A-Za-z0-9._-]+")
+TOPIC_SAFE = re.compile(r"[A-Za-z0-9._-]+")
 
 
 @dataclass(frozen=True)
@@ -262,9 +262,9 @@ def _validate(config: Config) -> None:
     _pool_partitions(config.pool_partitions)
     if config.replication_factor is not None and config.replication_factor < 1:
         raise ConfigError(f"replication_factor must be >= 1, got {config.replication_factor}")
-    if not _TOPIC_SAFE.fullmatch(config.pool):
+    if not TOPIC_SAFE.fullmatch(config.pool):
         raise ConfigError(f"pool name {config.pool!r} may use only letters, digits, '.', '_', '-'")
-    if config.topic_prefix and not _TOPIC_SAFE.fullmatch(config.topic_prefix):
+    if config.topic_prefix and not TOPIC_SAFE.fullmatch(config.topic_prefix):
         raise ConfigError(
             f"topic_prefix {config.topic_prefix!r} may use only letters, digits, '.', '_', '-'")
     _at_least("connect_timeout_s", config.connect_timeout_s, 0.1)

@@ -90,12 +90,20 @@ def test_one_string_of_inputs_is_refused_not_split_into_characters(
     ({"weight": "2"}, "weight must be a positive number, got '2'"),
     ({"top_k": "5"}, "top_k must be an integer, got '5'"),
     ({"chunk_size": 2.0}, "chunk_size must be an integer, got 2.0"),
+    ({"chunk_size": 10**11}, "chunk_size must be an integer from 1 to 2147483647, got "),
+    ({"chunk_size": 0}, "chunk_size must be >= 1, got 0"),
+    ({"model": None}, "model must be a model's name, NAME or NAME:VERSION, got None"),
+    ({"model": ""}, "model must be a model's name"),
+    ({"inputs": None}, "inputs must be a list of paths or URIs"),
+    ({"inputs": [b"/tmp"]}, "inputs must be a list of paths or URIs"),
+    ({"pool": "no such/pool"}, "pool must be a pool's name: letters, digits, '.', '_', '-'"),
+    ({"output_path": 5}, "output_path must be a path (a str), got 5"),
 ])
 def test_an_option_of_the_wrong_type_is_refused_naming_it(
         client: Client, clients: MemoryKafkaClients, options: dict[str, Any],
         message: str) -> None:
     with pytest.raises(InvalidJobError) as raised:
-        client.submit(MODEL, ["photos"], **options)
+        client.submit(**{"model": MODEL, "inputs": ["photos"], **options})
     assert one_line(raised).startswith(message)
     assert raised.value.option == next(iter(options))
     assert jobs_sent(clients) == []
@@ -184,3 +192,9 @@ def test_numpy_numbers_pass_as_python_numbers_do(client: Client,
     client.submit(MODEL, ["photos"], top_k=np.int64(3), priority=np.int32(2),
                   weight=np.float32(0.5))
     assert len(jobs_sent(clients)) == 1
+
+
+@pytest.mark.parametrize("job_id", [None, "", 5])
+def test_a_job_of_no_id_is_refused_when_asked_for(client: Client, job_id: Any) -> None:
+    with pytest.raises(InvalidJobError, match="job_id must be a job's id"):
+        client.job(job_id)
