@@ -61,8 +61,8 @@ def iter_names(inputs: Iterable[str]) -> Iterator[str]:
 
 
 def _read_list(path: str) -> Iterator[str]:
-    """The names in list file `path`; InputError where it is not UTF-8 text (librdkafka's
-    and the controller's loop would otherwise meet a UnicodeDecodeError)."""
+    """The names in list file `path`; InputError where it is not UTF-8 text (a
+    UnicodeDecodeError ended the controller's round, and the controller with it)."""
     with open(path, encoding="utf-8") as lines:
         try:
             for line in lines:
