@@ -111,14 +111,12 @@ class Job:
     `model` are what it was submitted with, where known (for messages about a wait)."""
 
     def __init__(self, client: Client, job_id: str, pool: str | None = None,
-                 model: str | None = None, *, submitted: bool = False) -> None:
+                 model: str | None = None) -> None:
         self.client = client
         self.job_id = job_id
         self.pool = pool or client.config.pool
         self.model = model
         self._status = JobStatus(job_id, SUBMITTED, model=model)
-        #: whether the job is known to have been submitted (by this client, or seen)
-        self._submitted = submitted
 
     def events(self, follow: bool = True, timeout_s: float | None = None,
                on_idle: Callable[[], None] | None = None) -> Iterator[JobStatus]:
@@ -165,15 +163,13 @@ class Job:
              on_progress: Callable[[JobStatus], None] | None = None,
              on_notice: Callable[[str], None] | None = None,
              quiet_s: float = QUIET_S) -> JobStatus:
-        """Block until the job completes; raise if it is rejected, fails or times out, and
-        UnknownJobError at once for an id no job was submitted with (as `progress`).
+        """Block until the job completes; raise if it is rejected, fails or times out. It
+        does not ask whether the id names a job (`progress` does): a job produced by another
+        client with its own partitioner is not where its id's partition says.
 
         While the job shows no event for `quiet_s`, `on_notice` is told what it waits for
         (no controller accepted it, no live worker in its pool), once per stall.
         """
-        if not self._submitted:  # a job of `client.job(id)`: it may name nothing
-            self.progress()
-            self._submitted = True
         watch = StallWatch(self.job_id, self.pool, self.model, self.live_workers,
                            on_notice or (lambda _line: None), quiet_s)
         for status in self.events(follow=True, timeout_s=timeout_s, on_idle=watch.idle):
@@ -301,7 +297,7 @@ class Client:
             raise InvalidJobError("job_id", job_id, "an id no job was submitted with before "
                                   "(leave it out for a new one)")
         self._produce(self.config.topic("jobs"), record["job_id"], value)
-        return Job(self, record["job_id"], record["pool"], model, submitted=True)
+        return Job(self, record["job_id"], record["pool"], model)
 
     def job(self, job_id: str) -> Job:
         """The job of id `job_id` (any id a job was submitted with, by any client)."""

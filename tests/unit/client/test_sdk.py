@@ -15,7 +15,7 @@ import pytest
 from inferstream.client import submitted
 from inferstream.client.client import Client
 from inferstream.config import Config
-from inferstream.jobs.errors import InputError, InvalidJobError, JobTimeoutError, UnknownJobError
+from inferstream.jobs.errors import InputError, InvalidJobError, JobTimeoutError
 from inferstream.kafka.clients import SyncProducer
 from inferstream.kafka.errors import KafkaSetupError, PartitionReadError
 from inferstream.testing import MemoryKafkaClients
@@ -116,11 +116,6 @@ def test_an_inline_file_that_cannot_be_read_is_an_input_error_naming_it(
         client.submit(MODEL, [str(missing)], inline=True)
     assert one_line(raised) == f"cannot read {missing}: No such file or directory"
     assert jobs_sent(clients) == []
-
-
-def test_wait_on_an_id_no_job_has_is_unknown_at_once_not_a_timeout(client: Client) -> None:
-    with pytest.raises(UnknownJobError, match=r"no job 20990101-000000-deadbeef on topic t\.jobs"):
-        client.job("20990101-000000-deadbeef").wait(timeout_s=5)
 
 
 def test_wait_on_a_job_submitted_but_not_yet_accepted_waits(client: Client) -> None:
