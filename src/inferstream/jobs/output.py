@@ -126,21 +126,29 @@ def keep_result(spool: ResultSpool, job_id: str, value: bytes) -> None:
     """Keep a record of the results topic in `spool` if it is a result of `job_id` (the
     first of its task), or a piece of one: its ids are read, not its items."""
     codec = spool.codec
-    try:  # the ids alone: all of a result of 32 embeddings takes thousands of times longer
-        ids = codec.decode_head(value, "TaskResult", _IDS)
+    head: dict[str, Any] | None
+    try:  # the summary, not the items: all of a result of 32 embeddings takes thousands of
+        head = codec.decode_head(value, "TaskResult", SUMMARY_FIELDS)  # times longer
+    except SchemaError:
+        head = _older_head(spool, job_id, value)
+        if head is None:
+            return
+    if head["job_id"] != job_id:
+        return
+    if head["chunks"] > 0:
+        spool.add_chunked(head["task_id"], head["chunk_id"], head["chunks"])
+    else:
+        spool.add(head["task_id"], value)
+
+
+def _older_head(spool: ResultSpool, job_id: str, value: bytes) -> dict[str, Any] | None:
+    """The ids of a TaskResult written before results came in pieces (its items are in
+    it); None for any other record, a piece of a result kept in `spool` on the way."""
+    try:
+        return {**spool.codec.decode_head(value, "TaskResult", _IDS), "chunks": 0}
     except SchemaError:
         _keep_chunk(spool, job_id, value)
-        return
-    if ids["job_id"] != job_id:
-        return
-    try:  # the summary, with the chunks that hold the items where they did not fit
-        head = codec.decode_head(value, "TaskResult", SUMMARY_FIELDS)
-    except SchemaError:  # written before results came in chunks: the items are here
-        head = {"chunks": 0}
-    if head["chunks"] > 0:
-        spool.add_chunked(ids["task_id"], head["chunk_id"], head["chunks"])
-    else:
-        spool.add(ids["task_id"], value)
+        return None
 
 
 def _keep_chunk(spool: ResultSpool, job_id: str, value: bytes) -> None:

@@ -76,10 +76,15 @@ def test_nan_in_a_flag_or_the_file_is_refused_and_the_longest_duration_is_taken(
                                   ["top", "--interval", "nan"]])
 def test_nan_and_inf_in_a_flag_that_is_not_a_setting_are_refused(
         argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert f"argument {argv[-2]}: expects a " in refused_flag(argv, capsys)
+
+
+def refused_flag(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """What `main(argv)` prints as it exits 2 on a flag's value."""
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     assert exit_.value.code == 2
-    assert f"argument {argv[-2]}: expects a " in capsys.readouterr().err
+    return capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv", [["submit", "--model", "sim:ms=1", "--input", "x", "--wait",
@@ -91,10 +96,7 @@ def test_nan_and_inf_in_a_flag_that_is_not_a_setting_are_refused(
 def test_a_duration_flag_not_above_zero_is_refused_before_anything_runs(
         argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     """`submit --timeout -1` submitted the job, then gave up on it at once."""
-    with pytest.raises(SystemExit) as exit_:
-        main(argv)
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err
+    err = refused_flag(argv, capsys)
     assert err.count("\n") == 1
     assert f"argument {argv[-2]}: expects a number of seconds above 0 and up to 2147483" in err
 
