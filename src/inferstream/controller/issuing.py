@@ -60,7 +60,7 @@ class TaskIssuer:
         self.pacing = pacing
         self.partitions = partitions
         self.share = FairShare()
-        self.taken = TakeBack(deadlines, self.options.max_attempts, self._usable)
+        self.taken = TakeBack(deadlines, self.ledger, self.options.max_attempts, self._usable)
 
     def first(self, state: JobState, out: Outbox) -> None:
         """A job's first tasks, when it is accepted: all of them, or up to
@@ -90,6 +90,7 @@ class TaskIssuer:
         again: list[tuple[JobState, Task, int]] = []
         self._share_room(waiting, placed, again)
         for state, task, partition in again:
+            self.taken.released(state, task["task_id"], out)
             self.again(state, task, partition, out, now, kind="preempted",
                        why="taken back for a job of a higher priority")
         for state in waiting:
@@ -237,10 +238,12 @@ class TaskIssuer:
     def adopt(self, state: JobState, now: int) -> None:
         """Wait for the tasks an earlier owner of the adopted job issued that no result has
         answered: their items cut again from the job's input (in its fixed order), as the
-        job's highest recorded attempt, with deadlines from the pool's speed. A job whose
-        ledger recorded no attempt (a controller before it) is left as it was."""
+        job's highest recorded attempt, with deadlines from the pool's speed; those it had
+        taken back (`JobState.held`) are held again, to go out at the job's turn. A job
+        whose ledger recorded no attempt (a controller before it) is left as it was."""
         outstanding = set(range(state.issued_tasks)) - state.done
-        if self.options.migration_slack <= 0 or not outstanding or state.max_attempt < 1:
+        if not outstanding or state.max_attempt < 1 or (
+                self.options.migration_slack <= 0 and not state.held):
             return
         # an expanded job needs no cursor: the walk stops after its last outstanding task
         skip = max(outstanding) + 1 if state.expanded else state.issued_tasks
@@ -256,9 +259,13 @@ class TaskIssuer:
                           model_version=state.model_version)
                  for task_id, items in sorted(cut.kept.items())]
         cut.kept.clear()
-        self.deadlines.adopted(tasks, state.partition, now)
+        self.taken.hold(state, [t for t in tasks if t["task_id"] in state.held])
+        queued = [t for t in tasks if t["task_id"] not in state.held]
+        if self.options.migration_slack > 0:
+            self.deadlines.adopted(queued, state.partition, now)
         log.info("job %s: %d tasks issued by an earlier owner are waited for, deadlines from "
-                 "the pool's speed", state.job_id, len(tasks))
+                 "the pool's speed; %d it had taken back are held to issue again",
+                 state.job_id, len(queued), len(tasks) - len(queued))
 
     def model_range(self, job: Job) -> ModelRange | None:
         """The partitions of the job's model on its pool's topic; None: all of them."""

@@ -5,6 +5,13 @@ compacted `controller-ledger` topic, in the same partition as the job. Entries a
 in the controller's transactions together with the tasks, events and consumer offsets they
 describe, so replaying the partition rebuilds exactly the state those offsets belong to.
 
+A task has an entry once it is DONE (with its counts), or while it is ISSUED in the sense
+of taken back and not yet issued again: a task of a lower-priority job that `sharing`
+superseded on its worker's queue and holds to issue again (`attempts`: that next attempt).
+Nothing else knows such a task is on no queue, so a replica that takes the job over issues
+it when the job's turn comes instead of waiting out a queued task's deadline. The entry is
+deleted when the task goes out again.
+
 A job that ends (completed, cancelled) keeps only its JOB entry, which then carries its
 final counts: its task entries are deleted (tombstones in the transaction of that entry,
 which compaction drops with them), so a finished job costs the ledger, its standby copies
@@ -72,6 +79,9 @@ class JobState:
     #: why the job cannot go on (its tasks cannot be written: `versions`, `issuing`); the
     #: round ends it FAILED with this reason (`book`)
     failure: str | None = None
+    #: its tasks taken back for a job of a higher priority and not issued again since, each
+    #: with the attempt it goes out as (an ISSUED task entry in the ledger each)
+    held: dict[int, int] = field(default_factory=dict)
 
     @property
     def job_id(self) -> str:
@@ -131,6 +141,7 @@ class JobState:
                 or task_id >= self.issued_tasks):
             return False
         self.done.add(task_id)
+        self.held.pop(task_id, None)  # its DONE entry takes the held one's key
         self.done_tasks += 1
         self.ok_items += ok
         self.error_items += errors
@@ -138,11 +149,12 @@ class JobState:
         return True
 
     def end(self, status: LedgerStatus) -> set[int]:
-        """The job ends with `status` (nothing counts after it); returns its done tasks,
-        which it no longer keeps, nor its cutting cursor and inputs (an inline job's items:
-        its ledger entry stays as long as the ledger)."""
+        """The job ends with `status` (nothing counts after it); returns the tasks with a
+        ledger entry (done, or held), which it no longer keeps, nor its cutting cursor and
+        inputs (an inline job's items: its ledger entry stays as long as the ledger)."""
         self.status = status
-        done, self.done, self.expansion = self.done, set(), None
+        done, self.done, self.expansion = self.done | set(self.held), set(), None
+        self.held = {}
         if self.job["inputs"] or self.job["inline_items"]:
             self.job = Job(**{**self.job, "inputs": [], "inline_items": []})
             self.job_bytes = None
@@ -182,6 +194,12 @@ class LedgerCodec:
         entry["ok_items"], entry["error_items"] = ok, errors
         return _task_key(job_id, task_id), self.codec.encode("LedgerEntry", entry)
 
+    def released(self, state: JobState, task_id: int) -> tuple[bytes, None] | None:
+        """The deletion of a held task's entry (it goes out again), None where it has none."""
+        if state.held.pop(task_id, None) is None:
+            return None
+        return _task_key(state.job_id, task_id), None
+
     def final_entries(self, state: JobState,
                       done: set[int]) -> list[tuple[bytes, bytes | None]]:
         """What the ledger says of a job that ended (`JobState.end` gave `done`): a null
@@ -201,6 +219,7 @@ class LedgerCodec:
         """
         states: dict[str, JobState] = {}
         done: dict[str, dict[int, tuple[int, int]]] = {}
+        held: dict[str, dict[int, int]] = {}
         for value, partition in records:
             entry = read_record(self.codec, value, LedgerEntry)
             if entry["kind"] == LedgerKind.JOB:
@@ -208,6 +227,8 @@ class LedgerCodec:
             elif entry["status"] == LedgerStatus.DONE:
                 counts = (entry["ok_items"], entry["error_items"])
                 done.setdefault(entry["job_id"], {})[entry["task_id"]] = counts
+            elif entry["status"] == LedgerStatus.ISSUED:
+                held.setdefault(entry["job_id"], {})[entry["task_id"]] = entry["attempts"]
         for job_id, state in states.items():
             if state.status != LedgerStatus.ACTIVE:
                 continue
@@ -218,6 +239,8 @@ class LedgerCodec:
             state.done_tasks = len(tasks)
             state.ok_items = sum(ok for ok, _ in tasks.values())
             state.error_items = sum(errors for _, errors in tasks.values())
+            state.held = {task_id: attempt for task_id, attempt in held.get(job_id, {}).items()
+                          if task_id not in tasks}
         return states
 
     def _apply_job(self, states: dict[str, JobState], entry: LedgerEntry,

@@ -15,9 +15,10 @@ partitions the urgent job may use are superseded by a task control of their next
 (workers skip them, as they skip a migrated task's earlier attempt) and held here; they are
 issued again, as that attempt, when their job's turn comes. A task that a worker had started
 still answers (the first result of a task wins), and one that could not be moved again
-afterwards (its next attempt would be its last) is left where it is. Held tasks live in this
-replica's memory, as a model's held tasks do: a replica that takes the job over tracks them
-as outstanding and places them once they are late.
+afterwards (its next attempt would be its last) is left where it is. Each held task has an
+ISSUED entry in the ledger (`ledger`), deleted when it goes out again, so that a replica
+that takes the job over holds it too (`hold`) and issues it at the job's turn, where it
+would otherwise wait out the deadline of a task on a worker's queue.
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from inferstream.controller.deadlines import UNKNOWN_PARTITION, Deadlines
-from inferstream.controller.ledger import JobState
+from inferstream.controller.ledger import JobState, LedgerCodec
 from inferstream.controller.outbox import Outbox
 from inferstream.controller.pacing import Ranks
-from inferstream.schemas.records import Task, TaskControlReason
+from inferstream.schemas.records import LedgerStatus, Task, TaskControlReason
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +75,10 @@ class TakeBack:
     `usable(state)` gives the partitions of its pool's task topic that a job may be issued
     to now (pacing's)."""
 
-    def __init__(self, deadlines: Deadlines, max_attempts: int,
+    def __init__(self, deadlines: Deadlines, ledger: LedgerCodec, max_attempts: int,
                  usable: Callable[[JobState], set[int]]) -> None:
         self.deadlines = deadlines
+        self.ledger = ledger
         self.max_attempts = max_attempts
         self.usable = usable
         self._held: dict[str, dict[int, Task]] = {}
@@ -114,9 +116,21 @@ class TakeBack:
                 self._held.setdefault(owner.job_id, {})[task["task_id"]] = task
                 out.control(entry.home, owner.job_id, task["task_id"], task["attempt"] + 1,
                             TaskControlReason.MIGRATED)
+                owner.held[task["task_id"]] = task["attempt"] + 1
+                out.ledger(*self.ledger.task_entry(
+                    owner.job_id, task["task_id"], LedgerStatus.ISSUED,
+                    attempt=task["attempt"] + 1), owner.partition)
                 log.info("job %s task %d taken back from partition %d for job %s of "
                          "priority %d", owner.job_id, task["task_id"], entry.partition,
                          top[0].job_id, priority(top[0]))
+
+    def hold(self, state: JobState, tasks: list[Task]) -> None:
+        """Hold `tasks` of an adopted job, those its ledger shows taken back by an earlier
+        owner (`JobState.held`), as the attempt before the one they go out as."""
+        for task in tasks:
+            attempt = max(1, state.held[task["task_id"]] - 1)
+            self._held.setdefault(state.job_id, {})[task["task_id"]] = Task(
+                **{**task, "attempt": attempt})
 
     def holds(self, job_id: str) -> bool:
         """Whether the job has tasks taken back, to issue again."""
@@ -134,8 +148,14 @@ class TakeBack:
         return None
 
     def issued(self, task: Task) -> None:
-        """`task`, taken back, is issued again."""
+        """`task`, taken back, is placed to be issued again."""
         self._held.get(task["job_id"], {}).pop(task["task_id"], None)
+
+    def released(self, state: JobState, task_id: int, out: Outbox) -> None:
+        """The task goes out again: its ISSUED ledger entry is deleted."""
+        deletion = self.ledger.released(state, task_id)
+        if deletion is not None:
+            out.ledger(*deletion, state.partition)
 
     def forget(self, job_ids: Iterable[str]) -> None:
         for job_id in job_ids:

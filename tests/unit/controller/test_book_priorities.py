@@ -12,11 +12,15 @@ from inferstream.policy.view import WorkerPolicy
 from inferstream.schemas.records import (
     Job,
     JobEventType,
+    LedgerEntry,
+    LedgerStatus,
     Task,
     TaskControlReason,
     now_ms,
+    read_record,
 )
 from tests.unit.controller.test_book import (
+    HOME,
     OWNER,
     MakeBook,
     accepted,
@@ -27,7 +31,13 @@ from tests.unit.controller.test_book import (
     result_of,
     tasks,
 )
-from tests.unit.support.memory import MODEL
+from tests.unit.controller.test_ledger_ends import (
+    Entry,
+    after_compaction,
+    cancel,
+    ledger_log,
+)
+from tests.unit.support.memory import CODEC, MODEL
 from tests.unit.support.policies import FixedPolicy
 
 POLICY = FixedPolicy({w: WorkerPolicy(0.5, True, 100.0, (MODEL,)) for w in ("w1", "w2")})
@@ -177,3 +187,62 @@ def test_a_job_that_joins_later_shares_from_then_on_instead_of_catching_up(
     shares = issued_items(tasks(book, out))
     assert abs(shares[early["job_id"]] - shares[late["job_id"]]) <= 10, shares
     assert shares[early["job_id"]] > 0
+
+
+def taken_back_then_taken_over(make_book: MakeBook) -> tuple[JobBook, list[Entry], Job,
+                                                                list[Task]]:
+    """A first book queues the low job's tasks on both workers, takes them back for an
+    urgent job and dies before issuing them again. Returns a second book, the ledger's
+    records so far, the low job, and its tasks taken back."""
+    first = paced_book(make_book)
+    low, urgent = job("low", 500), job("urgent", 30, priority=1)
+    outs = [accepted(first, low)[0]]
+    outs.append(first.outbox())
+    first.tick(outs[-1], now_ms())
+    queued = [t for out in outs for _, t in tasks(first, out)]
+    outs.append(accepted(first, urgent)[0])
+    outs.append(first.outbox())
+    first.tick(outs[-1], now_ms())
+    taken = {c["task_id"] for c in controls(first, outs[-1]) if c["job_id"] == low["job_id"]}
+    assert taken and all(t["job_id"] == urgent["job_id"] for _, t in tasks(first, outs[-1]))
+    return (paced_book(make_book), ledger_log(first, *outs), low,
+            [t for t in queued if t["task_id"] in taken])
+
+
+def test_a_takeover_issues_the_tasks_taken_back_at_their_jobs_turn_not_a_deadline_later(
+        make_book: MakeBook) -> None:
+    """The taken-back tasks were on no worker's queue: the new owner issues them as the
+    attempt their controls announced once the urgent job has nothing left to issue, at once,
+    where before it waited out the deadlines of queued tasks (tens of seconds)."""
+    second, log, low, taken = taken_back_then_taken_over(make_book)
+    second.adopt(after_compaction(log), now_ms())
+    assert len(second.deadlines) == 3  # the urgent job's tasks, on a queue
+
+    out = second.outbox()
+    second.tick(out, now_ms())
+    again = [t for _, t in tasks(second, out) if t["job_id"] == low["job_id"]]
+    assert [(t["task_id"], t["attempt"]) for t in again] == [
+        (t["task_id"], 2) for t in taken]
+    assert [[i["name"] for i in t["items"]] for t in again] == [
+        [i["name"] for i in t["items"]] for t in taken]
+    assert second.jobs[low["job_id"]].held == {}
+    # issued again, their ledger entries go: a third owner waits for them as queued tasks
+    third = paced_book(make_book)
+    third.adopt(after_compaction(log + ledger_log(second, out)), now_ms())
+    assert third.jobs[low["job_id"]].held == {} and len(third.deadlines) == 3 + len(taken)
+
+
+def test_a_job_that_ends_with_tasks_taken_back_deletes_their_ledger_entries(
+        make_book: MakeBook) -> None:
+    second, log, low, taken = taken_back_then_taken_over(make_book)
+    entries = [read_record(CODEC, value, LedgerEntry) for value, _ in after_compaction(log)]
+    assert [(e["task_id"], e["attempts"]) for e in entries
+            if e["status"] == LedgerStatus.ISSUED] == [(t["task_id"], 2) for t in taken]
+    second.adopt(after_compaction(log), now_ms())
+    out = second.outbox()
+    second.on_cancel(cancel(low["job_id"]), HOME, out)
+    second.tick(out, now_ms())
+    kept = after_compaction(log + ledger_log(second, out))
+    entries = [read_record(CODEC, value, LedgerEntry) for value, _ in kept]
+    assert [(e["job_id"], e["task_id"]) for e in entries if e["job_id"] == low["job_id"]] == [
+        (low["job_id"], -1)]
