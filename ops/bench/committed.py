@@ -25,6 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from p1_stack import BenchError
 
 from inferstream.config import Config
+from inferstream.jobs.output import keep_result
+from inferstream.jobs.pieces import WholeResults
 from inferstream.kafka.settings import PARTITION_EOF, consumer_config
 from inferstream.schemas import Codec, SchemaError
 from inferstream.schemas.records import Task, read_record
@@ -129,25 +131,24 @@ class _CommittedReader:
 
 
 class CommittedResults(_CommittedReader):
-    """The TaskResults of `<prefix>results`, each stamped with when it became visible."""
+    """The TaskResults of `<prefix>results`, each stamped with when it became visible: read
+    as a job's output reads them (`keep_result`: a result in pieces is whole with its last
+    record), every attempt kept."""
 
     def __init__(self, config: Config) -> None:
         super().__init__(config, config.topic("results"))
+        self._whole = WholeResults(self.codec)
         self.seen: list[SeenResult] = []
 
     def _keep(self, value: bytes, partition: int) -> None:
         seen_at = time.time()
-        try:
-            result = self.codec.decode(value, expected="TaskResult")
-        except SchemaError:
-            return
-        finished = result["finished_at"]
-        record = SeenResult(
+        keep_result(self._whole, None, value)
+        records = [SeenResult(
             seen_at, result["job_id"], result["task_id"], result["attempt"], result["worker"],
-            finished.timestamp() if isinstance(finished, datetime) else finished / 1000,
-            tuple(item["name"] for item in result["items"]))
+            _seconds(result["finished_at"]), tuple(item["name"] for item in result["items"]))
+            for result in self._whole.take()]
         with self._lock:
-            self.seen.append(record)
+            self.seen.extend(records)
 
     def snapshot(self) -> list[SeenResult]:
         with self._lock:
@@ -158,6 +159,10 @@ class CommittedResults(_CommittedReader):
         tasks = {r.task_id: len(r.names) for r in self.snapshot() if r.job_id == job_id}
         return sum(tasks.values())
 
+
+
+def _seconds(finished: datetime | int) -> float:
+    return finished.timestamp() if isinstance(finished, datetime) else finished / 1000
 
 
 class TaskPlacements(_CommittedReader):

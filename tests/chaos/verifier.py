@@ -2,8 +2,10 @@
 
 `ResultsReader` reads every partition of `<prefix>results` from the beginning with
 `isolation.level=read_committed`, on a background thread while the run goes (`start`) and to
-the end of every partition once it is over (`read_to_end`). `verify` turns what it read,
-plus the job's output lines (`Job.results()`), into a `VerificationReport`.
+the end of every partition once it is over (`read_to_end`). It reads them as a job's output
+does (`keep_result`: a result in pieces is whole once its last record is in) but keeps every
+committed result, not only each task's first. `verify` turns what it read, plus the job's
+output lines (`Job.results()`), into a `VerificationReport`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from inferstream.config import Config
+from inferstream.jobs.output import keep_result
+from inferstream.jobs.pieces import WholeResults
 from inferstream.kafka.settings import PARTITION_EOF
 from inferstream.schemas import Codec, SchemaError
 
@@ -32,7 +36,8 @@ TaskKey = tuple[str, int, int]  # (job_id, task_id, attempt)
 
 @dataclass
 class CommittedResult:
-    """What the verifier keeps of one committed TaskResult record."""
+    """What the verifier keeps of one committed TaskResult (its record, or the last of its
+    pieces, at `partition` and `offset`)."""
 
     job_id: str
     task_id: int
@@ -46,12 +51,14 @@ class CommittedResult:
 
 
 class ResultsReader:
-    """Reads every committed TaskResult of the results topic, from the beginning."""
+    """Reads every committed TaskResult of the results topic, from the beginning; counts
+    as `undecodable` the records of no inferstream kind."""
 
     def __init__(self, config: Config, name: str = "results-verifier") -> None:
         self.config = config
         self.topic = config.topic("results")
         self.codec = Codec.for_config(config)
+        self._whole = WholeResults(self.codec)
         self.records: list[CommittedResult] = []
         self.undecodable = 0
         self.errors: list[str] = []
@@ -134,20 +141,22 @@ class ResultsReader:
                 self.errors.append(str(error))  # transient (a broker restarting): keep going
             return
         self._at_end.discard(message.partition() or 0)
+        value = message.value() or b""
         try:
-            result = self.codec.decode(message.value() or b"", expected="TaskResult")
+            self.codec.record_name(value)
         except SchemaError:
             self.undecodable += 1
             return
-        record = CommittedResult(
+        keep_result(self._whole, None, value)
+        records = [CommittedResult(
             job_id=result["job_id"], task_id=result["task_id"], attempt=result["attempt"],
             worker=result["worker"], partition=message.partition() or 0,
             offset=message.offset() or 0,
             items=[(i["name"], i["status"]) for i in result["items"]],
             started_at=result["started_at"] / 1000, finished_at=result["finished_at"] / 1000,
-        )
+        ) for result in self._whole.take()]
         with self._lock:
-            self.records.append(record)
+            self.records.extend(records)
 
     def snapshot(self) -> list[CommittedResult]:
         with self._lock:

@@ -19,6 +19,7 @@ from inferstream.config import Config
 from inferstream.jobs.errors import OutputIncompleteError
 from inferstream.jobs.ids import job_time_ms
 from inferstream.jobs.partial import partial_path
+from inferstream.jobs.pieces import ResultKeeper
 from inferstream.jobs.spool import ResultSpool
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients, SyncConsumer
 from inferstream.kafka.errors import PartitionReadError
@@ -122,9 +123,10 @@ def _spool_results(config: Config, job_id: str, total_tasks: int | None, spool: 
         raise OutputIncompleteError(job_id, total_tasks - len(spool), total_tasks)
 
 
-def keep_result(spool: ResultSpool, job_id: str, value: bytes) -> None:
-    """Keep a record of the results topic in `spool` if it is a result of `job_id` (the
-    first of its task), or a piece of one: its ids are read, not its items."""
+def keep_result(spool: ResultKeeper, job_id: str | None, value: bytes) -> None:
+    """Keep a record of the results topic in `spool` (a `ResultSpool`: the first result of
+    its task) if it is a result of `job_id` (None: of any job), or a piece of one: its ids
+    are read, not its items."""
     codec = spool.codec
     head: dict[str, Any] | None
     try:  # the summary, not the items: all of a result of 32 embeddings takes thousands of
@@ -133,7 +135,7 @@ def keep_result(spool: ResultSpool, job_id: str, value: bytes) -> None:
         head = _older_head(spool, job_id, value)
         if head is None:
             return
-    if head["job_id"] != job_id:
+    if job_id is not None and head["job_id"] != job_id:
         return
     if head["chunks"] > 0:
         spool.add_chunked(head["task_id"], head["chunk_id"], head["chunks"])
@@ -141,7 +143,7 @@ def keep_result(spool: ResultSpool, job_id: str, value: bytes) -> None:
         spool.add(head["task_id"], value)
 
 
-def _older_head(spool: ResultSpool, job_id: str, value: bytes) -> dict[str, Any] | None:
+def _older_head(spool: ResultKeeper, job_id: str | None, value: bytes) -> dict[str, Any] | None:
     """The ids of a TaskResult written before results came in pieces (its items are in
     it); None for any other record, a piece of a result kept in `spool` on the way."""
     try:
@@ -151,12 +153,12 @@ def _older_head(spool: ResultSpool, job_id: str, value: bytes) -> dict[str, Any]
         return None
 
 
-def _keep_chunk(spool: ResultSpool, job_id: str, value: bytes) -> None:
+def _keep_chunk(spool: ResultKeeper, job_id: str | None, value: bytes) -> None:
     try:
         chunk = spool.codec.decode_head(value, "ResultChunk", _CHUNK_FIELDS)
     except SchemaError:
         return  # a decline, or a dead letter for the controller: no output
-    if chunk["job_id"] == job_id:
+    if job_id in (None, chunk["job_id"]):
         spool.add_chunk(chunk["chunk_id"], chunk["index"], chunk["data"])
 
 

@@ -6,9 +6,10 @@ spool writes each task's first record, still encoded, to an unnamed temporary fi
 only where it lies, so reading a job back costs a few bytes of memory per task.
 
 A result too large for one record comes as ResultChunks and then its TaskResult, which names
-their id and number (`worker.oversize`): the spool keeps the pieces as they come, and the
-result is its task's once its TaskResult and every piece are in (the first result whole wins:
-pieces a worker that died left without their TaskResult are never one).
+their id and number (`worker.oversize`): the spool keeps the pieces as they come
+(`jobs.pieces`), and the result is its task's once its TaskResult and every piece are in (the
+first result whole wins: pieces a worker that died left without their TaskResult are never
+one).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import IO
 
+from inferstream.jobs.pieces import ResultPieces, Whole
 from inferstream.schemas import Codec
 from inferstream.schemas.records import TaskResult, read_record
 
@@ -34,8 +36,7 @@ class ResultSpool:
         self._where: dict[int, list[Span]] = {}  # task id -> its encoding's pieces, in order
         self._end = 0
         self._next = 0  # the tasks below it were kept, and handed out by `ready`
-        self._pieces: dict[str, dict[int, Span]] = {}  # chunk id -> index -> piece
-        self._chunked: dict[str, tuple[int, int]] = {}  # chunk id -> (task id, pieces)
+        self._pieces: ResultPieces[Span] = ResultPieces()
 
     def __len__(self) -> int:
         """How many tasks' results were kept, handed out or not."""
@@ -51,25 +52,17 @@ class ResultSpool:
     def add_chunk(self, chunk_id: str, index: int, data: bytes) -> bool:
         """Keep piece `index` of the result in chunks `chunk_id`; whether that made one
         whole that is its task's first."""
-        self._pieces.setdefault(chunk_id, {})[index] = self._write(data)
-        return self._assemble(chunk_id)
+        return self._keep_whole(self._pieces.add_chunk(chunk_id, index, self._write(data)))
 
     def add_chunked(self, task_id: int, chunk_id: str, chunks: int) -> bool:
         """Keep the result of `task_id` that is in `chunks` pieces of `chunk_id` once they
         are all in (unless one was kept already); whether it is kept now."""
-        self._chunked[chunk_id] = (task_id, chunks)
-        return self._assemble(chunk_id)
+        return self._keep_whole(self._pieces.add_chunked(task_id, chunk_id, chunks))
 
-    def _assemble(self, chunk_id: str) -> bool:
-        pieces = self._pieces.get(chunk_id, {})
-        task_id, chunks = self._chunked.get(chunk_id, (-1, -1))
-        if chunks < 0 or any(index not in pieces for index in range(chunks)):
+    def _keep_whole(self, whole: Whole[Span] | None) -> bool:
+        if whole is None or self._kept(whole[0]):
             return False
-        del self._chunked[chunk_id]
-        self._pieces.pop(chunk_id, None)
-        if self._kept(task_id):
-            return False
-        self._where[task_id] = [pieces[index] for index in range(chunks)]
+        self._where[whole[0]] = whole[1]
         return True
 
     def _kept(self, task_id: int) -> bool:

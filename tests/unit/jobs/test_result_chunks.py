@@ -6,6 +6,7 @@ never make a result, and a result of the task whole before them keeps its place.
 from __future__ import annotations
 
 from inferstream.jobs.output import keep_result
+from inferstream.jobs.pieces import WholeResults
 from inferstream.jobs.spool import ResultSpool
 from inferstream.schemas.records import TaskItem, TaskResult, encode_result, ok_item
 from inferstream.worker.oversize import result_records
@@ -67,3 +68,16 @@ def test_the_pieces_of_another_job_are_not_read() -> None:
     other = records(result(0, job_id="k"))
     assert read_back(*other) == []
     assert read_back(*other[:-1], *records(result(1))) == [(1, 1)]
+
+
+def test_every_result_whole_keeps_each_attempt_of_every_job() -> None:
+    """What the readers that count all committed results take (`WholeResults`)."""
+    died = records(result(0, attempt=1))[:-1]
+    values = [*died, *records(result(0, attempt=2)), encode_result(CODEC, result(0, attempt=3)),
+              *records(result(1, job_id="k"))]
+    every = WholeResults(CODEC)
+    for value in values:
+        keep_result(every, None, value)
+    assert [(r["job_id"], r["task_id"], r["attempt"], len(r["items"]))
+            for r in every.take()] == [("j", 0, 2, 3), ("j", 0, 3, 3), ("k", 1, 1, 3)]
+    assert every.take() == []
