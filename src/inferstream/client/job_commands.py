@@ -291,7 +291,9 @@ def run_results(args: argparse.Namespace, client: Client) -> int:
         if not args.output:
             raise ConfigError("--format npz needs --output FILE")
         written = client.job(args.job).write_npz(args.output)
-        print(f"wrote {written.rows} rows to {args.output}", file=sys.stderr)
+        bare = (" (index, item, ok, model, model_version only: with no item ok, the outputs' "
+                "shapes are unknown)") if written.rows and not written.ok else ""
+        print(f"wrote {written.rows} rows to {args.output}{bare}", file=sys.stderr)
         return _all_failed(args.job, written.ok, written.errors)
     tally = _Tally(client.job(args.job).results())
     _write_output(tally, args.output, args.format)

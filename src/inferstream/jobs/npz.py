@@ -9,8 +9,11 @@
 * `tensors/NAME` (the tensor's dtype, rows x its shape) for each output of a tensor model.
 
 A failed item's row is `ok` False with NaN (floats), 0 (other numbers) or -1 (`class_id`) in
-the output arrays; the reason is in the JSON lines output. Every row of an array has one
-width: an item whose output differs from the rows before it is an OutputFormatError.
+the output arrays; the reason is in the JSON lines output. The arrays take their names, dtypes
+and shapes from the ok items, which must agree: an ok item whose outputs have other names (a
+dict output without one of its keys), or another dtype or shape, than the ok items' before it
+is an OutputFormatError, never a row of NaN marked ok. A job with no ok item has no output
+array: a failed item's result says nothing of the outputs' shapes.
 
 Memory stays flat whatever the job's size: each array's rows go to a temporary file beside
 the output as they come, and the `.npy` members of the (uncompressed) zip are copied from
@@ -37,6 +40,8 @@ from inferstream.schemas.records import ItemResult, ItemStatus, NamedTensor, Tas
 _COPY_BYTES = 1 << 18
 _TEXT_CHUNK = 1024
 _LENGTH = struct.Struct("<I")
+#: One output of one item: its dtype, its shape and its bytes.
+Output = tuple[np.dtype[Any], tuple[int, ...], bytes]
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,7 @@ class NpzColumns:
         self.okay = _ArrayColumn(folder, np.dtype("?"), ())
         self.texts = {name: _TextColumn(folder) for name in ("item", "model", "model_version")}
         self.outputs: dict[str, _ArrayColumn] = {}
+        self.names: tuple[str, ...] | None = None  # the outputs of the first ok item
 
     def add(self, result: TaskResult) -> None:
         """The rows of `result`'s items, in item order."""
@@ -144,17 +150,16 @@ class NpzColumns:
             self.rows += 1
 
     def _add_output(self, row: int, item: ItemResult) -> None:
-        if item["embedding"] is not None:
-            vector = np.asarray(item["embedding"], "<f4")
-            self._put(row, item, "embedding", vector.dtype, vector.shape, vector.tobytes())
-        for tensor in item["tensors"]:
-            dtype, shape = _tensor_type(tensor, item)
-            self._put(row, item, f"tensors/{tensor['name']}", dtype, shape, tensor["data"])
-        if item["top_k"]:
-            ids = np.array([p["class_id"] for p in item["top_k"]], "<i4")
-            scores = np.array([p["score"] for p in item["top_k"]], "<f4")
-            self._put(row, item, "class_id", ids.dtype, ids.shape, ids.tobytes())
-            self._put(row, item, "score", scores.dtype, scores.shape, scores.tobytes())
+        outputs = _outputs(item)
+        if self.names is None:
+            self.names = tuple(outputs)
+        elif sorted(outputs) != sorted(self.names):
+            raise OutputFormatError(
+                f"item {item['name']!r}: its outputs are {_listed(outputs)}, the items "
+                f"before it {_listed(self.names)}: every ok item of an npz file has the same "
+                "outputs (use --format jsonl)")
+        for name, (dtype, shape, data) in outputs.items():
+            self._put(row, item, name, dtype, shape, data)
 
     def _put(self, row: int, item: ItemResult, name: str, dtype: np.dtype[Any],
              shape: tuple[int, ...], data: bytes) -> None:
@@ -163,10 +168,11 @@ class NpzColumns:
             fill = -1 if name == "class_id" else None
             column = self.outputs[name] = _ArrayColumn(self.folder, dtype, shape, fill)
         elif (column.dtype, column.shape) != (dtype, shape):
+            what = "dtype" if column.dtype != dtype else "shape"
             raise OutputFormatError(
                 f"item {item['name']!r}: {name} is {dtype.name} {list(shape)}, the items "
                 f"before it {column.dtype.name} {list(column.shape)}: an npz array has one "
-                "width (use --format jsonl)")
+                f"{what} (use --format jsonl)")
         column.put(row, data)
 
     def _members(self) -> dict[str, _ArrayColumn | _TextColumn]:
@@ -185,6 +191,27 @@ class NpzColumns:
     def close(self) -> None:
         for column in self._members().values():
             column.file.close()
+
+
+def _outputs(item: ItemResult) -> dict[str, Output]:
+    """The values of an ok item's output arrays, by array name."""
+    outputs: dict[str, Output] = {}
+    if item["embedding"] is not None:
+        vector = np.asarray(item["embedding"], "<f4")
+        outputs["embedding"] = vector.dtype, vector.shape, vector.tobytes()
+    for tensor in item["tensors"]:
+        dtype, shape = _tensor_type(tensor, item)
+        outputs[f"tensors/{tensor['name']}"] = dtype, shape, tensor["data"]
+    if item["top_k"]:
+        ids = np.array([p["class_id"] for p in item["top_k"]], "<i4")
+        scores = np.array([p["score"] for p in item["top_k"]], "<f4")
+        outputs["class_id"] = ids.dtype, ids.shape, ids.tobytes()
+        outputs["score"] = scores.dtype, scores.shape, scores.tobytes()
+    return outputs
+
+
+def _listed(names: Iterable[str]) -> str:
+    return ", ".join(sorted(names)) or "none"
 
 
 def _tensor_type(tensor: NamedTensor, item: ItemResult) -> tuple[np.dtype[Any],

@@ -3,6 +3,7 @@ item in item order, written in flat memory and read back with numpy alone."""
 
 from __future__ import annotations
 
+import argparse
 import re
 import tracemalloc
 import zipfile
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from inferstream.client.client import Client
+from inferstream.client.job_commands import ALL_FAILED, run_results
 from inferstream.jobs.errors import OutputFormatError, OutputPathError
 from inferstream.jobs.ids import new_job_id
 from inferstream.jobs.npz import write_npz
@@ -65,6 +67,20 @@ def test_embeddings_read_back_one_row_per_item_in_item_order(
         else:
             assert embedding[i].tolist() == vector(i)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.npz"]  # no spool left
+
+
+def test_a_job_whose_every_item_failed_has_no_output_array_and_the_command_says_so(
+        clients: MemoryKafkaClients, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config, job_id = make_config(), new_job_id()
+    put_results(clients, config, job_id, tasks=2, chunk=2, ok=False)
+    put_event(clients, config, job_id, JobEventType.COMPLETED, tasks=2, chunk=2, ok=False)
+    path = tmp_path / "out.npz"
+    args = argparse.Namespace(job=job_id, format="npz", output=str(path))
+    assert run_results(args, Client(config, CODEC, clients)) == ALL_FAILED
+    assert capsys.readouterr().err.startswith(
+        f"wrote 4 rows to {path} (index, item, ok, model, model_version only: with no item "
+        "ok, the outputs' shapes are unknown)\n")
+    assert sorted(np.load(path).files) == ["index", "item", "model", "model_version", "ok"]
 
 
 def tensors_of(index: int) -> list[NamedTensor]:
@@ -129,6 +145,35 @@ def test_an_embedding_of_another_width_is_an_error_naming_the_item(tmp_path: Pat
                        r"the items before it float32 \[16\]"):
         write_npz([result(items)], str(tmp_path / "bad.npz"))
     assert list(tmp_path.iterdir()) == []  # neither the file nor its spool
+
+
+def test_a_tensor_of_another_dtype_is_an_error_naming_the_dtype(tmp_path: Path) -> None:
+    wide = NamedTensor(name="mask", dtype="uint16", shape=[1], data=b"\x00\x00")
+    items = [ok_item(item(0), tensors=tensors_of(0)),
+             ok_item(item(1), tensors=[tensors_of(1)[0], wide])]
+    with pytest.raises(OutputFormatError) as raised:
+        write_npz([result(items)], str(tmp_path / "bad.npz"))
+    assert str(raised.value) == (
+        "item 'x1.npy': tensors/mask is uint16 [1], the items before it uint8 [1]: an npz "
+        "array has one dtype (use --format jsonl)")
+
+
+@pytest.mark.parametrize("outputs", [
+    [tensors_of(0), tensors_of(1)[:1]],  # the second without the first's mask
+    [tensors_of(0)[:1], tensors_of(1)],  # the second with a mask the first lacks
+])
+def test_an_ok_item_whose_outputs_are_not_the_items_before_its_is_an_error(
+        tmp_path: Path, outputs: list[list[NamedTensor]]) -> None:
+    """Never a row of NaN marked ok: a dict output without one of its keys does not fit."""
+    items = [error_item(item(0), "bad"),
+             *(ok_item(item(i + 1), tensors=tensors) for i, tensors in enumerate(outputs))]
+    with pytest.raises(OutputFormatError) as raised:
+        write_npz([result(items)], str(tmp_path / "bad.npz"))
+    names = [", ".join(f"tensors/{t['name']}" for t in tensors) for tensors in outputs]
+    assert str(raised.value) == (
+        f"item 'x2.npy': its outputs are {names[1]}, the items before it {names[0]}: every "
+        "ok item of an npz file has the same outputs (use --format jsonl)")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_tensor_whose_data_does_not_fit_its_shape_is_an_error(tmp_path: Path) -> None:
