@@ -299,8 +299,9 @@ class Compilation:
                  ", ".join(map(str, warm_up_sizes(job.max_batch))), self.cache.root)
         started = time.perf_counter()
         with self.cache.staging(key) as staging:
-            # A batch of 1 would make export take the batch dimension for a constant.
-            example = collate([model.synthetic_item()] * max(2, job.max_batch), model.device)
+            # as many rows as a batch may have (`package_build`: a dynamic batch dimension up
+            # to that, or a batch of 1 alone where that is all it may be)
+            example = collate([model.synthetic_item()] * job.max_batch, model.device)
             self.compiler.build(model.module, model.to_inputs(example), staging / PACKAGE)
             forward = self.compiler.load(staging / PACKAGE, model.device)
             _warm_up(model, forward, job.max_batch)

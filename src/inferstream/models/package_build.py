@@ -19,15 +19,27 @@ import torch
 
 
 def export_and_package(module: torch.nn.Module, example: torch.Tensor, path: Path) -> None:
-    """`torch.export` with a dynamic batch dimension, compiled with frozen weights into the
-    package at `path`."""
+    """`module` exported (`exported`) and compiled with frozen weights into the package at
+    `path`."""
     from torch._inductor import aoti_compile_and_package
-    from torch.export import Dim, export
 
     with torch.no_grad():  # Inductor freezes the weights of inference graphs only
-        program = export(module, (example,), dynamic_shapes=({0: Dim("batch", min=1)},))
-        aoti_compile_and_package(program, package_path=str(path),
+        aoti_compile_and_package(exported(module, example), package_path=str(path),
                                  inductor_configs={"freezing": True})
+
+
+def exported(module: torch.nn.Module, example: torch.Tensor) -> torch.export.ExportedProgram:
+    """`torch.export` for batches of 1 to the example's rows (the worker's `max_batch`). The
+    batch dimension is dynamic and bounded by that many rows, as a user's export with
+    `Dim(max=N)` needs (re-exported without the bound it violates its own constraint); an
+    example of 1 row exports a batch of 1 alone (a dynamic dimension cannot be traced from a
+    size of 1, and a model that takes batches of 1 alone may fail on 2)."""
+    from torch.export import Dim, export
+
+    rows = int(example.shape[0])
+    shapes = None if rows == 1 else ({0: Dim("batch", min=1, max=rows)},)
+    with torch.no_grad():
+        return export(module, (example,), dynamic_shapes=shapes)
 
 
 def _exit_with_parent() -> None:

@@ -54,14 +54,14 @@ class Compiler(Protocol):
     """Builds and loads compiled packages of a module; the seam tests replace."""
 
     def build(self, module: torch.nn.Module, example: torch.Tensor, path: Path) -> None:
-        """Write `module` compiled for batches like `example` (any batch size) to `path`."""
+        """Write `module` compiled for batches like `example`, of 1 to its rows, to `path`."""
 
     def load(self, path: Path, device: torch.device) -> Forward:
         """The forward pass of the package at `path`, on `device`."""
 
 
 class AotiCompiler:
-    """AOTInductor: `torch.export` with a dynamic batch dimension, compiled with frozen
+    """AOTInductor: `torch.export` with a bounded dynamic batch dimension, compiled with frozen
     weights into a `.pt2` package that loads without compiling. The build runs in a child
     process (`models.package_build`) at `nice`: torch.export keeps module-level state that
     is not for threads (pytorch#195099), tracing and Inductor hold the GIL for seconds that

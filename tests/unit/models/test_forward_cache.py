@@ -154,3 +154,26 @@ def test_each_model_keeps_its_newest_entries(cache: Path) -> None:
     assert len([p for p in cache.iterdir() if p.is_dir()]) == KEEP_PER_MODEL
     _, report = start(compiler, max_batch=KEEP_PER_MODEL + 2)
     assert report.cached
+
+
+class RowsCompiler(PickledCompiler):
+    """Records the rows of each example it is given to build from."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[int] = []
+
+    def build(self, module: torch.nn.Module, example: torch.Tensor, path: Path) -> None:
+        self.rows.append(int(example.shape[0]))
+        super().build(module, example, path)
+
+
+@pytest.mark.parametrize("max_batch", [1, 2, 6])
+def test_the_package_is_built_from_a_batch_of_max_batch_rows(cache: Path,
+                                                             max_batch: int) -> None:
+    """Its batch dimension is bounded by the example's rows (`package_build`): a model that
+    takes batches of 1 alone is built from 1 row, not 2, and an export's `Dim(max=N)` is
+    never exceeded (the worker's max_batch stays within it)."""
+    compiler = RowsCompiler()
+    _, report = start(compiler, max_batch=max_batch)
+    assert report.compiled and compiler.rows == [max_batch]
