@@ -363,12 +363,25 @@ def _read_inline(inputs: list[str]) -> list[InlineItem]:
 
 
 def _inline_files(path: str) -> Iterator[str]:
-    if os.path.isdir(path):
-        for root, dirs, files in os.walk(path):
-            dirs.sort()
-            yield from (os.path.join(root, f) for f in sorted(files) if not f.startswith("."))
-    else:
+    """The files under `path` (itself where it is not a folder), every subfolder's too,
+    linked ones included (once each) as the controller's walk of a path input takes them;
+    InputError naming a folder that cannot be read, where `os.walk` would skip it."""
+    if not os.path.isdir(path):
         yield path
+        return
+
+    def refuse(exc: OSError) -> None:
+        raise InputError(f"cannot read {exc.filename}: {exc.strerror}") from exc
+
+    walked: set[str] = set()
+    for root, dirs, files in os.walk(path, onerror=refuse, followlinks=True):
+        real = os.path.realpath(root)
+        if real in walked:  # a link to a folder walked already, or one above it
+            dirs.clear()
+            continue
+        walked.add(real)
+        dirs.sort()
+        yield from (os.path.join(root, f) for f in sorted(files) if not f.startswith("."))
 
 
 def _whoami() -> str:

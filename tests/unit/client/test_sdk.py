@@ -5,6 +5,7 @@ job has, a cluster that does not answer, and `close()` or a `with` block."""
 
 from __future__ import annotations
 
+import os
 import socket
 import weakref
 from pathlib import Path
@@ -18,6 +19,7 @@ from inferstream.config import Config
 from inferstream.jobs.errors import InputError, InvalidJobError, JobTimeoutError
 from inferstream.kafka.clients import SyncProducer
 from inferstream.kafka.errors import KafkaSetupError, PartitionReadError
+from inferstream.schemas.records import Job, read_record
 from inferstream.testing import MemoryKafkaClients
 from inferstream.testing.clients.sync_producer import MemoryProducer
 from tests.unit.support.memory import CODEC, MODEL, make_config
@@ -186,10 +188,41 @@ def test_numpy_numbers_pass_as_python_numbers_do(client: Client,
     np = pytest.importorskip("numpy")
     client.submit(MODEL, ["photos"], top_k=np.int64(3), priority=np.int32(2),
                   weight=np.float32(0.5))
-    assert len(jobs_sent(clients)) == 1
+    assert len(jobs_sent(clients)) == 1  # the first job alone
 
 
 @pytest.mark.parametrize("job_id", [None, "", 5])
 def test_a_job_of_no_id_is_refused_when_asked_for(client: Client, job_id: Any) -> None:
     with pytest.raises(InvalidJobError, match="job_id must be a job's id"):
         client.job(job_id)
+
+
+def test_an_inline_folder_takes_linked_subfolders_once_and_refuses_an_unreadable_one(
+        client: Client, clients: MemoryKafkaClients, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`os.walk` skipped both in silence: a job of fewer items than the folder holds."""
+    photos, elsewhere = tmp_path / "photos", tmp_path / "elsewhere"
+    (photos / "a").mkdir(parents=True)
+    elsewhere.mkdir()
+    (photos / "a" / "1.png").write_bytes(b"1")
+    (elsewhere / "2.png").write_bytes(b"2")
+    (photos / "linked").symlink_to(elsewhere)
+    (photos / "a" / "up").symlink_to(photos)  # a loop: walked once
+    client.submit(MODEL, [str(photos)], inline=True)
+    (record,) = clients.broker.records(make_config().topic("jobs"))
+    sent = read_record(CODEC, record.value, Job)
+    assert [item["name"] for item in sent["inline_items"]] == [
+        str(photos / "a" / "1.png"), str(photos / "linked" / "2.png")]
+
+    walk_into = os.scandir
+
+    def unreadable(path: Any = ".") -> Any:
+        if str(path).endswith("linked"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return walk_into(path)
+
+    monkeypatch.setattr(os, "scandir", unreadable)  # root reads any folder
+    with pytest.raises(InputError) as raised:
+        client.submit(MODEL, [str(photos)], inline=True)
+    assert one_line(raised) == f"cannot read {photos / 'linked'}: Permission denied"
+    assert len(jobs_sent(clients)) == 1  # the first job alone
