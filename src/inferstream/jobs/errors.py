@@ -104,3 +104,18 @@ class OutputIncompleteError(InferstreamError):
                          f"`inferstream results {job_id} --output FILE` reads them again")
         self.job_id = job_id
         self.missing = missing
+
+
+class ResultsDeletedError(InferstreamError):
+    """A completed job's results are not all on the results topic any more: the broker
+    deleted the records before the partition's log start (the topic's `retention.ms` or
+    `retention.bytes`, or DeleteRecords), and no wait brings them back."""
+
+    def __init__(self, job_id: str, missing: int, total: int, where: str, start: int) -> None:
+        super().__init__(f"job {job_id} completed, but the results of {missing} of its {total} "
+                         f"tasks are gone: {where} starts at offset {start}, the records "
+                         "before it were deleted (the topic's retention.ms or retention.bytes); "
+                         "no output written")
+        self.job_id = job_id
+        self.missing = missing
+        self.start = start

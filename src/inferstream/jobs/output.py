@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import os
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from typing import IO, Any
@@ -16,7 +17,7 @@ from typing import IO, Any
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
 from inferstream.config import Config
-from inferstream.jobs.errors import OutputIncompleteError
+from inferstream.jobs.errors import OutputIncompleteError, ResultsDeletedError
 from inferstream.jobs.ids import job_time_ms
 from inferstream.jobs.partial import partial_path
 from inferstream.jobs.pieces import ResultKeeper
@@ -29,6 +30,7 @@ from inferstream.kafka.reader import (
     end_offset,
     offsets_for_times,
     reader_consumer,
+    start_offset,
 )
 from inferstream.kafka.settings import partition_for
 from inferstream.schemas import Codec, SchemaError
@@ -108,19 +110,51 @@ def job_results(config: Config, job_id: str, total_tasks: int | None,
 
 def _spool_results(config: Config, job_id: str, total_tasks: int | None, spool: ResultSpool,
                    clients: KafkaClients, home: int | None) -> None:
-    consumer, partition = open_job_partition(config, config.topic("results"), job_id, clients,
-                                             home)
+    """Read the job's results into `spool`: to the partition's end, then, where a completed
+    job's tasks are missing and were not deleted, on as they come, `READ_TIMEOUT_S` in all."""
+    topic = config.topic("results")
+    deadline = time.monotonic() + READ_TIMEOUT_S
+    consumer, partition = open_job_partition(config, topic, job_id, clients, home)
     try:
-        reader = PartitionReader(consumer, [partition], follow=total_tasks is not None,
-                                 timeout_s=READ_TIMEOUT_S)
-        for record in reader:
-            keep_result(spool, job_id, record.value)
-            if total_tasks is not None and len(spool) >= total_tasks:
-                break
+        _read_results(spool, job_id, total_tasks,
+                      PartitionReader(consumer, [partition], timeout_s=READ_TIMEOUT_S))
+        if total_tasks is not None and len(spool) < total_tasks:
+            _check_not_deleted(consumer, TopicPartition(topic, partition), job_id,
+                               total_tasks - len(spool), total_tasks)
+            _read_results(spool, job_id, total_tasks, PartitionReader(
+                consumer, [partition], follow=True,
+                timeout_s=max(0.0, deadline - time.monotonic())))
     finally:
         consumer.close()
     if total_tasks is not None and len(spool) < total_tasks:
         raise OutputIncompleteError(job_id, total_tasks - len(spool), total_tasks)
+
+
+def _read_results(spool: ResultSpool, job_id: str, total_tasks: int | None,
+                  reader: PartitionReader) -> None:
+    for record in reader:
+        keep_result(spool, job_id, record.value)
+        if total_tasks is not None and len(spool) >= total_tasks:
+            break
+
+
+def _check_not_deleted(consumer: SyncConsumer, tp: TopicPartition, job_id: str, missing: int,
+                       total: int) -> None:
+    """ResultsDeletedError where records of the job's time may be deleted: the partition's
+    log start is past 0 and no record kept is older than the job, so the results a completed
+    job misses at the partition's end were before it. Waiting `READ_TIMEOUT_S` for them
+    would bring nothing but an error that does not say why."""
+    start = start_offset(consumer, tp)
+    if start <= 0:
+        return
+    since = job_time_ms(job_id)
+    if since is not None:
+        first = offsets_for_times(consumer, [TopicPartition(tp.topic, tp.partition,
+                                                            since - SKEW_MS)])[0].offset
+        if first not in (start, -1):  # an older record is kept: the job's were not deleted
+            return
+    raise ResultsDeletedError(job_id, missing, total, f"{tp.topic} partition {tp.partition}",
+                              start)
 
 
 def keep_result(spool: ResultKeeper, job_id: str | None, value: bytes) -> None:

@@ -121,6 +121,14 @@ def end_offset(consumer: SyncConsumer, partition: TopicPartition,
                         lambda _found: False, timeout_s)[1]
 
 
+def start_offset(consumer: SyncConsumer, partition: TopicPartition,
+                 timeout_s: float = OFFSETS_TIMEOUT_S) -> int:
+    """The offset of the first record of `partition` not deleted (its low watermark, the
+    log start offset that retention moves), asked again as `offsets_for_times` is."""
+    return _asked_again(lambda wait_s: consumer.get_watermark_offsets(partition, timeout=wait_s),
+                        lambda _found: False, timeout_s)[0]
+
+
 def _asked_again(ask: Callable[[float], _T], moved: Callable[[_T], bool],
                  timeout_s: float) -> _T:
     """`ask(seconds left)` again every `OFFSETS_RETRY_S` while it raises one of

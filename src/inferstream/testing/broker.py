@@ -157,17 +157,28 @@ class MemoryBroker:
             if offset >= 0:
                 return offset
             if offset == OFFSET_BEGINNING:
-                return 0
+                return log.start
             if offset != OFFSET_END and group_id is not None:
                 committed = self.groups.committed(group_id, key)
                 if committed is not None:
                     return committed
             latest = offset == OFFSET_END or reset in ("latest", "largest", "end")
-            return log.end_for(read_committed) if latest else 0
+            return log.end_for(read_committed) if latest else log.start
 
     def end_offset(self, key: Key, read_committed: bool) -> int:
         with self._lock:
             return self._log(*key).end_for(read_committed)
+
+    def start_offset(self, key: Key) -> int:
+        """The partition's log start offset (its low watermark)."""
+        with self._lock:
+            return self._log(*key).start
+
+    def delete_records(self, topic: str, partition: int, before: int) -> None:
+        """Delete the partition's records before offset `before`, as retention or
+        DeleteRecords does on a real broker."""
+        with self._changing():
+            self._log(topic, partition).delete_before(before)
 
     def offset_for_time(self, key: Key, timestamp_ms: int, read_committed: bool) -> int:
         with self._lock:

@@ -55,12 +55,15 @@ class StoredRecord:
 
 
 class PartitionLog:
-    """The records of one partition, in offset order from 0 (nothing is ever deleted)."""
+    """The records of one partition, in offset order from 0; those before `start` are
+    deleted (as retention or DeleteRecords deletes them) and no reader gets them."""
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
         self.partition = partition
         self.records: list[StoredRecord] = []
+        #: the log start offset (the low watermark): the first offset not deleted
+        self.start = 0
         self._open: dict[Transaction, int] = {}  # open transaction -> its first offset here
 
     @property
@@ -93,10 +96,16 @@ class PartitionLog:
         self.records.append(StoredRecord(self.topic, self.partition, self.end, None, None,
                                          now_ms(), txn, control=True))
 
+    def delete_before(self, offset: int) -> None:
+        """Delete the records before `offset` (at most the end), as DeleteRecords does."""
+        self.start = max(self.start, min(offset, self.end))
+
     def read(self, position: int, read_committed: bool, max_records: int
              ) -> tuple[list[StoredRecord], int]:
-        """Up to `max_records` records a reader at `position` gets, and its next position."""
+        """Up to `max_records` records a reader at `position` gets, and its next position; a
+        position before `start` reads from `start` (a reset to the earliest offset)."""
         limit = self.end_for(read_committed)
+        position = max(position, self.start)
         out: list[StoredRecord] = []
         while position < limit and len(out) < max_records:
             record = self.records[position]
@@ -108,7 +117,7 @@ class PartitionLog:
 
     def offset_for_time(self, timestamp_ms: int, read_committed: bool) -> int:
         """The first offset whose record has a timestamp at or after `timestamp_ms`, else -1."""
-        for record in self.records[: self.end_for(read_committed)]:
+        for record in self.records[self.start: self.end_for(read_committed)]:
             if not record.control and record.timestamp_ms >= timestamp_ms:
                 return record.offset
         return -1

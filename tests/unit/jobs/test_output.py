@@ -17,12 +17,13 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from inferstream.client.client import Client
 from inferstream.jobs import output
-from inferstream.jobs.errors import OutputIncompleteError
-from inferstream.jobs.ids import new_job_id
+from inferstream.jobs.errors import OutputIncompleteError, ResultsDeletedError
+from inferstream.jobs.ids import job_time_ms, new_job_id
 from inferstream.jobs.output import job_results, output_lines, write_lines
 from inferstream.kafka.errors import PartitionReadError
+from inferstream.kafka.settings import partition_for
 from inferstream.schemas.records import JobEventType, NamedTensor, TaskItem, TaskResult, ok_item
-from inferstream.testing import MemoryKafkaClients
+from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from tests.unit.support.memory import CODEC, make_config
 from tests.unit.support.records import (
     put_event,
@@ -138,3 +139,52 @@ def test_a_lookup_the_cluster_refuses_is_a_one_line_error(
     with pytest.raises(PartitionReadError, match=f"cannot find where job {job_id} begins in "
                        "t.results: .*TOPIC_AUTHORIZATION_FAILED"):
         list(job_results(make_config(), job_id, None, CODEC, clients))
+
+
+def test_results_that_retention_deleted_are_said_to_be_gone(
+        broker: MemoryBroker, clients: MemoryKafkaClients,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A completed job whose first results the broker deleted (retention.ms, DeleteRecords):
+    `results` waited 600 s for them, then said they were not read back in time; it says at
+    once that they are gone and where the partition starts now."""
+    config, job_id = make_config(), new_job_id()
+    put_results(clients, config, job_id, tasks=3, chunk=2)
+    index = partition_for(job_id, config.partitions)
+    broker.delete_records(config.topic("results"), index, 2)
+    monkeypatch.setattr(output, "READ_TIMEOUT_S", 1.0)  # without the check: the wait's error
+    with pytest.raises(ResultsDeletedError, match=(
+            f"job {job_id} completed, but the results of 2 of its 3 tasks are gone: "
+            f"t.results partition {index} starts at offset 2, the records before it were "
+            "deleted \\(the topic's retention.ms or retention.bytes\\)")):
+        list(job_results(config, job_id, 3, CODEC, clients))
+
+
+def test_results_all_deleted_are_said_to_be_gone(
+        broker: MemoryBroker, clients: MemoryKafkaClients,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing of the partition kept (its log start is its end): gone, not waited for."""
+    config, job_id = make_config(), new_job_id()
+    put_results(clients, config, job_id, tasks=2, chunk=2)
+    broker.delete_records(config.topic("results"), partition_for(job_id, config.partitions), 2)
+    monkeypatch.setattr(output, "READ_TIMEOUT_S", 1.0)
+    with pytest.raises(ResultsDeletedError, match="the results of 2 of its 2 tasks are gone"):
+        list(job_results(config, job_id, 2, CODEC, clients))
+
+
+def test_records_deleted_before_the_job_leave_its_results_whole(
+        broker: MemoryBroker, clients: MemoryKafkaClients,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only records older than the job deleted: its results are read whole, and one it
+    misses is waited for as before (not taken for deleted)."""
+    config, job_id = make_config(), new_job_id()
+    topic, index = config.topic("results"), partition_for(job_id, config.partitions)
+    an_hour_before = (job_time_ms(job_id) or 0) - 3_600_000
+    for _ in range(2):
+        broker.produce(topic, index, b"older", b"older job's result", an_hour_before)
+    broker.delete_records(topic, index, 1)
+    put_results(clients, config, job_id, tasks=3, chunk=2, order=[0, 2])
+    assert [result["task_id"] for result in job_results(config, job_id, None, CODEC,
+                                                         clients)] == [0, 2]
+    monkeypatch.setattr(output, "READ_TIMEOUT_S", 0.2)
+    with pytest.raises(OutputIncompleteError, match="results of 1 of its 3 tasks were not"):
+        list(job_results(config, job_id, 3, CODEC, clients))

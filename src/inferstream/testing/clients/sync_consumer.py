@@ -210,7 +210,8 @@ class MemoryConsumer:
                               cached: bool = False) -> tuple[int, int]:
         with kafka_errors():
             key = (partition.topic, partition.partition)
-            return 0, self._broker.end_offset(key, self.read_committed)
+            return (self._broker.start_offset(key),
+                    self._broker.end_offset(key, self.read_committed))
 
     def close(self) -> None:
         """Revoke (running `on_revoke`) and leave the group, as librdkafka's close does."""
