@@ -76,7 +76,7 @@ class ControllerConfig:
     progress_interval_s: float = setting(1.0, "least time between a job's PROGRESS events")
     idle_exit_s: float | None = idle_exit("with no active job")
     retain_finished_s: float = setting(
-        600.0, "finished jobs are forgotten (the ledger keeps them) after this long")
+        600.0, "finished jobs are forgotten, their ledger entries too, after this long")
     watchdog_s: float | None = setting(
         90.0, "a round running this long has every thread's stack dumped once")
     commit_timeout_s: float = setting(

@@ -72,6 +72,8 @@ class JobBook:
         self.topics = ControllerTopics.of(config)
         self.ledger = LedgerCodec(codec)
         self.jobs: dict[str, JobState] = {}
+        #: ended jobs past `retain_finished_s` whose JOB entry the next round deletes
+        self._expired: dict[str, int] = {}
         self.pools = PoolView(describe)
         self.deadlines = Deadlines(self.pools, policy, config.worker_group,
                                    options.migration_slack, options.migration_floor_s,
@@ -218,6 +220,7 @@ class JobBook:
             self._hold(state, out, now)
         self.migration.migrate(out, now, self.jobs)
         self._emit_events(out, now)
+        self._expire(out, now)
 
     def _hold(self, state: JobState, out: Outbox, now: int) -> None:
         """The next tasks of a job whose model's version cannot be chosen yet (no live
@@ -298,35 +301,45 @@ class JobBook:
     def adopt(self, records: list[tuple[bytes, int]], now: int) -> None:
         """The jobs of some partitions from their ledger records (value, partition), in
         offset order: the active ones, whose outstanding tasks get deadlines (see
-        `issuing`), and the completed ones whose output file the ledger does not show as
-        written (the next rounds write it), finished within `retain_finished_s` of `now`
-        (ms)."""
+        `issuing`), and those that ended within `retain_finished_s` of `now` (ms), a
+        completed one's output file written by the next rounds where the ledger does not
+        show it written; the JOB entries of those that ended before go (`_expire`)."""
         recent = now - self.options.retain_finished_s * 1000
         for job_id, state in self.ledger.rebuild(records).items():
             if state.status == LedgerStatus.ACTIVE:
                 self.jobs[job_id] = state
                 self.issuer.adopt(state, now)
-            elif state.output_due and state.last_event_ms >= recent:
+            elif state.last_event_ms >= recent:
                 self.jobs[job_id] = state
+            else:
+                self._expired[job_id] = state.partition
 
     def forget(self, homes: set[int]) -> None:
         """Drop the jobs of `homes` (partitions no longer owned, or to be rebuilt)."""
         gone = [j for j, s in self.jobs.items() if s.partition in homes]
         for job_id in gone:
             del self.jobs[job_id]
+        self._expired = {j: home for j, home in self._expired.items() if home not in homes}
         self.deadlines.forget_homes(homes)
         self.waits.forget(gone)
         self.issuer.forget(gone)
 
-    def forget_finished(self, now: int) -> None:
-        """Drop the jobs finished more than `retain_finished_s` before `now` (ms) whose
-        output file is written (or failed here); the ledger keeps them."""
+    def _expire(self, out: Outbox, now: int) -> None:
+        """The jobs that ended more than `retain_finished_s` before `now` (ms), their output
+        file written (or failed here), leave memory and the ledger: their JOB entries are
+        deleted (tombstones), so that neither a replica's memory nor its standby copy of
+        the ledger, nor a replay, grows with every job ever run (2.4 KB of a replica's
+        memory a job, one tester measured). Nothing reads them after that long: a job id
+        seen again then runs again, and a takeover writes only recent output files."""
         horizon = now - self.options.retain_finished_s * 1000
         for job_id in [j for j, s in self.jobs.items()
                        if s.status != LedgerStatus.ACTIVE
                        and not (s.output_due and not s.output_failed)
                        and s.last_event_ms < horizon]:
-            del self.jobs[job_id]
+            self._expired[job_id] = self.jobs.pop(job_id).partition
+        for job_id, home in self._expired.items():
+            out.ledger(job_id.encode(), None, home)
+        self._expired.clear()
 
 
 #: how a job ends: its event type and reason, and what workers are told of its tasks

@@ -15,7 +15,8 @@ deleted when the task goes out again.
 A job that ends (completed, cancelled) keeps only its JOB entry, which then carries its
 final counts: its task entries are deleted (tombstones in the transaction of that entry,
 which compaction drops with them), so a finished job costs the ledger, its standby copies
-and the replica's memory the same whatever its size.
+and the replica's memory the same whatever its size; `retain_finished_s` after it ended its
+JOB entry goes too (`book`).
 """
 
 from __future__ import annotations

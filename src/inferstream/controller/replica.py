@@ -180,7 +180,6 @@ class Controller:
             self._commit(out, consumed)
         # after the commit: a file is read back from committed results
         self.outputs.start(self.book.outputs_due(self.producers.owned))
-        self.book.forget_finished(now_ms())
         self.hooks.after_round(time.monotonic() - started,
                                self.book.round_state(len(self.producers.owned),
                                                      self.standby.held()))

@@ -192,7 +192,7 @@ def test_a_job_completes_with_its_event_ledger_entry_and_a_finish_control(
     assert [(c["task_id"], c["reason"]) for c in controls(book, out)] == [
         (-1, TaskControlReason.FINISHED)]
     assert not book.busy
-    book.forget_finished(now_ms() + 601_000)  # past retain_finished_s
+    book.tick(book.outbox(), now_ms() + 601_000)  # past retain_finished_s
     assert book.jobs == {}
 
 
