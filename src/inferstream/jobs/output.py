@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
+from itertools import chain
 from typing import IO, Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
@@ -216,8 +217,11 @@ def write_lines(lines: Iterator[dict[str, Any]], stream: IO[str], fmt: str = "js
     count = 0
     if fmt == "csv":
         writer = csv.DictWriter(stream, CSV_FIELDS)
+        # the results are read before the first line comes: where that fails (gone, not
+        # read back in time), no header goes out alone ahead of the error
+        first = next(lines, None)
         writer.writeheader()
-        for line in lines:
+        for line in chain([first], lines) if first is not None else ():
             top = line["top_k"][0] if line["top_k"] else {}
             writer.writerow({**{k: line[k] for k in CSV_FIELDS if k in line},
                              "class_id": top.get("class_id"), "label": top.get("label"),

@@ -128,6 +128,11 @@ def test_results_of_a_completed_job_missing_a_task_are_an_error(
     monkeypatch.setattr(output, "READ_TIMEOUT_S", 0.2)
     with pytest.raises(OutputIncompleteError, match="results of 1 of its 3 tasks"):
         list(job_results(config, job_id, 3, CODEC, clients))
+    written = io.StringIO()  # `results --format csv`: no header alone ahead of the error
+    with pytest.raises(OutputIncompleteError):
+        write_lines(output_lines(job_results(config, job_id, 3, CODEC, clients)), written,
+                    "csv")
+    assert written.getvalue() == ""
 
 
 def test_a_lookup_the_cluster_refuses_is_a_one_line_error(
