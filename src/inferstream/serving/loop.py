@@ -105,14 +105,25 @@ class Worker:
         self._shared_producer: AsyncProducer | None = None
         self._run_task: asyncio.Task[Any] | None = None
         self._started = False
+        self._fetching = False
 
     # -- lifecycle --------------------------------------------------------------------------
     def request_stop(self) -> None:
         """Finish what is in flight, commit it, leave the group (SIGTERM does this); before
-        the worker has joined its group, give up the start (a connect can hang)."""
+        the worker has joined its group, give up the start (a connect can hang); a fetch
+        waiting for the group's next assignment is given up too (`_fetch`)."""
         self._stopping.set()
         self._wake.set()
-        if not self._started and self._run_task is not None:
+        if self._run_task is None or self._run_task.done():
+            return
+        if not self._started:
+            self._run_task.cancel()
+        else:  # on the loop's next turn, when the run waits (a hook calls this from the run)
+            self._run_task.get_loop().call_soon(self._end_fetch)
+
+    def _end_fetch(self) -> None:
+        """Cancel the run where it waits in `_fetch` (it then drains and stops)."""
+        if self._fetching and self._run_task is not None:
             self._run_task.cancel()
 
     async def run(self) -> None:
@@ -192,7 +203,9 @@ class Worker:
                 await _wait(self._wake, 0.2)
                 continue
             try:
-                batches = await self.fetcher.fetch(room, self.options.idle_exit_s)
+                batches = await self._fetch(room)
+                if batches is None:  # a stop came while the fetch waited
+                    return
             except (InconsistentGroupProtocolError, GroupAuthorizationFailedError) as exc:
                 raise self._refused(exc) from exc
             except KafkaError as exc:  # a broker restarting: the client reconnects by itself
@@ -208,6 +221,26 @@ class Worker:
             elif self._idle_for(idle_since):
                 log.info("idle for %.1fs: exiting (bounded mode)", self.options.idle_exit_s)
                 return
+
+    async def _fetch(self, room: int) -> dict[TopicPartition, list[Record]] | None:
+        """The fetcher's records, or None where a stop came while it waited (`_end_fetch`).
+
+        While its group rebalances, aiokafka's getmany waits for the next assignment
+        whatever its timeout (`Fetcher.fetched_records`, aiokafka 0.14), and a rebalance
+        waits up to the rebalance timeout (max_poll_interval_ms) for every member to join
+        again: a stream member SIGTERMed as it joined again after a SIGSTOP past its
+        session only began its stop once the group had settled, and was still stopping
+        30 s later (exit 143). Nothing is taken from a getmany cancelled while it waits."""
+        self._fetching = True
+        try:
+            return await self.fetcher.fetch(room, self.options.idle_exit_s)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not self._stopping.is_set() or task is None or task.uncancel() > 0:
+                raise
+            return None
+        finally:
+            self._fetching = False
 
     def _stop_if_refused(self) -> None:
         """A partition's producer was refused its transactional id: stop in words."""

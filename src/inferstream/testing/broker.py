@@ -80,8 +80,8 @@ class MemoryBroker:
                stall: threading.Event | None = None) -> Fault:
         """Make the next `times` calls `call` of the producers of transactional id `name`
         ("init", "send_offsets", "commit", "abort"), or of the consumers of group `name`
-        ("offset_commit", "leave", and the sync consumer's "offset_fetch"), fail or stall;
-        see `Fault`."""
+        ("offset_commit", "leave", the aio consumer's "fetch" and the sync consumer's
+        "offset_fetch"), fail or stall; see `Fault`."""
         fault = Fault(call, times, fail, error, stall)
         with self._lock:
             self.transactions.add_fault(name, fault)

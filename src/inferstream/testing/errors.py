@@ -57,7 +57,8 @@ class Fault:
 
 
 #: The calls a Fault can name: a producer's transactional calls, a consumer's own commit and
-#: its look-up of its group's committed offsets, its leaving the group at its stop.
+#: its look-up of its group's committed offsets, its leaving the group at its stop, and its
+#: fetch (stalled: aiokafka's getmany waiting for a rebalance to end).
 FAULT_CALLS = ("init", "send_offsets", "commit", "abort", "offset_commit", "offset_fetch",
-               "leave")
+               "leave", "fetch")
 FAIL_WHEN = ("before", "after", None)

@@ -1,6 +1,7 @@
 """A worker's stop while the cluster is away, on the in-memory transport: a consumer whose stop
 ends in aiokafka's own CancelledError (aiokafka#647) or never answers still ends the run,
-with one warning, after its tasks were committed (no traceback, no exit 1 to restart)."""
+with one warning, after its tasks were committed (no traceback, no exit 1 to restart); and
+while its group rebalances, the stop does not wait for the rebalance to end."""
 
 from __future__ import annotations
 
@@ -30,6 +31,22 @@ class StopsWhenAssigned(WorkerHooks):
     def after_rebalance(self) -> None:
         assert self.worker is not None  # set before the run
         self.worker.request_stop()
+
+
+class RebalancesWhenAssigned(WorkerHooks):
+    """Once the worker has its partitions, its group rebalances and waits for a member that
+    does not join again (its next fetch stalls, as aiokafka's getmany waits for the next
+    assignment); SIGTERM comes while it waits."""
+
+    def __init__(self, broker: MemoryBroker, group: str) -> None:
+        self.broker, self.group = broker, group
+        self.worker: Worker | None = None
+        self.never = threading.Event()
+
+    def after_rebalance(self) -> None:
+        assert self.worker is not None  # set before the run
+        self.broker.inject(self.group, "fetch", fail=None, stall=self.never)
+        asyncio.get_running_loop().call_later(0.05, self.worker.request_stop)
 
 
 def inject_leave_fault(broker: MemoryBroker, group: str, fault: str) -> threading.Event:
@@ -78,3 +95,20 @@ def test_a_stop_request_ends_the_run_though_the_group_cannot_be_left(
     never.set()
 
     assert len(broker.members(config.worker_group())) == 1
+
+
+def test_a_stop_request_ends_a_fetch_that_waits_for_the_group_to_rebalance(
+        broker: MemoryBroker, make_worker: MakeWorker) -> None:
+    """SIGTERM while the fetch waits for the group's next assignment: the run drains and
+    leaves the group instead of waiting for the rebalance to end (a stream member SIGCONTed
+    after its session ran out waited in its rejoin until exit 143)."""
+    config = make_config(connect_timeout_s=0.2)
+    hooks = RebalancesWhenAssigned(broker, config.worker_group())
+    worker = hooks.worker = make_worker(config, hooks=hooks)
+
+    try:
+        asyncio.run(asyncio.wait_for(worker.run(), 10))
+    finally:
+        hooks.never.set()
+
+    assert broker.members(config.worker_group()) == []  # it left: its stop ran

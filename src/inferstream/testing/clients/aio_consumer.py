@@ -139,9 +139,12 @@ class MemoryAIOConsumer:
     # -- reading -----------------------------------------------------------------------------
     async def getmany(self, *partitions: TopicPartition, timeout_ms: int = 0,
                       max_records: int | None = None) -> dict[TopicPartition, list[Any]]:
-        """Records of `partitions` (default: all assigned), waiting up to `timeout_ms`."""
+        """Records of `partitions` (default: all assigned), waiting up to `timeout_ms`; a
+        "fetch" fault of the group stalls it past that, as aiokafka's getmany waits for the
+        group's next assignment while a rebalance waits for a member."""
         if self._closed:
             raise ConsumerStoppedError()
+        await faulted(self._broker.take_fault(self.group_id, "fetch"), dict, "fetch")
         deadline = time.monotonic() + timeout_ms / 1000
         # No yield unless waiting, as aiokafka's fetcher: a rebalance never lands between
         # two calls that return records at once (the worker's per-partition fetch relies
