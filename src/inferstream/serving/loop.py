@@ -179,7 +179,8 @@ class Worker:
         self.membership.watch(consumer)
         self.ownership = Ownership(consumer, self._new_committer, self.hooks.on_assignment,
                                    self._stopping, start_at_end=self.source.start_at_end,
-                                   on_rebalance=self.hooks.after_rebalance)
+                                   on_rebalance=self.hooks.after_rebalance,
+                                   heartbeat_s=self.options.heartbeat_interval_ms / 1000)
         self.fetcher = Fetcher(self.ownership, self.served, self.hooks)
         await consumer.start()
         self.served.start()

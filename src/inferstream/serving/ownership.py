@@ -23,6 +23,10 @@ log = logging.getLogger(__name__)
 #: Partitions whose producers start at the same time when a rebalance assigns many.
 TAKE_AT_ONCE = 16
 
+#: Heartbeats of the group after which a fenced partition still assigned is taken back: a
+#: member woken after its session ran out hears of its group's rebalance at its first one.
+RETAKE_HEARTBEATS = 3
+
 
 class Ownership:
     """The worker's partitions: `committers[tp]` exists exactly for partitions it holds.
@@ -34,10 +38,14 @@ class Ownership:
                  new_committer: Callable[[TopicPartition], PartitionCommitter],
                  on_change: Callable[[int], None], stopping: asyncio.Event,
                  start_at_end: bool = False,
-                 on_rebalance: Callable[[], None] = lambda: None) -> None:
+                 on_rebalance: Callable[[], None] = lambda: None,
+                 heartbeat_s: float = 0.0) -> None:
         """`on_change(partitions)` after every change of what is held; `on_rebalance()` once
-        per assignment a rebalance makes (not for its revoke, nor at shutdown)."""
+        per assignment a rebalance makes (not for its revoke, nor at shutdown); a fenced
+        partition is taken back `RETAKE_HEARTBEATS` heartbeats (of `heartbeat_s`) later, if
+        still assigned (`retake_later`)."""
         self.consumer = consumer
+        self.retake_after_s = RETAKE_HEARTBEATS * heartbeat_s
         self.start_at_end = start_at_end
         self.new_committer = new_committer
         self.on_change = on_change
@@ -109,7 +117,11 @@ class Ownership:
 
         A zombie that woke up may have re-initialised our transactional id; we take it back
         (fencing the zombie) and carry on from the committed offset. Scheduled, not awaited,
-        because the caller may be inside `release` holding the lock.
+        because the caller may be inside `release` holding the lock, and `retake_after_s`
+        later: the fenced one may be the zombie itself (paused past its session, then woken),
+        which has not heard of its group's rebalance yet and still sees the partition as its
+        own; taken back at once, it fenced the partition's new owner, whose work in flight
+        was lost, and so on until its next heartbeat. By then it has heard.
         """
         if tp in self._retaking:
             return
@@ -120,6 +132,7 @@ class Ownership:
 
     async def _retake(self, tp: TopicPartition) -> None:
         try:
+            await asyncio.sleep(self.retake_after_s)
             async with self._lock:
                 if self.rebalancing or not self.assigned(tp) or self.active(tp) is not None:
                     return

@@ -11,6 +11,7 @@ import weakref
 from collections.abc import Callable
 
 import pytest
+from aiokafka import TopicPartition
 from aiokafka.errors import TransactionalIdAuthorizationFailed
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -309,3 +310,34 @@ def test_a_committed_tasks_run_is_freed_without_the_cyclic_garbage_collector(
     finally:
         gc.enable()
     assert len(runs) == 6
+
+
+def test_a_fenced_partition_revoked_within_the_retake_delay_is_not_taken_back() -> None:
+    """A member woken after its session ran out finds its transaction fenced by the
+    partition's new owner before it hears of the rebalance: taken back at once, it fenced
+    that owner in turn. It waits `RETAKE_HEARTBEATS` heartbeats; revoked by then, it takes
+    nothing (a partition still assigned then is taken back: the tests above)."""
+    tp = TopicPartition("t.tasks", 0)
+
+    class Consumer:
+        def __init__(self) -> None:
+            self.held = {tp}
+
+        def assignment(self) -> set[TopicPartition]:
+            return self.held
+
+    taken: list[TopicPartition] = []
+
+    async def fenced_then_revoked() -> None:
+        consumer = Consumer()
+        owner = ownership.Ownership(
+            consumer, taken.append, lambda _: None, asyncio.Event(),  # type: ignore[arg-type]
+            heartbeat_s=0.05)
+        owner.retake_later(tp)
+        await asyncio.sleep(0.05)
+        consumer.held = set()  # the rebalance, heard at the next heartbeat
+        await asyncio.sleep(0.3)
+        await owner.close()
+
+    asyncio.run(fenced_then_revoked())
+    assert taken == []

@@ -18,7 +18,9 @@ MODEL = "sim:ms=0"
 #: The pool's group as a job book sees it by default: worker -> its task partitions.
 POOL = {"w1": [0, 1], "w2": [2, 3]}
 
-WORKER = {"models": (MODEL,), "worker_id": "w1", "max_wait_ms": 1.0, "decode_threads": 2}
+#: heartbeats of 50 ms: a fenced partition is taken back 3 of them later (`ownership`)
+WORKER = {"models": (MODEL,), "worker_id": "w1", "max_wait_ms": 1.0, "decode_threads": 2,
+          "heartbeat_interval_ms": 50}
 CONTROLLER = {"watchdog_s": None, "progress_interval_s": 0.0}
 
 
@@ -26,9 +28,10 @@ def make_config(*, worker: Mapping[str, Any] | None = None,
                 controller: Mapping[str, Any] | None = None,
                 stream: Mapping[str, Any] | None = None, **fields: Any) -> Config:
     """A Config for the in-memory broker: topic prefix `t.`, 2 partitions per topic and task
-    topic; worker `w1` serving `MODEL` with batches that wait 1 ms; a controller with no
-    watchdog that reports progress every round. `worker`, `controller` and `stream` change
-    settings of those sections, `fields` the Config's own (`partitions=8`, `pool="gpu"`).
+    topic; worker `w1` serving `MODEL` with batches that wait 1 ms, heartbeats of 50 ms; a
+    controller with no watchdog that reports progress every round. `worker`, `controller`
+    and `stream` change settings of those sections, `fields` the Config's own
+    (`partitions=8`, `pool="gpu"`).
 
     No role has an idle exit: a test runs them until its outcome (`Running.until`)."""
     base: dict[str, Any] = {"bootstrap_servers": "mem:1", "topic_prefix": "t.",
