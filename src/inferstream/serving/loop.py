@@ -337,7 +337,8 @@ class Worker:
 
     # -- stopping ---------------------------------------------------------------------------
     async def _drain(self) -> None:
-        """Graceful stop: finish every in-flight task and commit it."""
+        """Graceful stop: finish and commit the tasks under way; leave those not started
+        to the partitions' next owner, who reads them from the committed offset."""
         await self.ownership.release(set(self.ownership.committers),
                                      self.options.max_poll_interval_ms / 1000,
                                      self.commit_partition,

@@ -94,13 +94,14 @@ class Ownership:
     async def release(self, partitions: set[TopicPartition], grace_s: float,
                       commit: Callable[[PartitionCommitter], Awaitable[None]],
                       rebalance: bool = True) -> None:
-        """Give partitions up: tasks under way may finish and commit for up to `grace_s`; in a
-        rebalance, those not started yet are left to the next owner (a graceful stop, with
-        `rebalance=False`, finishes them all)."""
+        """Give partitions up: tasks under way may finish and commit for up to `grace_s`;
+        those not started yet are left to the next owner, in a rebalance and in a graceful
+        stop (`rebalance=False`) alike: a stop that finished the controller's
+        `issue_ahead_s` of queued work held the partitions, and the survivors, that long."""
         self.rebalancing = self.rebalancing or rebalance
         async with self._lock:
             owned = [self.committers[tp] for tp in sorted(partitions) if tp in self.committers]
-            shed = sum(c.shed_unstarted() for c in owned) if rebalance else 0
+            shed = sum(c.shed_unstarted() for c in owned)
             log.info("revoked partitions=%s%s", [c.tp.partition for c in owned],
                      f" ({shed} tasks not started left to the next owner)" if shed else "")
             deadline = time.monotonic() + grace_s

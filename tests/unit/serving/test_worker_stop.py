@@ -14,7 +14,7 @@ import pytest
 from inferstream.serving.hooks import WorkerHooks
 from inferstream.serving.loop import Worker
 from inferstream.testing import MemoryBroker
-from tests.unit.support.memory import make_config
+from tests.unit.support.memory import as_worker, make_config
 from tests.unit.support.records import put_tasks, results, task_counts
 
 MakeWorker = Callable[..., Worker]
@@ -47,6 +47,17 @@ class RebalancesWhenAssigned(WorkerHooks):
         assert self.worker is not None  # set before the run
         self.broker.inject(self.group, "fetch", fail=None, stall=self.never)
         asyncio.get_running_loop().call_later(0.05, self.worker.request_stop)
+
+
+class StopsAfterFirstTask(WorkerHooks):
+    """SIGTERM once the worker has finished a task, with more of them queued behind it."""
+
+    def __init__(self) -> None:
+        self.worker: Worker | None = None
+
+    def after_task(self, model: str, ok_items: int, error_items: int) -> None:
+        assert self.worker is not None  # set before the run
+        self.worker.request_stop()
 
 
 def inject_leave_fault(broker: MemoryBroker, group: str, fault: str) -> threading.Event:
@@ -112,3 +123,23 @@ def test_a_stop_request_ends_a_fetch_that_waits_for_the_group_to_rebalance(
         hooks.never.set()
 
     assert broker.members(config.worker_group()) == []  # it left: its stop ran
+
+
+def test_a_stop_leaves_the_tasks_not_started_to_the_next_owner(
+        broker: MemoryBroker, make_worker: MakeWorker) -> None:
+    """SIGTERM with a queue behind the task under way (the controller keeps a worker
+    `issue_ahead_s` ahead): the worker commits what is under way and leaves the group,
+    instead of holding its partitions, and its survivors, until its queue is done; the next
+    owner runs the rest from the committed offset, each task once in all."""
+    config = make_config(worker={"models": ("sim:ms=20",), "max_batch": 2})
+    put_tasks(broker, config, 20)
+    hooks = StopsAfterFirstTask()
+    worker = hooks.worker = make_worker(config, hooks=hooks)
+
+    asyncio.run(asyncio.wait_for(worker.run(), 30))
+    by_the_first = task_counts(results(broker, config))
+    successor = as_worker(config, "w2", idle_exit_s=0.5)
+    asyncio.run(asyncio.wait_for(make_worker(successor).run(), 30))
+
+    assert 0 < sum(by_the_first.values()) < 10
+    assert task_counts(results(broker, config)) == dict.fromkeys(range(20), 1)
