@@ -16,6 +16,7 @@ from inferstream.kafka.deadletters import dead_letter
 from inferstream.kafka.errors import KafkaSetupError
 from inferstream.kafka.preflight import absent
 from inferstream.kafka.settings import partition_for
+from inferstream.kafka.topics import partition_count_problem
 from inferstream.schemas import Codec
 from inferstream.schemas.records import JobEvent, TaskControl, TaskControlReason, now_ms
 
@@ -66,8 +67,10 @@ class PartitionCounts:
                 raise KafkaSetupError(f"topic {name} is missing; run `inferstream topics create`")
         self._counts.update({name: len(meta.partitions) for name, meta in metadata.items()
                              if meta.error is None and meta.partitions})
-        if len({self._counts[name] for name in (t.jobs, t.results, t.ledger)}) != 1:
-            raise KafkaSetupError("jobs, results and controller-ledger need equal partition counts")
+        problem = partition_count_problem({name: self._counts[name]
+                                           for name in (t.jobs, t.results, t.ledger)})
+        if problem:
+            raise KafkaSetupError(problem)
 
     def of(self, topic: str) -> int:
         if topic not in self._counts:

@@ -28,7 +28,7 @@ from inferstream.kafka.passthrough import check_pass_through
 from inferstream.kafka.reader import topic_partitions
 from inferstream.kafka.refusals import not_authorized, principal
 from inferstream.kafka.settings import consumer_config
-from inferstream.kafka.topics import admin_client
+from inferstream.kafka.topics import admin_client, copartitioned, partition_count_problem
 from inferstream.schemas.schema_registry import registry_client
 
 log = logging.getLogger(__name__)
@@ -126,7 +126,8 @@ def check_cluster(config: Config, topics: tuple[str, ...] = (),
                   role: str | None = None) -> None:
     """KafkaSetupError unless the cluster answers within `connect_timeout_s` and has
     every topic of `topics` and `user_topics` within that time, each described to this
-    principal (`role` names the ACLs it lacks otherwise)."""
+    principal (`role` names the ACLs it lacks otherwise), and those of `topics` that share
+    a job's partition index (`copartitioned`) with one partition count."""
     log.debug("checking the Kafka cluster at %s (waiting up to %gs)", config.bootstrap_servers,
               config.connect_timeout_s)
     metadata = cluster_metadata(config, (*user_topics, *topics), clients)
@@ -146,6 +147,10 @@ def check_cluster(config: Config, topics: tuple[str, ...] = (),
             f"{plural(missing, 'topic')} {', '.join(missing)} missing at "
             f"{config.bootstrap_servers}: run `inferstream topics create` "
             f"(with --topic-prefix {config.topic_prefix!r} and --pool {config.pool})")
+    problem = partition_count_problem({name: len(metadata.topics[name].partitions)
+                                       for name in copartitioned(config) if name in topics})
+    if problem:
+        raise KafkaSetupError(problem)
 
 
 def check_groups(config: Config, groups: tuple[str, ...], clients: KafkaClients = REAL_CLIENTS,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +64,23 @@ def topic_specs(config: Config, pools: tuple[str, ...] | None = None) -> list[To
         specs.append(TopicSpec(config.task_topic(pool), config.task_partitions_for(pool),
                                configs=LARGE_TOPIC_CONFIGS))
     return specs
+
+
+def copartitioned(config: Config) -> tuple[str, ...]:
+    """The topics in which a job's records share one partition index, its home (where it
+    arrived on `jobs`): they need one partition count."""
+    return config.topics("jobs", "results", "controller-ledger")
+
+
+def partition_count_problem(counts: Mapping[str, int]) -> str | None:
+    """One line saying what to change where the topics of `counts` (name -> partitions, the
+    `copartitioned` ones a command uses) differ in partition count; None where they agree."""
+    if len(set(counts.values())) < 2:
+        return None
+    listed = ", ".join(f"{name} ({n})" for name, n in counts.items())
+    return (f"topics {listed} differ in partition count, and a job's records share one "
+            "partition index in each: give them one count (`inferstream topics create` "
+            "makes them with --partitions) and add partitions to none of them alone")
 
 
 def admin_client(config: Config, clients: KafkaClients = REAL_CLIENTS) -> Any:
@@ -169,8 +187,14 @@ def describe_mismatches(
     admin: AdminClient, specs: list[TopicSpec], config: Config, timeout_s: float = 30.0
 ) -> dict[str, list[str]]:
     """For each existing topic, the human-readable differences from its spec."""
+    return _described(admin, specs, config, timeout_s)[0]
+
+
+def _described(admin: AdminClient, specs: list[TopicSpec], config: Config, timeout_s: float
+               ) -> tuple[dict[str, list[str]], dict[str, dict[str, object]]]:
+    """The differences of each existing topic of `specs` from its spec, and its settings."""
     if not specs:
-        return {}
+        return {}, {}
     metadata = admin.list_topics(timeout=timeout_s).topics
     resources = [ConfigResource(ConfigResource.Type.TOPIC, s.name) for s in specs]
     described = admin.describe_configs(resources, request_timeout=timeout_s)
@@ -180,7 +204,14 @@ def describe_mismatches(
         found = _differences(spec, metadata[spec.name], actual[spec.name], config)
         if found:
             problems[spec.name] = found
-    return problems
+    counts = {name: len(metadata[name].partitions) for name in copartitioned(config)
+              if name in actual}
+    if partition_count_problem(counts):
+        listed = ", ".join(f"{name} {n}" for name, n in counts.items())
+        for name in counts:
+            problems.setdefault(name, []).append(
+                f"partition counts differ ({listed}): a job's records share one partition index")
+    return problems, actual
 
 
 def _configs(config: Config, topic: str, described: Any) -> dict[str, object]:
@@ -222,6 +253,7 @@ class TopicRow:
     problems: list[str]
     partitions: int = 0
     replication: int = 0
+    #: as the cluster has it (`cleanup.policy` holds compact), not as inferstream expects
     compacted: bool = False
 
 
@@ -243,7 +275,7 @@ def describe_topics(
                                               f"{', '.join(refused)}")
     missing = set(absent(existing, names))
     present = [s for s in specs if s.name not in missing]
-    problems = describe_mismatches(admin, present, config)
+    problems, configs = _described(admin, present, config, 30)
     rows: list[TopicRow] = []
     for spec in specs:
         meta = existing.get(spec.name)
@@ -252,7 +284,8 @@ def describe_topics(
             continue
         parts = meta.partitions
         replicas = len(next(iter(parts.values())).replicas) if parts else 0
+        policy = getattr(configs[spec.name].get("cleanup.policy"), "value", None) or ""
         rows.append(TopicRow(spec.name, exists=True, problems=problems.get(spec.name, []),
                              partitions=len(parts), replication=replicas,
-                             compacted=spec.compacted))
+                             compacted="compact" in policy.split(",")))
     return rows

@@ -1,0 +1,67 @@
+"""Topics made by hand with other settings, or partitions added to one: `topics describe`
+says what the cluster has (its compaction too) and what differs, co-partitioning included,
+and the start-up check of a command that uses jobs and results refuses them in one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from inferstream.config import Config
+from inferstream.kafka.errors import KafkaSetupError
+from inferstream.kafka.preflight import check_cluster
+from inferstream.kafka.topics import describe_topics, ensure_topics, topic_specs
+from inferstream.testing import MemoryBroker, MemoryKafkaClients
+
+CONFIG = Config(topic_prefix="t.", partitions=4, task_partitions=4)
+
+
+def test_a_ledger_made_without_compaction_is_shown_as_it_is() -> None:
+    broker = MemoryBroker()
+    broker.create_topic("t.controller-ledger", 4, {"cleanup.policy": "delete"})
+    broker.create_topics(topic_specs(CONFIG))  # the others as `topics create` makes them
+
+    rows = {row.topic: row for row in describe_topics(CONFIG, clients=MemoryKafkaClients(broker))}
+
+    ledger = rows["t.controller-ledger"]
+    assert (ledger.compacted, ledger.problems) == (
+        False, ["cleanup.policy=delete (expected compact)"])
+    assert rows["t.policy"].compacted
+    assert not rows["t.jobs"].problems
+
+
+def test_jobs_with_more_partitions_than_results_and_ledger_is_a_mismatch() -> None:
+    """Partitions added to `jobs` alone pass its own check (not fewer than configured), but
+    its jobs' records would have no partition of that index in results and ledger."""
+    broker = MemoryBroker()
+    broker.create_topic("t.jobs", 6, {"max.message.bytes": str(16 * 1024 * 1024)})
+    broker.create_topics(topic_specs(CONFIG))
+    clients = MemoryKafkaClients(broker)
+
+    rows = {row.topic: row for row in describe_topics(CONFIG, clients=clients)}
+    report = ensure_topics(CONFIG, clients=clients)
+
+    differ = ("partition counts differ (t.jobs 6, t.results 4, t.controller-ledger 4): a job's "
+              "records share one partition index")
+    for name in ("t.jobs", "t.results", "t.controller-ledger"):
+        assert rows[name].problems == [differ], name
+        assert report.mismatched[name] == [differ], name
+    assert not rows["t.job-events"].problems
+
+
+def test_a_jobs_topic_with_other_partitions_than_results_and_ledger_is_one_line() -> None:
+    """A controller must not start on them (its replay waited for ledger partitions that do
+    not exist, and its restarts looped), nor a job go to a partition no controller serves."""
+    broker = MemoryBroker()
+    config = Config(topic_prefix="t.", connect_timeout_s=0.1)
+    broker.create_topic("t.jobs", partitions=6)
+    broker.create_topic("t.results", partitions=4)
+    broker.create_topic("t.controller-ledger", partitions=4)
+    clients = MemoryKafkaClients(broker)
+    check_cluster(config, ("t.jobs",), clients)  # a command that reads one of them
+    with pytest.raises(KafkaSetupError) as raised:
+        check_cluster(config, config.topics("jobs", "results", "controller-ledger"), clients)
+    message = str(raised.value)
+    assert message.startswith("topics t.jobs (6), t.results (4), t.controller-ledger (4) "
+                              "differ in partition count")
+    assert "`inferstream topics create`" in message
+    assert "\n" not in message
