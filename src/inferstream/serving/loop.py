@@ -311,8 +311,7 @@ class Worker:
         try:
             committed = await committer.commit_ready()
         except TransactionalIdRefusedError as exc:  # the consume loop stops in words
-            log.warning("partition given up, its uncommitted tasks go to its next owner: %s",
-                        exc)
+            log.warning("partition given up, its uncommitted tasks go to the next owner: %s", exc)
             self.ownership.refused_id = exc.transactional_id
             self._wake.set()
             return
