@@ -132,7 +132,11 @@ def test_create_reports_existing_topics_with_wrong_settings(kafka: str, prefix: 
     lines = {line.split()[0]: line for line in described.stdout.splitlines() if line.strip()}
     assert f"partitions 1 < expected {PARTITIONS}" in lines[f"{prefix}jobs"]
     assert "cleanup.policy=delete (expected compact)" in lines[f"{prefix}policy"]
-    assert lines[f"{prefix}results"].endswith(" ok")
+    # a job's records share one partition index in jobs, results and the ledger: the jobs
+    # topic's count tells on the other two as well
+    for name in ("results", "controller-ledger"):
+        assert "partition counts differ" in lines[f"{prefix}{name}"], lines[f"{prefix}{name}"]
+    assert lines[f"{prefix}job-events"].endswith(" ok")
 
 
 @pytest.mark.timeout(120)
