@@ -195,18 +195,17 @@ class LedgerCodec:
         entry["ok_items"], entry["error_items"] = ok, errors
         return _task_key(job_id, task_id), self.codec.encode("LedgerEntry", entry)
 
-    def released(self, state: JobState, task_id: int) -> tuple[bytes, None] | None:
-        """The deletion of a held task's entry (it goes out again), None where it has none."""
-        if state.held.pop(task_id, None) is None:
-            return None
-        return _task_key(state.job_id, task_id), None
+    @staticmethod
+    def task_deletion(job_id: str, task_id: int) -> tuple[bytes, None]:
+        """The deletion (a tombstone) of a task's entry."""
+        return _task_key(job_id, task_id), None
 
     def final_entries(self, state: JobState,
                       done: set[int]) -> list[tuple[bytes, bytes | None]]:
         """What the ledger says of a job that ended (`JobState.end` gave `done`): a null
         value (a tombstone) for each of its task entries, then its JOB entry."""
         ended: list[tuple[bytes, bytes | None]] = [
-            (_task_key(state.job_id, task_id), None) for task_id in sorted(done)]
+            self.task_deletion(state.job_id, task_id) for task_id in sorted(done)]
         ended.append(self.job_entry(state))
         return ended
 

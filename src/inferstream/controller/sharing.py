@@ -153,9 +153,8 @@ class TakeBack:
 
     def released(self, state: JobState, task_id: int, out: Outbox) -> None:
         """The task goes out again: its ISSUED ledger entry is deleted."""
-        deletion = self.ledger.released(state, task_id)
-        if deletion is not None:
-            out.ledger(*deletion, state.partition)
+        if state.held.pop(task_id, None) is not None:
+            out.ledger(*self.ledger.task_deletion(state.job_id, task_id), state.partition)
 
     def forget(self, job_ids: Iterable[str]) -> None:
         for job_id in job_ids:
