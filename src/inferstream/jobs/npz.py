@@ -133,7 +133,7 @@ class NpzColumns:
         self.okay = _ArrayColumn(folder, np.dtype("?"), ())
         self.texts = {name: _TextColumn(folder) for name in ("item", "model", "model_version")}
         self.outputs: dict[str, _ArrayColumn] = {}
-        self.names: tuple[str, ...] | None = None  # the outputs of the first ok item
+        self.names: frozenset[str] | None = None  # the outputs of the first ok item
 
     def add(self, result: TaskResult) -> None:
         """The rows of `result`'s items, in item order."""
@@ -152,8 +152,8 @@ class NpzColumns:
     def _add_output(self, row: int, item: ItemResult) -> None:
         outputs = _outputs(item)
         if self.names is None:
-            self.names = tuple(outputs)
-        elif sorted(outputs) != sorted(self.names):
+            self.names = frozenset(outputs)
+        elif outputs.keys() != self.names:
             raise OutputFormatError(
                 f"item {item['name']!r}: its outputs are {_listed(outputs)}, the items "
                 f"before it {_listed(self.names)}: every ok item of an npz file has the same "
