@@ -88,6 +88,31 @@ def test_at_most_one_rebalance_per_interval() -> None:
     assert trigger.check(state, moved) is not None
 
 
+def test_a_member_back_to_healthy_gets_its_share_within_the_interval() -> None:
+    """A restarted worker joins while the policy still calls it STALE (no share); once its
+    samples make it HEALTHY the leader rebalances at once, not at the interval's end: once
+    for that assignment, and nothing else skips the interval."""
+    clock = Clock()
+    trigger = RebalanceTrigger(0.15, 30.0, clock)
+    joined = policy(a=0.6, b=0.4)
+    joined["c"] = WorkerPolicy(0.0, False)
+    state = assigned(joined, at=clock.now)
+    assert not state.topics[TOPIC].plan.partitions["m-c"]
+    clock.now += 3
+    assert trigger.check(state, joined) is None
+    b_moved = policy(a=0.3, b=0.7)
+    b_moved["c"] = WorkerPolicy(0.0, False)
+    assert trigger.check(state, b_moved) is None  # a share's move waits for the interval
+    back = policy(a=0.4, b=0.3, c=0.3)
+    reason = trigger.check(state, back)
+    assert reason is not None and "c healthy again" in reason
+    clock.now += 1  # no new assignment yet: not asked again before the interval
+    assert trigger.check(state, back) is None
+    again = assigned(joined, at=clock.now)  # the rebalance came, c unhealthy once more
+    clock.now += 2
+    assert trigger.check(again, back) is not None
+
+
 def test_the_policy_appearing_after_an_even_start_triggers_one() -> None:
     clock = Clock()
     trigger = RebalanceTrigger(0.15, 30.0, clock)
