@@ -139,7 +139,8 @@ class Ownership:
                     return
                 await self._drop(tp)
                 await self._own(tp)
-                log.info("retook partition=%d", tp.partition)
+                if self.active(tp) is not None:  # _own gives up on a stop or a revoke
+                    log.info("retook partition=%d", tp.partition)
         finally:
             self._retaking.discard(tp)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import threading
 import weakref
 from collections.abc import Callable
@@ -341,3 +342,30 @@ def test_a_fenced_partition_revoked_within_the_retake_delay_is_not_taken_back() 
 
     asyncio.run(fenced_then_revoked())
     assert taken == []
+
+
+def test_a_retake_that_takes_nothing_says_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    """A retake whose partition `_own` gives up (the worker stops meanwhile) logs no
+    "retook partition": the operator reading the log would think the worker owns it."""
+    tp = TopicPartition("t.tasks", 0)
+
+    class Consumer:
+        def assignment(self) -> set[TopicPartition]:
+            return {tp}
+
+    stopping = asyncio.Event()
+    taken: list[TopicPartition] = []
+
+    async def fenced_while_stopping() -> None:
+        owner = ownership.Ownership(
+            Consumer(), taken.append, lambda _: None, stopping,  # type: ignore[arg-type]
+            heartbeat_s=0.01)
+        owner.retake_later(tp)
+        stopping.set()
+        await asyncio.sleep(0.2)
+        await owner.close()
+
+    with caplog.at_level(logging.INFO, logger=ownership.__name__):
+        asyncio.run(fenced_while_stopping())
+    assert taken == []
+    assert "retook" not in caplog.text
