@@ -54,7 +54,8 @@ class JobBook:
 
     `describe(group)` gives a consumer group's members and the task partitions each owns
     (or raises); `partitions(topic)` a topic's partition count (KafkaSetupError for a
-    topic that does not exist); `policy` is read for task sizes, model ranges and the
+    topic that does not exist), `grown(topic, count)` is told that a worker owns partition
+    `count - 1` of a task topic of fewer; `policy` is read for task sizes, model ranges and the
     workers' speeds and health; `starting` names the workers that announce they are starting
     with a model (see `waiting`), `versions` the versions of a model each announces it serves
     (see `versions`)."""
@@ -62,6 +63,7 @@ class JobBook:
     def __init__(self, config: Config, *, codec: Codec, policy: PolicyView,
                  describe: Callable[[str], dict[str, list[int]]],
                  partitions: Callable[[str], int],
+                 grown: Callable[[str, int], None] = lambda topic, count: None,
                  starting: Starting = NOBODY_STARTING,
                  versions: ServedVersions = NO_VERSIONS) -> None:
         self.config = config
@@ -82,7 +84,8 @@ class JobBook:
                                    speculation_cap=options.speculation_cap)
         pacing = Pacing(self.deadlines, self.pools, policy, options.issue_ahead_s,
                         AHEAD_LARGEST_TASKS * options.max_chunk_size)
-        self.issuer = TaskIssuer(config, codec, policy, self.deadlines, pacing, partitions)
+        self.issuer = TaskIssuer(config, codec, policy, self.deadlines, pacing, partitions,
+                                 grown)
         self.versions = JobVersions(config, self.pools, versions)
         self.waits = ModelWaits(config, codec, self.pools, starting, self.issuer, partitions,
                                 self.versions)

@@ -47,10 +47,12 @@ def cursor(state: JobState) -> JobExpansion:
 class TaskIssuer:
     """Cuts and places the tasks of accepted jobs into a round's outbox.
 
-    `partitions(topic)` gives a topic's partition count."""
+    `partitions(topic)` gives a topic's partition count; `grown(topic, count)` is told that
+    a worker owns partition `count - 1` of a task topic that the count says has fewer."""
 
     def __init__(self, config: Config, codec: Codec, policy: PolicyView, deadlines: Deadlines,
-                 pacing: Pacing, partitions: Callable[[str], int]) -> None:
+                 pacing: Pacing, partitions: Callable[[str], int],
+                 grown: Callable[[str, int], None] = lambda topic, count: None) -> None:
         self.config = config
         self.options = config.controller
         self.codec = codec
@@ -59,6 +61,7 @@ class TaskIssuer:
         self.deadlines = deadlines
         self.pacing = pacing
         self.partitions = partitions
+        self.grown = grown
         self.share = FairShare()
         self.taken = TakeBack(deadlines, self.ledger, self.options.max_attempts, self._usable)
 
@@ -84,6 +87,7 @@ class TaskIssuer:
             for state in sorted(waiting, key=self.share.key):
                 self._produce(state, self._round_robin(state), out)
             return
+        self._see_growth({state.job["pool"] for state in waiting})
         self.pacing.begin(self.taken.ranks(jobs))
         self.taken.take(waiting, jobs, out)
         placed: dict[str, list[Placed]] = {s.job_id: [] for s in waiting}
@@ -96,6 +100,17 @@ class TaskIssuer:
         for state in waiting:
             if placed[state.job_id]:
                 self._produce(state, placed[state.job_id], out)
+
+    def _see_growth(self, pools: set[str]) -> None:
+        """Partitions added to a pool's task topic while the controller runs: its workers
+        own them once their group rebalances; placing by the old count left the workers
+        that own only new ones idle until the controller restarted."""
+        for pool in sorted(pools):
+            owned = self.deadlines.members(pool) or {}
+            highest = max((p for parts in owned.values() for p in parts), default=-1)
+            topic = self.config.task_topic(pool)
+            if highest >= self.partitions(topic):
+                self.grown(topic, highest + 1)
 
     def _share_room(self, waiting: list[JobState], placed: dict[str, list[Placed]],
                     again: list[tuple[JobState, Task, int]]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -19,6 +20,11 @@ from inferstream.kafka.settings import partition_for
 from inferstream.kafka.topics import partition_count_problem
 from inferstream.schemas import Codec
 from inferstream.schemas.records import JobEvent, TaskControl, TaskControlReason, now_ms
+
+log = logging.getLogger(__name__)
+
+#: Least seconds between two questions for a topic's count that `PartitionCounts.reach` asks.
+REASK_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,8 @@ class PartitionCounts:
         self.consumer = consumer
         self.topics = topics
         self._counts: dict[str, int] = {}
+        #: when `reach` last asked each topic's count (monotonic seconds)
+        self._asked: dict[str, float] = {}
 
     def load(self, wait_s: float = 10.0) -> None:
         """Check the controller's own topics exist and are co-partitioned; a topic the
@@ -74,11 +82,31 @@ class PartitionCounts:
 
     def of(self, topic: str) -> int:
         if topic not in self._counts:
-            meta = self.consumer.list_topics(topic, timeout=10).topics.get(topic)
-            if meta is None or meta.error is not None or not meta.partitions:
-                raise KafkaSetupError(f"topic {topic} does not exist")
-            self._counts[topic] = len(meta.partitions)
+            self._counts[topic] = self._ask(topic)
         return self._counts[topic]
+
+    def reach(self, topic: str, count: int) -> None:
+        """A worker owns partition `count - 1` of `topic`: partitions were added since the
+        count was asked (a pool grown past its task topic's partitions). Ask again, at most
+        once per `REASK_S` while the cluster's answer still falls short; a count never
+        shrinks (Kafka adds partitions, never removes them)."""
+        if self._counts.get(topic, 0) >= count:
+            return
+        now = time.monotonic()
+        if now - self._asked.get(topic, -REASK_S) < REASK_S:
+            return
+        self._asked[topic] = now
+        found = self._ask(topic)
+        if found > self._counts.get(topic, 0):
+            log.info("topic %s has %d partitions now (was %d)", topic, found,
+                     self._counts.get(topic, 0))
+            self._counts[topic] = found
+
+    def _ask(self, topic: str) -> int:
+        meta = self.consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            raise KafkaSetupError(f"topic {topic} does not exist")
+        return len(meta.partitions)
 
 
 @dataclass

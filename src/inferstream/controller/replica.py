@@ -85,11 +85,10 @@ class Controller:
                  starting: Starting = NOBODY_STARTING,
                  versions: ServedVersions = NO_VERSIONS) -> None:
         """`policy`: what the policy says of each pool, read for the task size of jobs
-        without a chunk size (see `sizing`), the partition range of each model (see
-        `placement`), and the workers' speeds and health (see `deadlines`, `pacing`);
-        `hooks`: what its metrics hear of each round (see `hooks`); `starting`: the workers
-        that announce they are starting (see `waiting`); `versions`: the versions of the
-        repository models that workers announce they serve (see `versions`)."""
+        without a chunk size (`sizing`), the partition range of each model (`placement`),
+        and the workers' speeds and health (`deadlines`, `pacing`); `hooks`: what its
+        metrics hear of each round; `starting`: the workers that announce they are starting
+        (`waiting`); `versions`: the repository models' versions they serve (`versions`)."""
         self.config = config
         self.hooks = hooks or ControllerHooks()
         self.options = config.controller
@@ -98,6 +97,7 @@ class Controller:
         new_admin = partial(clients.admin, config.confluent_config(logger=LIBRDKAFKA_LOG))
         self.book = JobBook(config, codec=self.codec, policy=policy,
                             describe=describe_with(new_admin), partitions=self.partitions,
+                            grown=lambda topic, n: self._counts.reach(topic, n),
                             starting=starting, versions=versions)
         self.topics = self.book.topics
         self._stop = threading.Event()

@@ -52,12 +52,16 @@ def aiokafka_kwargs(config: Config, cls: type, **extra: Any) -> dict[str, Any]:
     return kwargs
 
 
+#: How old a worker's view of its task topic's partitions may get (milliseconds).
+TASK_METADATA_MAX_AGE_MS = 30_000
+
+
 def worker_consumer_kwargs(config: Config, group_id: str, client_id: str,
                            strategies: tuple[Any, ...]) -> dict[str, Any]:
     """aiokafka consumer arguments of a pool's worker: manual commits, read_committed, the
     group settings of `config.worker` and the partition assignors `strategies`."""
     opts = config.worker
-    return aiokafka_kwargs(
+    kwargs = aiokafka_kwargs(
         config, AIOKafkaConsumer, group_id=group_id, client_id=client_id,
         group_instance_id=opts.instance_id, enable_auto_commit=False,
         auto_offset_reset="earliest", isolation_level="read_committed",
@@ -70,6 +74,11 @@ def worker_consumer_kwargs(config: Config, group_id: str, client_id: str,
         rebalance_timeout_ms=opts.max_poll_interval_ms,
         max_partition_fetch_bytes=16 * 1024 * 1024,
         partition_assignment_strategy=strategies)
+    # Partitions added to the task topic reach the group when its leader's metadata shows
+    # them (it then rebalances): within 30 s, not aiokafka's default 5 minutes. A
+    # pass-through `metadata.max.age.ms` wins.
+    kwargs.setdefault("metadata_max_age_ms", TASK_METADATA_MAX_AGE_MS)
+    return kwargs
 
 
 #: librdkafka's own log lines go through Python logging under this name.
