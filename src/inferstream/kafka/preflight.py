@@ -41,6 +41,10 @@ _UNREACHABLE = {KafkaError._TRANSPORT, KafkaError._TIMED_OUT,  # noqa: SLF001
 TOPIC_RETRY_S = 0.25
 #: The reason in a librdkafka connection log line, without its thread and timing decoration.
 _REASON = re.compile(r"/bootstrap: (?P<reason>.+?)(?: \(after \d+ms in state \w+\))?$")
+#: A TLS alert of a broker that refused this client's certificate (none, expired, signed by
+#: a CA the brokers do not trust): librdkafka's "ssl/tls alert bad certificate" and the like.
+_CERTIFICATE_REFUSED = re.compile(
+    r"alert (bad certificate|certificate \w+|unknown ca|unsupported certificate)", re.I)
 
 
 @dataclass(frozen=True)
@@ -249,11 +253,35 @@ def _cannot_reach(config: Config, error: KafkaError, reason: str | None) -> str:
                  if config.sasl_mechanism else "ssl_certfile and ssl_keyfile")
         return (f"the Kafka cluster at {servers} did not accept the credentials of "
                 f"{principal(config) or 'this client'} ({reason}): check {check}")
+    refused_tls = _tls_refusal(config, reason or "")
+    if refused_tls:
+        return refused_tls
     if error.code() in _UNREACHABLE:
         because = f" ({reason})" if reason else ""
         return (f"no Kafka broker answered at {servers} within {config.connect_timeout_s:g}s"
                 f"{because}: set {SERVERS_SETTING} (or wait longer with --connect-timeout-s)")
     return f"the Kafka cluster at {servers} refused the connection: {error.str()}"
+
+
+def _tls_refusal(config: Config, reason: str) -> str | None:
+    """The line for a TLS handshake that a broker answered and one side refused: this client
+    could not verify the broker's certificate, or the broker refused this client's. A broker
+    did answer, so the bootstrap servers are not what to change."""
+    servers = config.bootstrap_servers
+    if "certificate verify failed" in reason:
+        cafile = config.ssl_cafile or "none: the system's CAs"
+        return (f"the Kafka brokers' certificate at {servers} could not be verified against "
+                f"ssl_cafile ({cafile}) ({reason}): set ssl_cafile to the CA that signed "
+                "the brokers' certificates, and name the brokers as their certificates do")
+    if not _CERTIFICATE_REFUSED.search(reason):
+        return None
+    if not config.ssl_certfile:
+        return (f"the Kafka cluster at {servers} asks for a client certificate ({reason}): "
+                "set ssl_certfile and ssl_keyfile")
+    return (f"the Kafka cluster at {servers} did not accept the client certificate of "
+            f"{principal(config) or 'this client'}, ssl_certfile {config.ssl_certfile} "
+            f"({reason}): give one that a CA the brokers trust signed and that has not "
+            "expired")
 
 
 def plural(names: list[str], noun: str) -> str:
