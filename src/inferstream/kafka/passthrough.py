@@ -13,6 +13,7 @@ import inspect
 import logging
 import ssl
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -70,6 +71,7 @@ _AIOKAFKA_OBJECTS = frozenset({
 def check_pass_through(config: Config, *, librdkafka: bool, aiokafka: bool) -> list[str]:
     """Refuse (ConfigError) the first bad pass-through setting for the libraries a process
     runs; return warnings for keys its aiokafka clients ignore."""
+    _check_ssl_files(config)
     shown = config.masked()["kafka_config"]
     warnings = []
     for key, value in config.kafka_config:
@@ -82,6 +84,22 @@ def check_pass_through(config: Config, *, librdkafka: bool, aiokafka: bool) -> l
     if aiokafka:
         aiokafka_kwargs_of(config)
     return warnings
+
+
+def _check_ssl_files(config: Config) -> None:
+    """ConfigError naming the setting and the path of an SSL file that cannot be read, where
+    both libraries said only that some file could not be loaded (librdkafka's "system lib",
+    Python's "No such file or directory" without the name)."""
+    if "SSL" not in config.security_protocol:
+        return  # neither library reads them
+    for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+        path = getattr(config, name)
+        if path is None:
+            continue
+        try:
+            Path(path).read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"{name} {path}: cannot read it ({exc.strerror})") from exc
 
 
 def _check_key(config: Config, key: str, value: str, where: str, *, librdkafka: bool) -> bool:
