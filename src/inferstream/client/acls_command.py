@@ -19,7 +19,8 @@ from inferstream.client.acls import (
 )
 from inferstream.config import Config
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
-from inferstream.kafka.errors import KafkaSetupError
+from inferstream.kafka.errors import AuthorizationError, KafkaSetupError
+from inferstream.kafka.refusals import principal as principal_of
 
 APPLY_TIMEOUT_S = 15.0
 
@@ -67,11 +68,14 @@ def print_bindings(principal: str, bindings: list[Binding]) -> None:
 def apply_bindings(config: Config, principal: str, bindings: list[Binding],
                    clients: KafkaClients = REAL_CLIENTS) -> None:
     """Create each binding once (a binding that exists already is no error); KafkaSetupError
-    naming the first the cluster refused."""
-    from confluent_kafka import KafkaException
+    naming the first the cluster refused. The start-up checks come first: a wrong password or
+    no broker was "cannot create ACL ...: Failed while waiting for controller" after 15 s."""
+    from confluent_kafka import KafkaError, KafkaException
 
+    from inferstream.kafka.preflight import Needs, preflight
     from inferstream.kafka.topics import admin_client
 
+    preflight(config, Needs(), clients)
     unique = {kafka_binding(b, principal): b for b in bindings}
     admin = admin_client(config, clients)
     futures = admin.create_acls(list(unique), request_timeout=APPLY_TIMEOUT_S)
@@ -79,9 +83,19 @@ def apply_bindings(config: Config, principal: str, bindings: list[Binding],
         try:
             future.result()
         except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+                raise not_an_admin(config) from exc  # the broker's text is a Java dump
             raise KafkaSetupError(f"cannot create ACL {unique[acl].acls_args(principal)}: "
                                   f"{exc.args[0].str()}") from exc
     print(f"created {len(unique)} ACL bindings for {principal}", file=sys.stderr)
+
+
+def not_an_admin(config: Config) -> AuthorizationError:
+    """The error for settings whose principal may not create ACLs (Alter on the cluster)."""
+    who = principal_of(config) or "this principal"
+    return AuthorizationError(
+        f"{who} may not create ACLs at {config.bootstrap_servers} (Alter on the cluster): "
+        "run `inferstream acls ... --apply` with an admin's settings (a super user's)")
 
 
 def kafka_binding(binding: Binding, principal: str) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import socket
 from concurrent.futures import Future
 from typing import Any
 
@@ -37,9 +38,11 @@ WORKER = """\
 class AclAdmin:
     """An admin client that records the bindings it is asked to create."""
 
-    def __init__(self, refuse: set[str] | None = None) -> None:
+    def __init__(self, refuse: set[str] | None = None,
+                 error: int = KafkaError.INVALID_REQUEST) -> None:
         self.created: list[AclBinding] = []
         self.refuse = refuse or set()
+        self.error = error
 
     def create_acls(self, bindings: list[AclBinding], request_timeout: float
                     ) -> dict[AclBinding, Future[None]]:
@@ -47,8 +50,7 @@ class AclAdmin:
         for binding in bindings:
             future: Future[None] = Future()
             if binding.name in self.refuse:
-                future.set_exception(KafkaException(KafkaError(
-                    KafkaError.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed")))
+                future.set_exception(KafkaException(KafkaError(self.error, "Refused")))
             else:
                 self.created.append(binding)
                 future.set_result(None)
@@ -181,7 +183,37 @@ def test_apply_names_the_binding_the_cluster_refused(capsys: pytest.CaptureFixtu
     assert (code, out) == (2, "")
     assert ("cannot create ACL --add --allow-principal User:w --operation Read --group "
             "inferstream.default.workers") in err
-    assert "Cluster authorization failed" in err
+    assert "Refused" in err
+
+
+def test_apply_with_settings_not_an_admin_s_says_to_run_it_as_an_admin(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker's reason is a Java request's toString, kilobytes long: it is left out."""
+    admin = AclAdmin(refuse={"inferstream.default.workers"},
+                     error=KafkaError.CLUSTER_AUTHORIZATION_FAILED)
+    monkeypatch.setattr(acls_command, "apply_bindings", functools.partial(
+        acls_command.apply_bindings, clients=AclClients(admin)))
+    code, out, err = run(capsys, "--principal", "User:w", "--role", "worker", "--apply",
+                         "--sasl-username", "client", "--security-protocol", "SASL_SSL",
+                         "--sasl-mechanism", "SCRAM-SHA-512", "--sasl-password", "x")
+    assert (code, out) == (2, "")
+    assert err == ("inferstream: error: User:client may not create ACLs at localhost:9092 "
+                   "(Alter on the cluster): run `inferstream acls ... --apply` with an "
+                   "admin's settings (a super user's)\n")
+
+
+def test_apply_without_a_broker_is_the_start_up_check_s_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    code, out, err = run(capsys, "--principal", "User:w", "--role", "worker", "--apply",
+                         "--bootstrap-servers", f"127.0.0.1:{port}",
+                         "--connect-timeout-s", "0.5")
+    assert (code, out) == (2, "")
+    assert err.startswith(f"inferstream: error: no Kafka broker answered at 127.0.0.1:{port} "
+                          "within 0.5s")
+    assert len(err.splitlines()) == 1
 
 
 def _acls_args(binding: AclBinding) -> str:
