@@ -19,8 +19,9 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicP
 
 from inferstream.config import Config
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients, Message, SyncConsumer
-from inferstream.kafka.errors import KafkaSetupError
+from inferstream.kafka.errors import AuthorizationError, KafkaSetupError, TopicRefusedError
 from inferstream.kafka.reader import PartitionReader, reader_consumer, topic_partitions
+from inferstream.kafka.refusals import principal
 from inferstream.schemas import Codec
 from inferstream.schemas.errors import SchemaError
 
@@ -164,6 +165,8 @@ def dump_topic(config: Config, name: str, options: DumpOptions,
     except KafkaException as exc:  # a watermark or fetch timed out: a leader gone, say
         raise KafkaSetupError(f"cannot read {topic.name} at {config.bootstrap_servers}: "
                               f"{exc}") from exc
+    except TopicRefusedError as exc:
+        raise refused(config, exc) from exc
     finally:
         consumer.close()
     return written
@@ -199,6 +202,8 @@ def _records(consumer: SyncConsumer, config: Config, topic: DumpTopic, options: 
 def _partitions(consumer: SyncConsumer, config: Config, topic: DumpTopic) -> list[int]:
     try:
         return topic_partitions(consumer, topic.name, timeout_s=config.connect_timeout_s)
+    except TopicRefusedError:
+        raise  # there, but not to this principal: not "no topic"
     except KafkaSetupError as exc:
         if topic.ours:
             hint = (f"run `inferstream topics create` (with --topic-prefix "
@@ -208,3 +213,13 @@ def _partitions(consumer: SyncConsumer, config: Config, topic: DumpTopic) -> lis
                     f"(under --topic-prefix {config.topic_prefix!r}) or a full topic name")
         raise KafkaSetupError(f"no topic {topic.name} at {config.bootstrap_servers}: {hint}"
                               ) from exc
+
+
+def refused(config: Config, exc: TopicRefusedError) -> AuthorizationError:
+    """The line for a topic that no ACL lets this principal describe or read: who it is, and
+    the ACL a dump needs (Read on the topic; no role's `inferstream acls` names it)."""
+    who = principal(config) or "User:NAME"
+    return AuthorizationError(
+        f"{who} may not {exc.what} topic {exc.topic} at {config.bootstrap_servers}: no ACL "
+        f"allows it; dump needs Read on it (an admin grants it: kafka-acls.sh --add "
+        f"--allow-principal {who} --operation Read --topic {exc.topic})")

@@ -15,14 +15,18 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError
 
 from inferstream.cli import main
 from inferstream.client import dump as dump_module
 from inferstream.client.dump import DumpOptions, dump_topic, resolve_topic
 from inferstream.client.dump_command import dump_args, dump_options
 from inferstream.kafka import preflight
+from inferstream.kafka.errors import AuthorizationError
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
+from inferstream.testing.clients.metadata import MemoryMessage
 from tests.unit.examples import EXAMPLES
+from tests.unit.kafka.test_preflight import ForbiddingClients
 from tests.unit.support.memory import CODEC, make_config
 
 CONNECTION = ["--bootstrap-servers", "mem:1", "--topic-prefix", "t.", "--partitions", "2"]
@@ -234,3 +238,39 @@ def test_no_broker_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
                  "--connect-timeout-s", "0.1"]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"inferstream: error: no Kafka broker answered at {address}")
+
+
+class ReadRefusedClients(MemoryKafkaClients):
+    """The in-memory clients of a principal that may describe topic `refused` but not read
+    it: each fetch of it is the broker's TOPIC_AUTHORIZATION_FAILED."""
+
+    def __init__(self, broker: MemoryBroker, refused: str) -> None:
+        super().__init__(broker)
+        self.refused = refused
+
+    def consumer(self, settings: dict[str, Any]) -> Any:
+        consumer = super().consumer(settings)
+        error = MemoryMessage(self.refused, 0, -1,
+                              error=KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+        consumer.consume = lambda num_messages=1, timeout=-1: [error]
+        return consumer
+
+
+@pytest.mark.parametrize(("what", "make_clients"), [
+    ("describe", lambda broker: ForbiddingClients(broker, {"t.results"})),
+    ("read", lambda broker: ReadRefusedClients(broker, "t.results"))])
+def test_a_topic_refused_to_this_principal_is_not_called_missing(
+        what: str, make_clients: Callable[[MemoryBroker], MemoryKafkaClients],
+        broker: MemoryBroker) -> None:
+    """A principal without Describe on a topic was told `no topic ...: run inferstream topics
+    create`, and one without Read the broker's words alone, without who or what to grant."""
+    put(broker, "t.results", "TaskResult")
+    config = make_config(sasl_username="nobody", security_protocol="SASL_SSL",
+                         sasl_mechanism="SCRAM-SHA-512")
+    with pytest.raises(AuthorizationError) as raised:
+        dump_topic(config, "results", DumpOptions(from_beginning=True), print, CODEC,
+                   make_clients(broker))
+    assert str(raised.value) == (
+        f"User:nobody may not {what} topic t.results at {config.bootstrap_servers}: no ACL "
+        "allows it; dump needs Read on it (an admin grants it: kafka-acls.sh --add "
+        "--allow-principal User:nobody --operation Read --topic t.results)")
