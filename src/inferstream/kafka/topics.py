@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from inferstream.config import Config
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
-from inferstream.kafka.errors import KafkaSetupError
+from inferstream.kafka.errors import KafkaSetupError, TopicRefusedError
 from inferstream.kafka.refusals import not_authorized
 from inferstream.kafka.settings import LIBRDKAFKA_LOG
 
@@ -107,7 +107,10 @@ def ensure_topics(
     """Create the missing topics; report existing ones whose settings differ from the spec."""
     admin = admin_client(config, clients)
     specs = topic_specs(config, pools)
-    report, existing = create_missing(admin, specs, config.replication_factor, timeout_s)
+    try:
+        report, existing = create_missing(admin, specs, config.replication_factor, timeout_s)
+    except TopicRefusedError as exc:  # the broker said "Authorization failed." alone
+        raise not_authorized(config, "admin", f"{exc.what} topic {exc.topic}") from exc
     present = [s for s in specs if s.name in existing]
     report.existing.extend(s.name for s in present)
     report.mismatched.update(describe_mismatches(admin, present, config, timeout_s))
@@ -159,6 +162,9 @@ def _create(
             if error.name() == "TOPIC_ALREADY_EXISTS":  # a concurrent creator won the race
                 report.existing.append(name)
                 continue
+            if error.code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                                KafkaError.CLUSTER_AUTHORIZATION_FAILED):
+                raise TopicRefusedError(name, "create") from exc
             raise KafkaSetupError(f"cannot create topic {name}: {error.str()}") from exc
 
 

@@ -13,7 +13,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from inferstream.config import Config
 from inferstream.kafka.errors import AuthorizationError
-from inferstream.kafka.topics import describe_topics, topic_specs
+from inferstream.kafka.topics import describe_topics, ensure_topics, topic_specs
 
 CONFIG = Config(bootstrap_servers="kafka-1:9093", topic_prefix="xs.")
 REFUSED = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)
@@ -77,3 +77,39 @@ def test_settings_refused_are_one_line_naming_the_topic() -> None:
     assert str(refused.value).startswith(
         "this principal may not read the settings of topic xs.jobs (DescribeConfigs) at "
         "kafka-1:9093")
+
+
+class CreateRefusedAdmin:
+    """A cluster with no topic yet, that refuses this principal every topic it creates."""
+
+    def __init__(self, error: int) -> None:
+        self.error = error
+
+    def admin(self, _settings: dict[str, Any]) -> CreateRefusedAdmin:
+        return self
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Listing:
+        return Listing({})
+
+    def create_topics(self, new: list[Any], **_: Any) -> dict[str, Future[None]]:
+        created: dict[str, Future[None]] = {}
+        for topic in new:
+            future: Future[None] = Future()
+            future.set_exception(KafkaException(KafkaError(self.error, "Authorization failed.")))
+            created[topic.topic] = future
+        return created
+
+
+@pytest.mark.parametrize("error", [KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                                   KafkaError.CLUSTER_AUTHORIZATION_FAILED])
+def test_topics_create_refused_names_the_principal_and_the_admin_grant(error: int) -> None:
+    """It was `cannot create topic xs.jobs: Authorization failed.`, naming no one."""
+    config = Config(bootstrap_servers="kafka-1:9093", topic_prefix="xs.",
+                    security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
+                    sasl_username="client")
+    with pytest.raises(AuthorizationError) as refused:
+        ensure_topics(config, clients=CreateRefusedAdmin(error))  # type: ignore[arg-type]
+    assert str(refused.value) == (
+        "User:client may not create topic xs.jobs at kafka-1:9093: no ACL allows it; an "
+        "admin grants the admin's ACLs with `inferstream acls --principal User:client --role "
+        "admin --topic-prefix 'xs.' --apply`")
