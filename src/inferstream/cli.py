@@ -88,7 +88,13 @@ class OneLineParser(argparse.ArgumentParser):
     """A parser whose mistakes are one line and exit 2, as every other mistake is
     (docs/cli.md): argparse prints the whole usage first, 60 lines for a role's command;
     `-h` still prints it. Its subcommands' parsers are of this class too (add_subparsers
-    makes them of the parent's class)."""
+    makes them of the parent's class). A flag is taken only as spelt in full: argparse's
+    prefixes read `controller --model x` as `--model-wait-s x` ("invalid float value"), and a
+    prefix that names one flag today names two once another is added."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.fail(message, self.prog)

@@ -59,6 +59,14 @@ def test_a_bad_value_is_one_line_and_help_is_still_whole(
     assert len(capsys.readouterr().out.splitlines()) > 40
 
 
+def test_a_flag_is_taken_only_as_spelt_in_full(capsys: pytest.CaptureFixture[str]) -> None:
+    """A role's flag given to another is unknown there, not the other's flag of that prefix
+    (`controller --model x` was `--model-wait-s x`: "invalid float value"), in every parser."""
+    err = one_line_exit(["controller", "--model", "x"], capsys)
+    assert "unrecognized arguments: --model x" in err
+    assert all(not p.allow_abbrev for _, p in parsers(build_parser()))
+
+
 @pytest.mark.parametrize(("long_running", "shown"), [(True, logging.ERROR),
                                                       (False, logging.CRITICAL)])
 def test_librdkafka_s_lines_are_errors_only_and_none_for_a_short_command(
