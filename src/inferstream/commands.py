@@ -45,9 +45,23 @@ def _no_args(_parser: argparse.ArgumentParser) -> None:
     """A command whose flags are all settings."""
 
 
+#: What `config check --role ROLE` checks: the start-up checks of that role's command.
+ROLE_NEEDS: dict[str, Callable[[Config], Needs]] = {
+    "worker": worker.needs, "controller": controller.needs, "sysinfo": sysinfo.needs,
+    "stream": stream.needs, "client": client.submit_needs}
+
+
+def _config(args: argparse.Namespace, config: Config) -> int:
+    """`config show`, `config check` (every role's checks) or `config check --role ROLE`."""
+    if args.action == "show":
+        return admin.config_show(args, config)
+    role = args.role
+    return admin.config_check(config, role, ROLE_NEEDS[role](config) if role else None)
+
+
 COMMANDS: dict[str, Command] = {
     "config": Command("print the effective configuration (secrets masked), or check it",
-                      admin.config_args, admin.config_show),
+                      admin.config_args, _config),
     "topics": Command("create or check every inferstream topic", admin.topics_args,
                       admin.topics, needs=admin.cluster_needs),
     "worker": Command("run an inference worker of a pool", _no_args, worker.run, "worker",

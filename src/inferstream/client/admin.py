@@ -23,30 +23,41 @@ def print_json(value: Any) -> None:
     print(encode(strict_encoder(indent=2, sort_keys=True, default=str), value))
 
 
+#: The roles `config check --role` checks alone (the names of `inferstream acls --role`).
+CHECKED_ROLES = ("worker", "controller", "sysinfo", "stream", "client")
+
+
 def config_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=["show", "check"],
                         help="show: the settings, secrets masked; check: the start-up checks "
                         "of every role (settings, metrics port, cluster, topics)")
+    parser.add_argument("--role", choices=CHECKED_ROLES,
+                        help="check: only this role's start-up checks, as it runs them (its "
+                        "principal's ACLs allow its own topics, not every role's); default: "
+                        "every role's")
 
 
 def config_show(args: argparse.Namespace, config: Config) -> int:
-    if args.action == "check":
-        return config_check(config)
     print_json(config.masked())
     return 0
 
 
-def config_check(config: Config) -> int:
-    """Every start-up check of every role; a failure is an error (one line, exit 2)."""
+def config_check(config: Config, role: str | None = None, needs: Needs | None = None) -> int:
+    """Every start-up check of every role, or of `role` alone (its `needs`); a failure is
+    an error (one line, exit 2)."""
     from inferstream.kafka.preflight import preflight
     from inferstream.kafka.topics import topic_specs
 
-    topics = tuple(spec.name for spec in topic_specs(config))
-    preflight(config, Needs(librdkafka=True, aiokafka=True, topics=topics,
-                            metrics_port=config.worker.metrics_port,
-                            metrics_addr=config.worker.metrics_addr))
-    print(f"ok: settings, cluster at {config.bootstrap_servers}, {len(topics)} topics "
-          f"under {config.topic_prefix!r} for pool {config.pool}")
+    if needs is None:
+        topics = tuple(spec.name for spec in topic_specs(config))
+        needs = Needs(librdkafka=True, aiokafka=True, topics=topics,
+                      metrics_port=config.worker.metrics_port,
+                      metrics_addr=config.worker.metrics_addr)
+    preflight(config, needs)
+    whose = f"the {role} role" if role else "every role"
+    print(f"ok: settings, cluster at {config.bootstrap_servers}, "
+          f"{len(needs.topics) + len(needs.user_topics)} topics of {whose} under "
+          f"{config.topic_prefix!r} for pool {config.pool}")
     return 0
 
 

@@ -1,0 +1,46 @@
+"""`config check` runs every role's start-up checks, and `config check --role ROLE` that role's
+alone: a principal with a role's least-privilege ACLs may describe its own topics only, so the
+check of every role could never pass for it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from inferstream.cli import main
+from inferstream.client.admin import CHECKED_ROLES
+from inferstream.commands import ROLE_NEEDS
+from inferstream.kafka import preflight
+from inferstream.kafka.preflight import Needs
+
+
+@pytest.fixture
+def checked(monkeypatch: pytest.MonkeyPatch) -> list[Needs]:
+    """The needs each start-up check is run with (no cluster asked)."""
+    seen: list[Needs] = []
+
+    def record(_config: Any, needs: Needs, *_args: Any) -> None:
+        seen.append(needs)
+    monkeypatch.setattr(preflight, "preflight", record)
+    return seen
+
+
+def test_a_role_s_check_is_its_own_start_up_check(
+        checked: list[Needs], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "check", "--role", "controller"]) == 0
+    (needs,) = checked
+    assert needs.role == "controller"
+    assert "inferstream.tasks.default" not in needs.topics  # the workers', not its own
+    assert "7 topics of the controller role" in capsys.readouterr().out
+
+
+def test_without_a_role_every_role_s_topics_are_checked(checked: list[Needs]) -> None:
+    assert main(["config", "check"]) == 0
+    (needs,) = checked
+    assert needs.role is None and "inferstream.tasks.default" in needs.topics
+    assert "inferstream.controller-ledger" in needs.topics
+
+
+def test_every_role_of_the_flag_has_its_checks() -> None:
+    assert set(ROLE_NEEDS) == set(CHECKED_ROLES)
