@@ -67,6 +67,9 @@ class RepositoryModel(TorchModel):
         self.file = version.file
         self.handler = program.handler
         self.reader = OutputReader(card.output, labels)
+        #: the module's own float dtype (a model saved in float64 takes float64 batches)
+        #: until `models.forward.prepare_forward` sets the worker's precision
+        self.dtype = _float_dtype(program.module)
         self._synthetic = synthetic_data(card.input)
         #: the most items per batch its program takes (`Program.max_batch`); the worker's
         #: batches of this model stay within it (`serving.loader.model_settings`)
@@ -173,3 +176,10 @@ def _width(raw: object, size: int, choices: tuple[str | int, ...]) -> int:
     outputs = named_outputs(raw, size)
     values = chosen(outputs, choices)[0][1] if len(outputs) == 1 or choices else None
     return values.shape[1] if values is not None and values.dim() == 2 else 0
+
+
+def _float_dtype(module: torch.nn.Module) -> torch.dtype:
+    """The dtype of the module's first float parameter or buffer; float32 where it has none
+    (a handler's weights are its own)."""
+    tensors = [*module.parameters(), *module.buffers()]
+    return next((t.dtype for t in tensors if t.is_floating_point()), torch.float32)

@@ -29,6 +29,8 @@ from tests.unit.models.repository.conftest import (
     TENSOR_CARD,
     MakeRepository,
     Models,
+    export,
+    script,
 )
 from tests.unit.support.photos import encode
 
@@ -238,3 +240,39 @@ def test_a_handlers_preprocess_failing_on_an_item_is_the_items_model_error(
     with pytest.raises(ItemError) as failed:  # the item's error, not the worker's
         model.preprocess(b"bad")
     assert failed.value.reason == "model error: ValueError: no such word"
+
+
+class Doubles(torch.nn.Module):
+    """A model saved in float64: it takes float64 batches only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(2)
+        self.layer = torch.nn.Linear(FEATURES, 3).double()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)
+
+
+@pytest.mark.parametrize("file", ["model.pt2", "model.pt"])
+def test_a_model_saved_in_float64_passes_its_check_and_serves(
+        make_repository: MakeRepository, file: str) -> None:
+    """Its float64 items are not cast to float32 before the worker sets its precision (the
+    check failed with torch's `mat1 and mat2 must have the same dtype`); it then serves in the
+    worker's precision."""
+    module = Doubles().eval()
+    example = torch.rand(2, FEATURES, dtype=torch.float64)
+    saved = export(module, example) if file == "model.pt2" else script(module, example)
+    card = TENSOR_CARD + "dtype = \"float64\"\n[output]\nkind = \"embedding\"\n"
+    root = make_repository("doubles", card, {f"1/{file}": saved})
+    rows = np.random.default_rng(2).random((3, FEATURES))
+    with torch.no_grad():
+        direct = module(torch.from_numpy(rows))
+    checked = load(root, "doubles")
+    served = model_loader(WorkerConfig(model_repository=f"file://{root}", compile="off"),
+                          "cpu")("doubles")
+    for model in (checked, served):
+        got = model.predict_items([model.preprocess(npy(row)) for row in rows], top_k=1)
+        for answer, vector in zip(got, direct, strict=True):
+            assert isinstance(answer, Embedding)
+            assert answer.vector == pytest.approx(vector.tolist(), abs=1e-5)
