@@ -49,11 +49,21 @@ class Program:
 
 
 class ExportedModule(torch.nn.Module):
-    """A torch.export program's module, in the mode it was exported in (it refuses eval())."""
+    """A torch.export program's module, in the mode it was exported in (it refuses eval()).
 
-    def __init__(self, program: torch.nn.Module) -> None:
+    It pickles as its file and its weights (`torch.save`, for the child process that compiles
+    it: `models.package_build`), loaded again there: the program's module does not pickle
+    itself (torch's export gives it lambdas as hooks)."""
+
+    def __init__(self, program: torch.nn.Module, file: Path) -> None:
         super().__init__()
         self.program = program
+        self.file = file
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        tensors = [*self.program.named_parameters(), *self.program.named_buffers()]
+        weights = {name: tensor.detach() for name, tensor in tensors}
+        return (_exported_again, (self.file, weights, self.training))
 
     def train(self, mode: bool = True) -> ExportedModule:
         self.training = mode  # the program's own train() and eval() raise NotImplementedError
@@ -61,6 +71,22 @@ class ExportedModule(torch.nn.Module):
 
     def forward(self, batch: torch.Tensor) -> Any:
         return self.program(batch)
+
+
+def _exported_again(file: Path, weights: dict[str, torch.Tensor],
+                    training: bool) -> ExportedModule:
+    """An ExportedModule unpickled: its file vetted and loaded again, with the weights it was
+    pickled with (in the precision and memory format the worker gave them)."""
+    vet_export_archive(file)
+    read: Callable[[Path], torch.export.ExportedProgram] = torch.export.load  # untyped upstream
+    module = read(file).module(check_guards=False)
+    for name, tensor in weights.items():
+        owner, _, leaf = name.rpartition(".")
+        holder = module.get_submodule(owner)
+        if isinstance(getattr(holder, leaf), torch.nn.Parameter):
+            tensor = torch.nn.Parameter(tensor, requires_grad=False)
+        setattr(holder, leaf, tensor)  # in place of the parameter or buffer of that name
+    return ExportedModule(module, file).train(training)
 
 
 class HandlerPreprocess:
@@ -147,7 +173,8 @@ def _load_exported(version: ModelVersion) -> Program:
                               "it with dynamic_shapes=({0: torch.export.Dim('batch')},)")
     # check_guards=False: the guards would be code the file carries, exec'd (archive.py).
     module: torch.nn.Module = program.module(check_guards=False)
-    return Program(ExportedModule(module), max_batch=_largest_batch(program, batch))
+    return Program(ExportedModule(module, version.file),
+                   max_batch=_largest_batch(program, batch))
 
 
 def _largest_batch(program: torch.export.ExportedProgram, batch: object) -> int | None:

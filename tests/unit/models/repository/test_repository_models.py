@@ -17,6 +17,7 @@ from skimage import data as photos
 from inferstream.config import WorkerConfig
 from inferstream.models import DEFAULT_MAX_PIXELS, ItemError
 from inferstream.models.outputs import Embedding, Tensors
+from inferstream.models.package_build import exported
 from inferstream.models.repository import open_repository
 from inferstream.models.repository.check import load_checked
 from inferstream.models.repository.model import RepositoryModel
@@ -199,6 +200,27 @@ def test_the_card_sets_the_forward_path_and_the_batch(
     answer = vectors.predict_items([vectors.preprocess(npy(np.ones(FEATURES, np.float32)))], 2)
     assert isinstance(answer[0], list) and len(answer[0]) == 2
     assert image.predict_items([image.synthetic_item()], 1)[0] != []
+
+
+def test_an_exported_model_reaches_the_compilers_child_as_the_worker_serves_it(
+        models: Models, make_repository: MakeRepository) -> None:
+    """The compiled forward pass is built in a child process that gets the module and an
+    example batch pickled (`packages.AotiCompiler`): the module of a torch.export program did
+    not pickle, so no exported repository model compiled (`does not compile: AttributeError:
+    Can't pickle local object '_create_stateful_graph_module.<locals>.<lambda>'`)."""
+    root = make_repository("colours", CNN_CARD, {"1/model.pt2": models.cnn.pt2})
+    settings = WorkerConfig(model_repository=f"file://{root}", compile="off", precision="bf16")
+    model = model_loader(settings, "cpu")("colours")
+    assert isinstance(model, RepositoryModel)
+    example = model.to_inputs(torch.stack([model.synthetic_item()] * 2))
+    pickled = io.BytesIO()
+    torch.save((model.module, example), pickled)
+    pickled.seek(0)
+    module, batch = torch.load(pickled, weights_only=False)  # as the child reads them
+    program = exported(module, batch)  # what the child compiles
+    with torch.no_grad():
+        assert torch.equal(program.module()(batch), model.module(example))
+    assert next(module.parameters()).dtype == torch.bfloat16
 
 
 HANDLER = f'''
