@@ -68,9 +68,13 @@ def chosen(outputs: list[tuple[str, torch.Tensor]],
 class OutputReader:
     """Turns a batch's raw output into one `ItemOutput` per item, by the card's [output]."""
 
-    def __init__(self, spec: OutputSpec, labels: tuple[str, ...]) -> None:
+    def __init__(self, spec: OutputSpec, labels: tuple[str, ...], *,
+                 numbered: bool = False) -> None:
         self.spec = spec
         self.labels = labels
+        #: the labels are class_0, class_1, ... for the classes the check saw: the model has
+        #: no labels file
+        self.numbered = numbered
 
     def read(self, raw: object, batch_size: int, top_k: int) -> list[ItemOutput]:
         outputs = chosen(named_outputs(raw, batch_size), self.spec.tensor)
@@ -91,8 +95,11 @@ class OutputReader:
 
     def classes(self, logits: torch.Tensor, top_k: int) -> list[ItemOutput]:
         if logits.shape[1] != len(self.labels):
-            raise OutputMismatchError(f"the model outputs {logits.shape[1]} classes and its "
-                                      f"labels file holds {len(self.labels)} labels")
+            count = len(self.labels)
+            held = (f"; it output {count} at its check, which named them class_0 to "
+                    f"class_{count - 1} (it has no labels file)") if self.numbered else \
+                f" and its labels file holds {count} labels"
+            raise OutputMismatchError(f"the model outputs {logits.shape[1]} classes{held}")
         k = check_top_k(top_k, len(self.labels))
         scores = logits.float()
         if self.spec.softmax:

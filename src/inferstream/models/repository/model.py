@@ -166,7 +166,7 @@ class RepositoryModel(TorchModel):
         does not fit)."""
         if self.card.output.kind == "classification" and not self.labels:
             self.labels = class_labels(_width(raw, size, self.card.output.tensor))
-            self.reader = OutputReader(self.card.output, self.labels)
+            self.reader = OutputReader(self.card.output, self.labels, numbered=True)
         self.reader.read(raw, size, 1)
 
 

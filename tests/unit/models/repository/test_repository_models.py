@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from inferstream.models import DEFAULT_MAX_PIXELS, ItemError
 from inferstream.models.outputs import Embedding, Tensors
 from inferstream.models.package_build import exported
 from inferstream.models.repository import open_repository
+from inferstream.models.repository.answers import OutputMismatchError
 from inferstream.models.repository.check import load_checked
 from inferstream.models.repository.model import RepositoryModel
 from inferstream.serving.loader import model_loader, model_settings
@@ -94,6 +96,32 @@ def test_a_classifier_without_labels_answers_class_numbers(
     answer = model.predict_items([model.preprocess(coloured(2, 3))], top_k=3)[0]
     assert model.labels == ("class_0", "class_1", "class_2")
     assert isinstance(answer, list) and answer[0][:2] == (2, "class_2")
+
+
+class Widening(torch.nn.Module):
+    """A classifier of 3 classes, or of 4 for items whose values add up above 10."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        width = 4 if bool(x.sum() > 10) else 3
+        return torch.zeros(x.shape[0], width)
+
+
+def test_a_classifier_without_labels_that_outputs_other_classes_later_says_so(
+        make_repository: MakeRepository) -> None:
+    """The check named its 3 classes class_0 to class_2; a batch of 4 classes fails, and the
+    reason does not send the user looking for a labels file that there is none of."""
+    with warnings.catch_warnings():  # TorchScript is deprecated upstream
+        warnings.simplefilter("ignore", FutureWarning)
+        saved = io.BytesIO()
+        torch.jit.save(torch.jit.script(Widening()), saved)
+    model = load(make_repository("widening", TENSOR_CARD, {"1/model.pt": saved.getvalue()}),
+                 "widening")
+    assert model.labels == ("class_0", "class_1", "class_2")
+    with pytest.raises(OutputMismatchError) as failed:
+        model.predict_items([model.preprocess(npy(np.full(FEATURES, 5.0, np.float32)))], 1)
+    assert str(failed.value) == ("the model outputs 4 classes; it output 3 at its check, "
+                                 "which named them class_0 to class_2 (it has no labels "
+                                 "file)")
 
 
 def test_a_card_and_labels_saved_with_a_byte_order_mark_read_as_without(
