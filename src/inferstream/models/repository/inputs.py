@@ -94,12 +94,18 @@ class TensorPreprocessor:
     def from_json(self, data: bytes) -> np.ndarray:
         try:
             parsed = json.loads(data)
-            values = np.asarray(parsed)
         except (ValueError, RecursionError) as exc:
             raise ItemError(f"not a JSON array of numbers: {exc}") from None
+        try:
+            values = np.asarray(parsed)
+        except ValueError:  # numpy's words for it name its own dimensions
+            raise ItemError("not a JSON array of one shape: its nested arrays differ in "
+                            "length, or an array stands beside a number") from None
+        kind = values.dtype.kind
+        if kind in "OUS":  # a null, a string or an object among the numbers, or huge integers
+            _raise_not_number(np.array(parsed, dtype=object))
         # integers beyond int64's range: numpy holds them as objects, or as float64 beside
         # another integer it cannot hold with them in one integer dtype
-        kind = values.dtype.kind
         if kind == "O" or (kind == "f" and self.dtype.kind in "iu"):
             values = _python_integers(parsed, values, self.dtype)
         return json_array_as(values, self.dtype)
@@ -132,6 +138,17 @@ def _python_integers(parsed: object, values: np.ndarray, dtype: np.dtype) -> np.
     if all(isinstance(value, int) for value in exact.flat):
         return exact
     raise ItemError(f"a JSON array of {values.dtype} values; the model takes {dtype}")
+
+
+def _raise_not_number(values: np.ndarray) -> None:
+    """ItemError naming the first of a JSON array's values (as Python objects) that is not a
+    number (bools are), if any: a missing value (null), a string, an object."""
+    for place, value in np.ndenumerate(values):
+        if not isinstance(value, int | float):
+            shown = json.dumps(value)
+            if len(shown) > 32:
+                shown = f"{shown[:29]}..."
+            raise ItemError(f"value {shown} at {list(place)} is not a number")
 
 
 def _as_float(values: np.ndarray, dtype: np.dtype) -> np.ndarray:

@@ -62,6 +62,23 @@ def test_the_first_number_that_does_not_fit_is_named_by_its_place() -> None:
         converted("int8", "[[1, 2], [400, -300]]", shape=(2, 2))
 
 
+@pytest.mark.parametrize(("dtype", "text", "reason"), [
+    ("float32", "[[1, 2], [null, 4]]", "value null at [1, 0] is not a number"),
+    ("float32", '[1, 2, 3, "4"]', 'value "4" at [3] is not a number'),
+    ("int64", '[[1, 2], ["a", "b"]]', 'value "a" at [1, 0] is not a number'),
+    ("int64", '[1, {"x": 1}, 3, 4]', 'value {"x": 1} at [1] is not a number'),
+    ("float32", "[[1, 2], [3]]", "not a JSON array of one shape: its nested arrays differ in "
+     "length, or an array stands beside a number"),
+])
+def test_a_value_that_is_no_number_is_named_by_its_place(dtype: str, text: str,
+                                                         reason: str) -> None:
+    """A missing value (null) or a string in a row is named, not the dtype numpy gave the
+    array (`a JSON array of object values`, `<U21 values`) nor numpy's words for an array
+    of no one shape."""
+    with pytest.raises(ItemError) as caught:
+        converted(dtype, text, shape=(2, 2) if text.startswith("[[") else (4,))
+    assert caught.value.reason == reason
+
 def test_large_integers_round_to_the_nearest_float_and_nan_stays() -> None:
     """Accepted, as documented: a float dtype holds an integer to its precision."""
     assert converted("float32", "[16777217, 0, 0, 0]") == [16777216.0, 0.0, 0.0, 0.0]
