@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +34,11 @@ from inferstream.models.repository.errors import HANDLER_REFUSED, RepositoryErro
 from inferstream.models.repository.layout import ModelVersion
 
 log = logging.getLogger(__name__)
+
+#: Held while a torch.export file loads: torch.export.load keeps its state in a module global
+#: and fails on a second thread meanwhile (pytorch#195099), as the members of one worker
+#: process each load a new version at once.
+_EXPORT_LOAD = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -78,8 +84,7 @@ def _exported_again(file: Path, weights: dict[str, torch.Tensor],
     """An ExportedModule unpickled: its file vetted and loaded again, with the weights it was
     pickled with (in the precision and memory format the worker gave them)."""
     vet_export_archive(file)
-    read: Callable[[Path], torch.export.ExportedProgram] = torch.export.load  # untyped upstream
-    module = read(file).module(check_guards=False)
+    module = _read_export(file).module(check_guards=False)
     for name, tensor in weights.items():
         owner, _, leaf = name.rpartition(".")
         holder = module.get_submodule(owner)
@@ -159,8 +164,7 @@ def _vet_torchscript(path: Path) -> None:
 
 def _load_exported(version: ModelVersion) -> Program:
     vet_export_archive(version.file)
-    read: Callable[[Path], torch.export.ExportedProgram] = torch.export.load  # untyped upstream
-    program = read(version.file)
+    program = _read_export(version.file)
     inputs = program.graph_signature.user_inputs
     if len(inputs) != 1:
         raise RepositoryError(version.file, f"the program takes {len(inputs)} inputs; a "
@@ -175,6 +179,13 @@ def _load_exported(version: ModelVersion) -> Program:
     module: torch.nn.Module = program.module(check_guards=False)
     return Program(ExportedModule(module, version.file),
                    max_batch=_largest_batch(program, batch))
+
+
+def _read_export(file: Path) -> torch.export.ExportedProgram:
+    """`torch.export.load` of `file`, one thread at a time (`_EXPORT_LOAD`)."""
+    read: Callable[[Path], torch.export.ExportedProgram] = torch.export.load  # untyped upstream
+    with _EXPORT_LOAD:
+        return read(file)
 
 
 def _largest_batch(program: torch.export.ExportedProgram, batch: object) -> int | None:
