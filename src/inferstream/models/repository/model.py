@@ -66,6 +66,8 @@ class RepositoryModel(TorchModel):
         self.card = card
         self.file = version.file
         self.handler = program.handler
+        #: TorchScript, which runs eager: a ScriptModule cannot be exported to compile it
+        self.scripted = version.format == "torchscript"
         self.reader = OutputReader(card.output, labels)
         #: the module's own float dtype (a model saved in float64 takes float64 batches)
         #: until `models.forward.prepare_forward` sets the worker's precision
@@ -81,7 +83,7 @@ class RepositoryModel(TorchModel):
     def settings(self) -> dict[str, Any]:
         """The worker settings this model sets for itself: its card's [serving] keys, and
         what its input allows (channels-last only for image batches; a handler runs eager,
-        in the precision it chose)."""
+        in the precision it chose; TorchScript runs eager)."""
         serving = self.card.serving
         given = {"max_batch": serving.max_batch, "compile": serving.compile,
                  "precision": serving.precision, "channels_last": serving.channels_last}
@@ -89,6 +91,8 @@ class RepositoryModel(TorchModel):
             given.update(compile="off", precision="fp32", channels_last="off")
         elif len(self.input_shape) != 3:
             given["channels_last"] = "off"
+        if self.scripted:
+            given["compile"] = "off"
         return {name: value for name, value in given.items() if value is not None}
 
     def synthetic_item(self) -> torch.Tensor:

@@ -230,6 +230,18 @@ def test_the_card_sets_the_forward_path_and_the_batch(
     assert image.predict_items([image.synthetic_item()], 1)[0] != []
 
 
+def test_a_torchscript_model_runs_eager_without_trying_to_compile(
+        models: Models, make_repository: MakeRepository) -> None:
+    """A ScriptModule cannot be exported: the worker's compile of one failed, every start,
+    with a line that blamed the model (`does not compile: RuntimeError: Tried to serialize
+    object __torch__...`)."""
+    root = make_repository("colours", CNN_CARD + "[serving]\ncompile = \"on\"\n",
+                           {"1/model.pt": models.cnn.pt})
+    model = load(root, "colours")
+    options = model_settings(WorkerConfig(compile="auto", precision="bf16"), model)
+    assert (options.compile, options.precision, options.channels_last) == ("off", "bf16", "on")
+
+
 def test_an_exported_model_reaches_the_compilers_child_as_the_worker_serves_it(
         models: Models, make_repository: MakeRepository) -> None:
     """The compiled forward pass is built in a child process that gets the module and an
