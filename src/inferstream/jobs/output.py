@@ -18,7 +18,7 @@ from typing import IO, Any
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
 from inferstream.config import Config
-from inferstream.jobs.errors import OutputIncompleteError, ResultsDeletedError
+from inferstream.jobs.errors import OutputFormatError, OutputIncompleteError, ResultsDeletedError
 from inferstream.jobs.ids import job_time_ms
 from inferstream.jobs.partial import partial_path
 from inferstream.jobs.pieces import ResultKeeper
@@ -218,20 +218,35 @@ def write_lines(lines: Iterator[dict[str, Any]], stream: IO[str], fmt: str = "js
     if fmt == "csv":
         writer = csv.DictWriter(stream, CSV_FIELDS)
         # the results are read before the first line comes: where that fails (gone, not
-        # read back in time), no header goes out alone ahead of the error
+        # read back in time), or it cannot be a row, no header goes out alone ahead of the
+        # error
         first = next(lines, None)
+        rows = map(csv_row, chain([first], lines) if first is not None else ())
+        head = next(rows, None)
         writer.writeheader()
-        for line in chain([first], lines) if first is not None else ():
-            top = line["top_k"][0] if line["top_k"] else {}
-            writer.writerow({**{k: line[k] for k in CSV_FIELDS if k in line},
-                             "class_id": top.get("class_id"), "label": top.get("label"),
-                             "score": top.get("score")})
+        for row in chain([head], rows) if head is not None else ():
+            writer.writerow(row)
             count += 1
         return count
     for line in lines:
         stream.write(encode(_JSON, line) + "\n")
         count += 1
     return count
+
+
+def csv_row(line: dict[str, Any]) -> dict[str, Any]:
+    """An output line as a CSV row: its top-1 class; OutputFormatError for an item answered
+    with an embedding or tensors, which a row of empty class columns would hide."""
+    if line["status"] == "ok" and not line["top_k"]:
+        what = "an embedding" if "embedding" in line else "tensors" if "tensors" in line \
+            else None
+        if what is not None:
+            raise OutputFormatError(
+                f"--format csv holds a classifier's top-1 class, and item {line['item']!r} "
+                f"of {line['model']} was answered with {what}: use --format jsonl or npz")
+    top = line["top_k"][0] if line["top_k"] else {}
+    return {**{k: line[k] for k in CSV_FIELDS if k in line}, "class_id": top.get("class_id"),
+            "label": top.get("label"), "score": top.get("score")}
 
 
 def write_job_output(config: Config, job_id: str, path: str, total_tasks: int | None = None,
