@@ -17,7 +17,11 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from inferstream.client.client import Client
 from inferstream.jobs import output
-from inferstream.jobs.errors import OutputIncompleteError, ResultsDeletedError
+from inferstream.jobs.errors import (
+    OutputFormatError,
+    OutputIncompleteError,
+    ResultsDeletedError,
+)
 from inferstream.jobs.ids import job_time_ms, new_job_id
 from inferstream.jobs.output import job_results, output_lines, write_lines
 from inferstream.kafka.errors import PartitionReadError
@@ -193,3 +197,20 @@ def test_records_deleted_before_the_job_leave_its_results_whole(
     monkeypatch.setattr(output, "READ_TIMEOUT_S", 0.2)
     with pytest.raises(OutputIncompleteError, match="results of 1 of its 3 tasks were not"):
         list(job_results(config, job_id, 3, CODEC, clients))
+
+
+@pytest.mark.parametrize("answer", [{"embedding": [0.5, -0.5]},
+                                    {"tensors": [{"name": "box", "dtype": "int32",
+                                                  "shape": [2], "data": b"\\0" * 8}]}])
+def test_csv_of_items_answered_without_classes_is_refused_not_empty(
+        answer: dict[str, Any]) -> None:
+    """A row of empty class columns for each embedding hid the job's outputs: the format
+    says it cannot hold them, before any header, and names the formats that can."""
+    item = {"index": 0, "name": "a.jpg", "status": "OK", "error": None, "top_k": [],
+            "embedding": None, "tensors": [], **answer}
+    result = {"job_id": "j", "task_id": 0, "attempt": 1, "worker": "w", "model": "faces",
+              "model_version": "2", "items": [item]}
+    buffer = io.StringIO()
+    with pytest.raises(OutputFormatError, match=r"answered with .*use --format jsonl or npz"):
+        write_lines(output_lines([result]), buffer, "csv")
+    assert buffer.getvalue() == ""

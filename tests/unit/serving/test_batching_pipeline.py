@@ -11,13 +11,11 @@ import time
 import weakref
 from typing import Any
 
-import pytest
 import torch
 
 from inferstream.client.client import JobStatus
 from inferstream.client.progress import ProgressBar
 from inferstream.config import WorkerConfig
-from inferstream.jobs.errors import OutputFormatError
 from inferstream.jobs.output import output_lines, write_lines
 from inferstream.models import ItemError, load_model
 from inferstream.models.outputs import Embedding, NamedTensor, Tensors
@@ -210,23 +208,6 @@ def test_output_lines_follow_item_order_and_csv_has_top1_columns() -> None:
                        "model_version")
     assert rows[1] == "j,a.jpg,ok,967,espresso,0.9,,w,2,m,3"
     assert rows[2] == "j,b.jpg,error,,,,not an image,w,2,m,3"
-
-
-@pytest.mark.parametrize("answer", [{"embedding": [0.5, -0.5]},
-                                    {"tensors": [{"name": "box", "dtype": "int32",
-                                                  "shape": [2], "data": b"\\0" * 8}]}])
-def test_csv_of_items_answered_without_classes_is_refused_not_empty(
-        answer: dict[str, Any]) -> None:
-    """A row of empty class columns for each embedding hid the job's outputs: the format
-    says it cannot hold them, before any header, and names the formats that can."""
-    item = {"index": 0, "name": "a.jpg", "status": "OK", "error": None, "top_k": [],
-            "embedding": None, "tensors": [], **answer}
-    result = {"job_id": "j", "task_id": 0, "attempt": 1, "worker": "w", "model": "faces",
-              "model_version": "2", "items": [item]}
-    buffer = io.StringIO()
-    with pytest.raises(OutputFormatError, match="answered with .*use --format jsonl or npz"):
-        write_lines(output_lines([result]), buffer, "csv")
-    assert buffer.getvalue() == ""
 
 
 def test_the_progress_bar_shows_done_total_rate_and_eta() -> None:
