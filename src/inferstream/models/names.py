@@ -196,4 +196,6 @@ def check_builtin_name(name: str) -> None:
         except ValueError as exc:
             raise UnknownModelError(name, known_models(), detail=str(exc)) from None
     elif name not in known_models():
-        raise UnknownModelError(name, known_models())
+        own = ("not a built-in model; a model of your own is served from a model repository: "
+               "--model-repository DIR") if is_model_name(name) else None
+        raise UnknownModelError(name, known_models(), detail=own)

@@ -43,6 +43,10 @@ def test_unknown_model_lists_known_names() -> None:
     for name in known_models():
         assert name in str(info.value)
     assert "sim:ms=N" in str(info.value)
+    assert "--model-repository DIR" in str(info.value)  # a name a model of one's own may have
+    with pytest.raises(UnknownModelError) as info:
+        get_model_spec("no such model")
+    assert "--model-repository" not in str(info.value)  # no repository model is named so
 
 
 @pytest.mark.parametrize("name", [
