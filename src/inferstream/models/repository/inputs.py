@@ -85,6 +85,8 @@ class TensorPreprocessor:
                 array: np.ndarray = np.load(io.BytesIO(data), allow_pickle=False)
             except (ValueError, OSError, EOFError) as exc:
                 raise ItemError(f"unreadable .npy: {exc}") from None
+            if not array.dtype.isnative:  # saved on (or as) the other byte order: same values
+                array = array.astype(array.dtype.newbyteorder("="))
             return array
         data = data.removeprefix(codecs.BOM_UTF8)  # a file saved by a Windows editor
         if data.lstrip()[:1] == b"[":

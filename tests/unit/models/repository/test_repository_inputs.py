@@ -94,3 +94,15 @@ def test_a_npy_item_keeps_needing_the_exact_dtype() -> None:
     with pytest.raises(ItemError, match=r"a tensor of shape \[4\] int64; the model takes "
                        r"\[4\] int8"):
         TensorPreprocessor((4,), "int8")(out.getvalue())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int16"])
+def test_a_npy_of_the_other_byte_order_is_its_values(dtype: str) -> None:
+    """numpy.save keeps an array's byte order: a big-endian float32 is float32 values (it
+    was refused as '>f4; the model takes float32')."""
+    out = io.BytesIO()
+    values = np.array([1.5, -2.0, 300.0, 0.25]) if dtype == "float32" else np.arange(4)
+    swapped = values.astype(np.dtype(dtype).newbyteorder(">" if np.little_endian else "<"))
+    np.save(out, swapped, allow_pickle=False)
+    tensor = TensorPreprocessor((4,), dtype)(out.getvalue())
+    assert tensor.tolist() == values.astype(dtype).tolist()
