@@ -16,6 +16,7 @@ from __future__ import annotations
 import codecs
 import io
 import json
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -95,7 +96,7 @@ class TensorPreprocessor:
 
     def from_json(self, data: bytes) -> np.ndarray:
         try:
-            parsed = json.loads(data)
+            parsed = json.loads(data, parse_float=_json_float)
         except (ValueError, RecursionError) as exc:
             raise ItemError(f"not a JSON array of numbers: {exc}") from None
         try:
@@ -111,6 +112,16 @@ class TensorPreprocessor:
         if kind == "O" or (kind == "f" and self.dtype.kind in "iu"):
             values = _python_integers(parsed, values, self.dtype)
         return json_array_as(values, self.dtype)
+
+
+def _json_float(text: str) -> float:
+    """A JSON number with a fraction or an exponent as a float; ItemError for one beyond
+    float64's range (`1e400`), which `float` reads as inf without a word."""
+    value = float(text)
+    if math.isinf(value):
+        shown = text if len(text) <= 32 else f"{text[:29]}..."
+        raise ItemError(f"value {shown} is beyond float64's range")
+    return value
 
 
 def json_array_as(values: np.ndarray, dtype: np.dtype) -> np.ndarray:

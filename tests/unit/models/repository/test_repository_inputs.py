@@ -106,3 +106,10 @@ def test_a_npy_of_the_other_byte_order_is_its_values(dtype: str) -> None:
     np.save(out, swapped, allow_pickle=False)
     tensor = TensorPreprocessor((4,), dtype)(out.getvalue())
     assert tensor.tolist() == values.astype(dtype).tolist()
+
+
+def test_a_json_number_beyond_float64_fails_naming_it() -> None:
+    """`1e400` was read as inf without a word; NaN and Infinity written as such stay."""
+    with pytest.raises(ItemError, match="value 1e400 is beyond float64's range"):
+        converted("float32", "[1e400, 0, 0, 0]")
+    assert converted("float64", "[1e300, -1.5e-300, 0, 2]") == [1e300, -1.5e-300, 0.0, 2.0]
