@@ -38,8 +38,8 @@ class ProgressBar:
             bar = "#" * filled + "." * (self.width - filled)
             eta = _clock((total - done) / rate) if rate > 0 else "?"
             return (f"{status.job_id} [{bar}] {done}/{total} {100 * done // total}% "
-                    f"{rate:.1f} img/s ETA {eta} {status.state.lower()}")
-        return f"{status.job_id} {done}/? {rate:.1f} img/s {status.state.lower()}"
+                    f"{rate:.1f} items/s ETA {eta} {status.state.lower()}")
+        return f"{status.job_id} {done}/? {rate:.1f} items/s {status.state.lower()}"
 
     def close(self) -> None:
         if self._last is not None:

@@ -68,7 +68,7 @@ class InputReader:
         """The item of one record; RecordError when the record itself cannot be read."""
         name = item_name(origin)
         if value is None:
-            raise RecordError("null value (a tombstone): no image")
+            raise RecordError("null value (a tombstone): no item")
         if self.format == "bytes":
             return TaskItem(index=origin["offset"], name=name, data=value)
         if self.format == "url":

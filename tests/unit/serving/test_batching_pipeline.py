@@ -213,7 +213,7 @@ def test_output_lines_follow_item_order_and_csv_has_top1_columns() -> None:
 def test_the_progress_bar_shows_done_total_rate_and_eta() -> None:
     status = JobStatus("j", "PROGRESS", total_items=200, done_items=50, rate_items_per_s=25.0)
     text = ProgressBar(io.StringIO(), width=10).render(status)
-    assert "50/200 25%" in text and "25.0 img/s" in text and "ETA 0:00:06" in text
+    assert "50/200 25%" in text and "25.0 items/s" in text and "ETA 0:00:06" in text
 
 
 class CountingModel(SimModel):
