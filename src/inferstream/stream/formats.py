@@ -43,6 +43,8 @@ from inferstream.stream.errors import RecordError
 #: Strings made only of the base64 alphabet, padded to a multiple of 4: read as image bytes.
 _BASE64 = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
 _URI_SCHEMES = ("file://", "http://", "https://")
+#: Longer strings are never taken for paths (Linux's PATH_MAX).
+_PATH_MAX = 4096
 _SOE_MAGIC = b"\xc3\x01"
 _SOE_HEADER = 10
 _CONFLUENT_HEADER = 5
@@ -123,12 +125,19 @@ def _field_item(found: Any, field: str, index: int, name: str) -> TaskItem:
     text = found.strip()
     if not text:
         raise RecordError(f"field {field!r} is empty")
-    if text.lower().startswith(_URI_SCHEMES) or not _BASE64.fullmatch(text):
+    if text.lower().startswith(_URI_SCHEMES) or not _BASE64.fullmatch(text) \
+            or _names_a_file(text):
         return TaskItem(index=index, name=text, data=None)
     try:
         return TaskItem(index=index, name=name, data=base64.b64decode(text, validate=True))
     except binascii.Error as exc:  # the pattern admits only valid base64: not expected
         raise RecordError(f"field {field!r}: bad base64: {exc}") from exc
+
+
+def _names_a_file(text: str) -> bool:
+    """Whether `text`, which base64 could read too (`/data/items/abc1`), is the path of a
+    file here: then it is that file. (Base64 of a photo is far longer than a path.)"""
+    return "/" in text and len(text) < _PATH_MAX and Path(text).is_file()
 
 
 class AvroEnvelope:
