@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from inferstream.config import Config, StreamConfig
-from inferstream.stream.formats import InputReader
 from inferstream.schemas.records import StreamOrigin
+from inferstream.stream.formats import InputReader
 
 
 def reader() -> InputReader:
