@@ -24,8 +24,11 @@ class OutputMismatchError(ModelError):
     """The model's output does not fit the kind its card declares."""
 
 
-def named_outputs(raw: object, batch_size: int) -> list[tuple[str, torch.Tensor]]:
-    """The model's outputs by name, each checked to hold one row per item."""
+def named_outputs(raw: object, batch_size: int,
+                  choices: tuple[OutputChoice, ...] = ()) -> list[tuple[str, torch.Tensor]]:
+    """The model's outputs by name that `choices` names (every one where none: `chosen`),
+    each checked to hold one row per item. The others may be anything a tensor can be (a
+    model that also returns its batch's loss, a scalar, is served by naming the rest)."""
     if isinstance(raw, torch.Tensor):
         outputs = [("output", raw)]
     elif isinstance(raw, Mapping):
@@ -39,12 +42,16 @@ def named_outputs(raw: object, batch_size: int) -> list[tuple[str, torch.Tensor]
         if not isinstance(value, torch.Tensor):
             raise OutputMismatchError(f"output {name} is a {type(value).__name__}, not a "
                                       "tensor")
-        if value.dim() == 0 or value.shape[0] != batch_size:
-            raise OutputMismatchError(f"output {name} has shape {list(value.shape)}, not one "
-                                      f"row per item of a batch of {batch_size}")
     if not outputs:
         raise OutputMismatchError("the model returned no output")
-    return outputs
+    found = chosen(outputs, choices)
+    for name, value in found:
+        if value.dim() == 0 or value.shape[0] != batch_size:
+            named = " (name the outputs to answer with in the card's output.tensor)" \
+                if len(outputs) > 1 and not choices else ""
+            raise OutputMismatchError(f"output {name} has shape {list(value.shape)}, not one "
+                                      f"row per item of a batch of {batch_size}{named}")
+    return found
 
 
 def chosen(outputs: list[tuple[str, torch.Tensor]],
@@ -77,7 +84,7 @@ class OutputReader:
         self.numbered = numbered
 
     def read(self, raw: object, batch_size: int, top_k: int) -> list[ItemOutput]:
-        outputs = chosen(named_outputs(raw, batch_size), self.spec.tensor)
+        outputs = named_outputs(raw, batch_size, self.spec.tensor)
         if self.spec.kind == "tensor":
             return self.tensors(outputs, batch_size)
         if len(outputs) > 1:

@@ -21,7 +21,6 @@ from inferstream.models.outputs import ItemOutput
 from inferstream.models.repository.answers import (
     OutputMismatchError,
     OutputReader,
-    chosen,
     class_labels,
     named_outputs,
 )
@@ -177,8 +176,8 @@ class RepositoryModel(TorchModel):
 def _width(raw: object, size: int, choices: tuple[str | int, ...]) -> int:
     """The classes of a classifier's output for a batch of `size` (0 where it is not
     [batch, classes])."""
-    outputs = named_outputs(raw, size)
-    values = chosen(outputs, choices)[0][1] if len(outputs) == 1 or choices else None
+    outputs = named_outputs(raw, size, choices)
+    values = outputs[0][1] if len(outputs) == 1 or choices else None
     return values.shape[1] if values is not None and values.dim() == 2 else 0
 
 
