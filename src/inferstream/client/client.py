@@ -154,9 +154,10 @@ class Job:
         controller accepted the job; UnknownJobError when the job was never submitted."""
         for _ in self.events(follow=False):
             pass
-        config, clients = self.client.config, self.client.clients
-        if self._status.state == SUBMITTED and not job_submitted(config, self.job_id, clients):
-            raise UnknownJobError(self.job_id, config.topic("jobs"))
+        client = self.client
+        if self._status.state == SUBMITTED and not job_submitted(
+                client.config, self.job_id, client.codec, client.clients):
+            raise UnknownJobError(self.job_id, client.config.topic("jobs"))
         return self._status
 
     def wait(self, timeout_s: float | None = None,
@@ -293,7 +294,7 @@ class Client:
             raise InlineTooLargeError(
                 f"inline job is {len(value)} bytes; the limit is {LARGE_MESSAGE_BYTES}: "
                 "submit paths on a shared filesystem or split the job")
-        if job_id is not None and job_submitted(self.config, job_id, self.clients):
+        if job_id is not None and job_submitted(self.config, job_id, self.codec, self.clients):
             raise InvalidJobError("job_id", job_id, "an id no job was submitted with before "
                                   "(leave it out for a new one)")
         self._produce(self.config.topic("jobs"), record["job_id"], value)

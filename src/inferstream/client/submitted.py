@@ -1,7 +1,8 @@
 """What the jobs topic says: whether a job was submitted, and which jobs were lately.
 
 A job has no event until a controller accepts it, so only its record on the jobs topic
-tells a submitted job from an id that names nothing.
+tells a submitted job from an id that names nothing. A cancel (`Job.cancel`) goes to the jobs
+topic too, keyed by the job's id: it is no submission, whatever id it names.
 """
 
 from __future__ import annotations
@@ -18,15 +19,18 @@ from inferstream.schemas.records import Job, model_ref, read_record
 READ_S = 30.0
 
 
-def job_submitted(config: Config, job_id: str, clients: KafkaClients = REAL_CLIENTS) -> bool:
-    """Whether the jobs topic holds a record keyed by `job_id` (from about its time on);
-    PartitionReadError where its partition could not be read to its end in `READ_S` (an id
-    without a time is looked for from the partition's start): not knowing is not "no"."""
+def job_submitted(config: Config, job_id: str, codec: Codec,
+                  clients: KafkaClients = REAL_CLIENTS) -> bool:
+    """Whether the jobs topic holds a job's record keyed by `job_id` (from about its time on;
+    a cancel of that id is none); PartitionReadError where its partition could not be read
+    to its end in `READ_S` (an id without a time is looked for from the partition's start):
+    not knowing is not "no"."""
     consumer, partition = open_job_partition(config, config.topic("jobs"), job_id, clients)
     key = job_id.encode()
     try:
         reader = PartitionReader(consumer, [partition], timeout_s=READ_S)
-        if any(record.key == key for record in reader):
+        if any(record.key == key and not _is_cancel(codec, record.value)
+               for record in reader):
             return True
         if reader.waiting:
             raise PartitionReadError(
@@ -51,8 +55,17 @@ def recent_submissions(config: Config, codec: Codec, since_ms: int,
                 job = read_record(codec, record.value, Job)
                 found[job["job_id"]] = model_ref(job["model"], job["model_version"])
             except SchemaError:
-                if record.key:
+                if record.key and not _is_cancel(codec, record.value):
                     found.setdefault(record.key.decode("utf-8", "replace"), None)
     finally:
         consumer.close()
     return found
+
+
+def _is_cancel(codec: Codec, value: bytes) -> bool:
+    """Whether a record of the jobs topic is a cancel (a TaskControl) rather than a job; a
+    record that cannot be read counts as a job (the controller rejects it, keyed by its id)."""
+    try:
+        return codec.record_name(value) == "TaskControl"
+    except SchemaError:
+        return False

@@ -1,7 +1,8 @@
 """The Python SDK as docs/cli.md describes it, on the in-memory transport: what `submit`
 refuses before sending anything (a job id used before or not well-formed, one string for the
 inputs, an option of the wrong type, an inline file that cannot be read), `wait` on an id no
-job has, a cluster that does not answer, and `close()` or a `with` block."""
+job has, a cancel of an id no job has, a cluster that does not answer, and `close()` or a
+`with` block."""
 
 from __future__ import annotations
 
@@ -14,9 +15,15 @@ from typing import Any
 import pytest
 
 from inferstream.client import submitted
-from inferstream.client.client import Client
+from inferstream.client.client import SUBMITTED, Client
+from inferstream.client.listing import recent_jobs
 from inferstream.config import Config
-from inferstream.jobs.errors import InputError, InvalidJobError, JobTimeoutError
+from inferstream.jobs.errors import (
+    InputError,
+    InvalidJobError,
+    JobTimeoutError,
+    UnknownJobError,
+)
 from inferstream.kafka.clients import SyncProducer
 from inferstream.kafka.errors import KafkaSetupError, PartitionReadError
 from inferstream.schemas.records import Job, read_record
@@ -126,6 +133,20 @@ def test_wait_on_a_job_submitted_but_not_yet_accepted_waits(client: Client) -> N
     for waited in (job, client.job(job.job_id)):
         with pytest.raises(JobTimeoutError, match="it goes on"):
             waited.wait(timeout_s=0.05)
+
+
+def test_a_cancel_of_an_id_no_job_has_leaves_the_id_naming_no_job(
+        client: Client, clients: MemoryKafkaClients) -> None:
+    """The cancel goes to the jobs topic keyed by the id, and any record of that key was
+    taken for the job: the id then showed as a job submitted and never accepted (in
+    `status` too), and a job submitted with it was refused as a reuse."""
+    client.job("typo-1").cancel()
+    assert jobs_sent(clients) == [b"typo-1"]
+    with pytest.raises(UnknownJobError):
+        client.job("typo-1").progress()
+    assert recent_jobs(make_config(), CODEC, clients=clients) == []
+    assert client.submit(MODEL, ["photos"], job_id="typo-1").progress().state == SUBMITTED
+    assert [s.job_id for s in recent_jobs(make_config(), CODEC, clients=clients)] == ["typo-1"]
 
 
 def free_port() -> int:
