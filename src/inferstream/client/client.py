@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -234,8 +235,9 @@ class Job:
 
 
 class Client:
-    """Produces jobs and reads their events and results. `close()`, or the end of a `with`
-    block, lets go of the producer it holds; each read opens and closes its own consumer."""
+    """Produces jobs and reads their events and results, for any number of threads. `close()`,
+    or the end of a `with` block, lets go of the producer it holds (a thread sending on it
+    finishes); each read opens and closes its own consumer."""
 
     def __init__(self, config: Config, codec: Codec | None = None,
                  clients: KafkaClients = REAL_CLIENTS) -> None:
@@ -243,6 +245,7 @@ class Client:
         self.codec = codec or Codec.for_config(config)
         self.clients = clients
         self._producer: SyncProducer | None = None
+        self._producer_lock = threading.Lock()
 
     def __enter__(self) -> Client:
         return self
@@ -255,7 +258,8 @@ class Client:
         """Deliver what is still queued (up to `connect_timeout_s`) and let go of the
         producer; a second call does nothing. The client and its jobs stay usable: a later
         call opens what it needs again (then close it again)."""
-        producer, self._producer = self._producer, None
+        with self._producer_lock:
+            producer, self._producer = self._producer, None
         if producer is not None:
             producer.flush(self.config.connect_timeout_s)
 
@@ -307,14 +311,16 @@ class Client:
         return Job(self, job_id)
 
     def _produce(self, topic: str, key: str, value: bytes) -> None:
-        if self._producer is None:
-            self._producer = self.clients.producer(producer_config(self.config))
-        partitions = reachable_partitions(self.config, self._producer, topic)
+        with self._producer_lock:  # one producer, whichever threads ask; close() may take it
+            if self._producer is None:
+                self._producer = self.clients.producer(producer_config(self.config))
+            producer = self._producer
+        partitions = reachable_partitions(self.config, producer, topic)
         errors: list[Any] = []
-        self._producer.produce(topic, value, key.encode(),
-                               partition=partition_for(key, len(partitions)),
-                               on_delivery=lambda err, _msg: errors.append(err) if err else None)
-        remaining = self._producer.flush(60)
+        producer.produce(topic, value, key.encode(),
+                         partition=partition_for(key, len(partitions)),
+                         on_delivery=lambda err, _msg: errors.append(err) if err else None)
+        remaining = producer.flush(60)
         if remaining or errors:
             reason = f"could not deliver the job to {topic}: {errors or 'timeout'}"
             raise JobFailedError(key, reason)

@@ -204,6 +204,33 @@ def test_close_and_a_with_block_let_go_of_the_producer_and_a_later_call_opens_on
     assert len(jobs_sent(clients)) == 2
 
 
+class _ClosedWhileSending(MemoryKafkaClients):
+    """Producers during whose `produce` another thread closes `client`."""
+
+    client: Client
+
+    def producer(self, settings: dict[str, Any]) -> SyncProducer:
+        producer = MemoryProducer(self.broker, settings)
+        produce = producer.produce
+
+        def and_close(*args: Any, **kwargs: Any) -> None:
+            produce(*args, **kwargs)
+            self.client.close()
+        producer.produce = and_close  # type: ignore[method-assign]
+        return producer
+
+
+def test_a_close_in_another_thread_while_a_job_is_sent_lets_the_send_finish(
+        clients: MemoryKafkaClients) -> None:
+    """The send read the client's producer again after the close had let go of it: an
+    AttributeError on None, with the job on its way or not."""
+    closing = _ClosedWhileSending(clients.broker)
+    closing.client = Client(make_config(), CODEC, closing)
+    job = closing.client.submit(MODEL, ["photos"])
+    job.cancel()
+    assert jobs_sent(clients) == [job.job_id.encode()] * 2
+
+
 def test_numpy_numbers_pass_as_python_numbers_do(client: Client,
                                                  clients: MemoryKafkaClients) -> None:
     np = pytest.importorskip("numpy")
