@@ -11,7 +11,7 @@ is read at import time.
 from inferstream.config.controller import ControllerConfig
 from inferstream.config.core import MASK, Config, parse_kafka_config
 from inferstream.config.fields import seconds_arg, setting, setting_types
-from inferstream.config.loading import SECTIONS, load_config, unknown_variables
+from inferstream.config.loading import SECTIONS, load_config, unknown_variables, with_section
 from inferstream.config.stream import StreamConfig
 from inferstream.config.sysinfo import SysinfoConfig
 from inferstream.config.worker import DEFAULT_COLLECTORS, GUARANTEES, WorkerConfig
@@ -32,4 +32,5 @@ __all__ = [
     "setting",
     "setting_types",
     "unknown_variables",
+    "with_section",
 ]

@@ -235,3 +235,19 @@ def load_config(
                 for name, cls in SECTIONS.items()}
     config: Config = _build(Config, {**merged, **sections})
     return config
+
+
+def with_section(config: Config, section: str, settings: Mapping[str, Any]) -> Config:
+    """`config` with `settings` (by name) applied to its role `section`, checked and typed
+    as `load_config`'s flags are: ConfigError naming a key that is no setting of it (and
+    the section it belongs to, for another section's setting)."""
+    for name in settings:
+        owner = next((other for other, cls in SECTIONS.items()
+                      if other != section and name in setting_types(cls)), None)
+        if owner is not None and name not in setting_types(SECTIONS[section]):
+            raise ConfigError(f"{section}.{name} is not an inferstream setting; {owner}.{name} "
+                              f"is: load_config(flags={{{owner!r}: {{{name!r}: ...}}}})")
+    current = getattr(config, section)
+    values = {f.name: getattr(current, f.name) for f in dataclasses.fields(current)}
+    built = _build(SECTIONS[section], {**values, **settings}, f"{section}.")
+    return dataclasses.replace(config, **{section: built})

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from inferstream.config import Config
+from inferstream.config import Config, with_section
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
 from inferstream.models import LoadedModel
 from inferstream.schemas import Codec
@@ -19,9 +18,10 @@ def open_stream(config: Config, model: str | LoadedModel | None = None, *,
                 hooks: WorkerHooks | None = None, codec: Codec | None = None,
                 clients: KafkaClients = REAL_CLIENTS, **settings: Any) -> Worker:
     """A stream member of `config` with `settings` (fields of `StreamConfig`: input_topic,
-    output_topic, input_format, ...) applied; `model` by name (loaded on the worker's
-    `device`) or loaded, else the config's `worker.models[0]`."""
-    config = dataclasses.replace(config, stream=dataclasses.replace(config.stream, **settings))
+    output_topic, input_format, ...) applied, as `load_config` takes them (ConfigError for
+    a name that is none); `model` by name (loaded on the worker's `device`) or loaded, else
+    the config's `worker.models[0]`."""
+    config = with_section(config, "stream", settings)
     config.stream.check_complete()
     if not isinstance(model, LoadedModel):
         from inferstream.models.registry import resolve_device

@@ -298,3 +298,23 @@ def test_open_stream_from_python_applies_the_settings_given(
     assert [(r.key, decoded(r)["status"]) for r in outputs(broker)] == [(b"k", "ok")]
     with pytest.raises(ConfigError, match="--input-topic"):
         open_stream(base, "sim:ms=0", output_topic=OUT)
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"input_topc": IN}, "stream.input_topc is not an inferstream setting (did you mean "
+                         "stream.input_topic?)"),
+    ({"idle_exit_s": 5}, "stream.idle_exit_s is not an inferstream setting; "
+                         "worker.idle_exit_s is: load_config(flags={'worker': "
+                         "{'idle_exit_s': ...}})"),
+    ({"top_k": "many"}, "stream.top_k must be an integer, got 'many'"),
+])
+def test_open_stream_refuses_a_setting_it_has_not_in_load_configs_words(
+        settings: dict[str, object], message: str) -> None:
+    """dataclasses.replace raised TypeError: StreamConfig.__init__() got an unexpected
+    keyword argument, for a misspelt name and for the worker's idle_exit_s alike."""
+    from inferstream.stream import open_stream
+
+    base = dataclasses.replace(make_config(), stream=StreamConfig())
+    with pytest.raises(ConfigError) as raised:
+        open_stream(base, "sim:ms=0", **{"input_topic": IN, "output_topic": OUT, **settings})
+    assert str(raised.value) == message
