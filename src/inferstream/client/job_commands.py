@@ -96,6 +96,9 @@ def run_submit(args: argparse.Namespace, client: Client) -> int:
                             top_k=args.top_k, inline=args.inline, priority=args.priority,
                             weight=args.weight)
     except InvalidJobError as exc:
+        if exc.option == "inputs":  # the SDK's list, of which an entry of --input was empty
+            raise ConfigError("--input must be paths, URIs or @LIST files, got an empty "
+                              "one") from exc
         flag = "--" + exc.option.replace("_", "-")
         raise ConfigError(f"{flag} must be {exc.rule}, got {exc.value}") from exc
     print(job.job_id, flush=True)

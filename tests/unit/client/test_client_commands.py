@@ -161,13 +161,16 @@ def test_a_job_whose_every_item_failed_exits_non_zero(clients: MemoryKafkaClient
     assert f"every item of job {job_id} failed (4 errors)" in err
 
 
-@pytest.mark.parametrize(("flag", "value"), [("--chunk-size", "0"), ("--top-k", "0"),
-                                             ("--chunk-size", "-3"), ("--top-k", "-1")])
-def test_a_chunk_size_or_top_k_below_one_is_a_one_line_error(
-        clients: MemoryKafkaClients, cli: Cli, flag: str, value: str) -> None:
+@pytest.mark.parametrize(("flag", "value", "rule"), [
+    ("--chunk-size", "0", ">= 1, got 0"), ("--top-k", "0", ">= 1, got 0"),
+    ("--chunk-size", "-3", ">= 1, got -3"), ("--top-k", "-1", ">= 1, got -1"),
+    # was '--inputs must be a list of paths or URIs (for one, a list of one), got ['']'
+    ("--input", "", "paths, URIs or @LIST files, got an empty one")])
+def test_a_submit_option_out_of_range_is_a_one_line_error_naming_its_flag(
+        clients: MemoryKafkaClients, cli: Cli, flag: str, value: str, rule: str) -> None:
     code, out, err = cli("submit", "--model", MODEL, "--input", "a.jpg", flag, value)
     assert (code, out) == (2, "")
-    assert err == f"inferstream: error: {flag} must be >= 1, got {value}\n"
+    assert err == f"inferstream: error: {flag} must be {rule}\n"
     assert clients.broker.values(make_config().topic("jobs")) == []
 
 
