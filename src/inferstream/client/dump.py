@@ -206,8 +206,10 @@ def _partitions(consumer: SyncConsumer, config: Config, topic: DumpTopic) -> lis
         raise  # there, but not to this principal: not "no topic"
     except KafkaSetupError as exc:
         if topic.ours:
+            bare = topic.name.removeprefix(config.topic_prefix)  # a pool's: made for that pool
+            pool = bare.removeprefix("tasks.") if bare.startswith("tasks.") else config.pool
             hint = (f"run `inferstream topics create` (with --topic-prefix "
-                    f"{config.topic_prefix!r} and --pool {config.pool})")
+                    f"{config.topic_prefix!r} and --pool {pool})")
         else:
             hint = (f"give one of {', '.join([*SHORT_NAMES, 'tasks', 'tasks.<pool>'])} "
                     f"(under --topic-prefix {config.topic_prefix!r}) or a full topic name")

@@ -227,7 +227,9 @@ def test_an_unknown_topic_is_one_line_with_the_names(cli: Cli) -> None:
     [line] = err.strip().splitlines()
     assert line.startswith("inferstream: error: no topic job-event at mem:1: give one of jobs,")
     code, _, err = cli("tasks.gpu", "--from-beginning")
-    assert "no topic t.tasks.gpu at mem:1: run `inferstream topics create`" in err
+    # the pool's own topic: `--pool default` made every topic but this one
+    assert err == ("inferstream: error: no topic t.tasks.gpu at mem:1: run `inferstream topics "
+                   "create` (with --topic-prefix 't.' and --pool gpu)\n")
 
 
 def test_no_broker_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
