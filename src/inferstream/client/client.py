@@ -17,12 +17,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from inferstream.client.stalls import QUIET_S, StallWatch
+from inferstream.client.submission import absolute, check_submission, read_inline, whoami
 from inferstream.client.submitted import job_submitted
 from inferstream.config import Config
-from inferstream.config.core import TOPIC_SAFE
 from inferstream.jobs.errors import (
     InlineTooLargeError,
-    InputError,
     InvalidJobError,
     JobCancelledError,
     JobFailedError,
@@ -31,8 +30,7 @@ from inferstream.jobs.errors import (
     JobTimeoutError,
     UnknownJobError,
 )
-from inferstream.jobs.ids import check_job_id, new_job_id
-from inferstream.jobs.options import check_job_options
+from inferstream.jobs.ids import new_job_id
 from inferstream.jobs.output import job_results, open_job_partition, output_lines
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients, SyncProducer
 from inferstream.kafka.groups import describe_with
@@ -42,8 +40,8 @@ from inferstream.kafka.settings import LIBRDKAFKA_LOG, partition_for, producer_c
 from inferstream.kafka.topics import LARGE_MESSAGE_BYTES
 from inferstream.models import UnknownModelError, check_model_name
 from inferstream.schemas import Codec, SchemaError
+from inferstream.schemas.records import Job as JobRecord
 from inferstream.schemas.records import (
-    InlineItem,
     JobEvent,
     JobEventType,
     TaskControl,
@@ -52,7 +50,6 @@ from inferstream.schemas.records import (
     now_ms,
     read_record,
 )
-from inferstream.schemas.records import Job as JobRecord
 
 if TYPE_CHECKING:
     from inferstream.jobs.npz import NpzWritten
@@ -278,8 +275,8 @@ class Client:
         InvalidJobError for an argument of the wrong type or out of its range, a job id
         refused; InputError for an inline file that cannot be read; all before anything is
         sent. A model name not well-formed goes: the controller rejects it, saying why."""
-        _check_submission(model, inputs, pool, output_path, job_id,
-                          (chunk_size, top_k, weight, priority))
+        check_submission(model, inputs, pool, output_path, job_id,
+                         (chunk_size, top_k, weight, priority))
         try:
             name, version = check_model_name(model)
         except UnknownModelError:
@@ -287,9 +284,9 @@ class Client:
         record = JobRecord(
             job_id=job_id or new_job_id(), model=name, model_version=version,
             pool=pool or self.config.pool, top_k=top_k, chunk_size=chunk_size or 0,
-            inputs=[] if inline else [_absolute(i) for i in inputs],
-            inline_items=_read_inline(inputs) if inline else [], submitted_at=now_ms(),
-            submitter=_whoami(),
+            inputs=[] if inline else [absolute(i) for i in inputs],
+            inline_items=read_inline(inputs) if inline else [], submitted_at=now_ms(),
+            submitter=whoami(),
             output_path=os.path.abspath(output_path) if output_path else None,
             priority=priority, weight=weight,
         )
@@ -324,75 +321,3 @@ class Client:
         if remaining or errors:
             reason = f"could not deliver the job to {topic}: {errors or 'timeout'}"
             raise JobFailedError(key, reason)
-
-
-def _check_submission(model: object, inputs: object, pool: object, output_path: object,
-                      job_id: str | None, options: tuple[Any, Any, Any, Any]) -> None:
-    """InvalidJobError for what `submit` cannot send as asked: a str would be split into
-    one input per character, an id with a space or newline breaks every line naming it, a
-    model, pool or path of another type would fail in Python's words."""
-    if not isinstance(model, str) or not model:
-        raise InvalidJobError("model", model, "a model's name, NAME or NAME:VERSION")
-    if isinstance(inputs, str | bytes | bytearray) or not isinstance(inputs, list | tuple) \
-            or not all(isinstance(entry, str) and entry for entry in inputs):
-        raise InvalidJobError("inputs", inputs, "a list of paths or URIs (for one, a list "
-                              "of one)")
-    if pool is not None and not (isinstance(pool, str) and TOPIC_SAFE.fullmatch(pool)):
-        raise InvalidJobError("pool", pool, "a pool's name: letters, digits, '.', '_', '-'")
-    if output_path is not None and not isinstance(output_path, str):
-        raise InvalidJobError("output_path", output_path, "a path (a str)")
-    if job_id is not None:
-        check_job_id(job_id)
-    check_job_options(*options)
-
-
-def _absolute(entry: str) -> str:
-    """Paths become absolute (the controller and workers run elsewhere); URIs stay as named."""
-    if "://" in entry:
-        return entry
-    if entry.startswith("@"):
-        return "@" + os.path.abspath(entry[1:])
-    return os.path.abspath(entry)
-
-
-def _read_inline(inputs: list[str]) -> list[InlineItem]:
-    """The files' bytes, each named by its absolute path (as a path input would be);
-    InputError naming a file that cannot be read."""
-    items = []
-    for path in inputs:
-        for name in _inline_files(os.path.abspath(path)):
-            try:
-                with open(name, "rb") as handle:
-                    items.append(InlineItem(name=name, data=handle.read()))
-            except OSError as exc:
-                raise InputError(f"cannot read {name}: {exc.strerror}") from exc
-    return items
-
-
-def _inline_files(path: str) -> Iterator[str]:
-    """The files under `path` (itself where it is not a folder), every subfolder's too,
-    linked ones included (once each) as the controller's walk of a path input takes them;
-    InputError naming a folder that cannot be read, where `os.walk` would skip it."""
-    if not os.path.isdir(path):
-        yield path
-        return
-
-    def refuse(exc: OSError) -> None:
-        raise InputError(f"cannot read {exc.filename}: {exc.strerror}") from exc
-
-    walked: set[str] = set()
-    for root, dirs, files in os.walk(path, onerror=refuse, followlinks=True):
-        real = os.path.realpath(root)
-        if real in walked:  # a link to a folder walked already, or one above it
-            dirs.clear()
-            continue
-        walked.add(real)
-        dirs.sort()
-        yield from (os.path.join(root, f) for f in sorted(files) if not f.startswith("."))
-
-
-def _whoami() -> str:
-    try:
-        return os.getlogin()
-    except OSError:
-        return str(os.getuid())
