@@ -33,6 +33,7 @@ from inferstream.jobs.errors import (
 from inferstream.jobs.ids import new_job_id
 from inferstream.jobs.output import job_results, open_job_partition, output_lines
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients, SyncProducer
+from inferstream.kafka.errors import KafkaSetupError
 from inferstream.kafka.groups import describe_with
 from inferstream.kafka.preflight import reachable_partitions
 from inferstream.kafka.reader import PartitionReader
@@ -312,7 +313,13 @@ class Client:
             if self._producer is None:
                 self._producer = self.clients.producer(producer_config(self.config))
             producer = self._producer
-        partitions = reachable_partitions(self.config, producer, topic)
+        try:
+            partitions = reachable_partitions(self.config, producer, topic)
+        except KafkaSetupError:  # it holds nothing; kept, it retried until close() logged it all
+            with self._producer_lock:
+                if self._producer is producer:
+                    self._producer = None
+            raise
         errors: list[Any] = []
         producer.produce(topic, value, key.encode(),
                          partition=partition_for(key, len(partitions)),

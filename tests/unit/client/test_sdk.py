@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from inferstream.client import submitted
 from inferstream.client.client import SUBMITTED, Client
@@ -202,6 +203,26 @@ def test_close_and_a_with_block_let_go_of_the_producer_and_a_later_call_opens_on
     client.close()
     assert producers.alive() == 0
     assert len(jobs_sent(clients)) == 2
+
+
+def _unreachable(*args: Any, **kwargs: Any) -> Any:
+    """A producer's metadata call that no broker answers, in librdkafka's words."""
+    raise KafkaException(KafkaError(KafkaError._TRANSPORT, "Connect to ipv4#127.0.0.1:1 "
+                                    "failed: Connection refused"))
+
+
+def test_a_producer_that_reached_no_broker_is_let_go_with_the_error(
+        clients: MemoryKafkaClients, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kept, it went on trying to connect, and the client's close() printed every failed
+    try that librdkafka had logged meanwhile, after the one-line KafkaSetupError."""
+    producers = _Producers(clients)
+    client = Client(make_config(), CODEC, producers)
+    monkeypatch.setattr(MemoryProducer, "list_topics", _unreachable)
+    with pytest.raises(KafkaSetupError, match="no Kafka broker answered"):
+        client.submit(MODEL, ["photos"])
+    assert producers.alive() == 0
+    monkeypatch.undo()
+    assert client.submit(MODEL, ["photos"]).progress().state == SUBMITTED
 
 
 class _ClosedWhileSending(MemoryKafkaClients):
