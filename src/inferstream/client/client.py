@@ -184,9 +184,8 @@ class Job:
         if status.state == JobEventType.CANCELLED:
             raise JobCancelledError(self.job_id, status.done_items, status.total_items)
         if status.state != JobEventType.COMPLETED:
-            raise JobTimeoutError(f"job {self.job_id} not finished after {timeout_s:g} s "
-                                  f"({status.state.lower()}); it goes on: follow it with "
-                                  f"`inferstream status {self.job_id}`")
+            raise JobTimeoutError(self.job_id, timeout_s or 0.0, str(status.state),
+                                  status.done_items)
         return status
 
     def cancel(self) -> None:

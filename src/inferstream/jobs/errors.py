@@ -24,18 +24,29 @@ class JobFailedError(InferstreamError):
 
 
 class JobCancelledError(InferstreamError):
-    """A job was cancelled before it completed; `done_items` of it were done."""
+    """A job was cancelled before it completed; `done_items` of its `total_items` (None: not
+    known yet) were done."""
 
     def __init__(self, job_id: str, done_items: int, total_items: int | None) -> None:
         total = "?" if total_items is None else str(total_items)
         super().__init__(f"job {job_id} cancelled after {done_items}/{total} items")
         self.job_id = job_id
         self.done_items = done_items
+        self.total_items = total_items
 
 
 
 class JobTimeoutError(InferstreamError):
-    """Waiting for a job ran past its deadline."""
+    """Waiting for job `job_id` ran past its deadline, `timeout_s`; the job goes on, and was
+    in `state` (a JobEventType's value, or SUBMITTED) with `done_items` done."""
+
+    def __init__(self, job_id: str, timeout_s: float, state: str, done_items: int) -> None:
+        super().__init__(f"job {job_id} not finished after {timeout_s:g} s ({state.lower()}); "
+                         f"it goes on: follow it with `inferstream status {job_id}`")
+        self.job_id = job_id
+        self.timeout_s = timeout_s
+        self.state = state
+        self.done_items = done_items
 
 
 

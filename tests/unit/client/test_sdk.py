@@ -132,8 +132,11 @@ def test_wait_on_a_job_submitted_but_not_yet_accepted_waits(client: Client) -> N
     """The check is on the job's record, which is there before any event."""
     job = client.submit(MODEL, ["photos"])
     for waited in (job, client.job(job.job_id)):
-        with pytest.raises(JobTimeoutError, match="it goes on"):
+        with pytest.raises(JobTimeoutError, match="it goes on") as raised:
             waited.wait(timeout_s=0.05)
+        # what the other Job*Errors carry: the job, and how far it was
+        assert (raised.value.job_id, raised.value.timeout_s) == (job.job_id, 0.05)
+        assert (raised.value.state, raised.value.done_items) == ("SUBMITTED", 0)
 
 
 def test_a_cancel_of_an_id_no_job_has_leaves_the_id_naming_no_job(
