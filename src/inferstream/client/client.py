@@ -26,6 +26,7 @@ from inferstream.jobs.errors import (
     JobCancelledError,
     JobFailedError,
     JobNotAcceptedError,
+    JobNotDeliveredError,
     JobRejectedError,
     JobTimeoutError,
     UnknownJobError,
@@ -195,7 +196,7 @@ class Job:
         control = TaskControl(job_id=self.job_id, task_id=-1, attempt=0,
                               reason=TaskControlReason.CANCELLED, at=now_ms())
         self.client._produce(self.client.config.topic("jobs"), self.job_id,  # noqa: SLF001
-                             self.client.codec.encode("TaskControl", control))
+                             self.client.codec.encode("TaskControl", control), "the cancel")
 
     def live_workers(self) -> int | None:
         """How many workers the job's pool has now; None when that cannot be known."""
@@ -298,7 +299,7 @@ class Client:
         if job_id is not None and job_submitted(self.config, job_id, self.codec, self.clients):
             raise InvalidJobError("job_id", job_id, "an id no job was submitted with before "
                                   "(leave it out for a new one)")
-        self._produce(self.config.topic("jobs"), record["job_id"], value)
+        self._produce(self.config.topic("jobs"), record["job_id"], value, "the submission")
         return Job(self, record["job_id"], record["pool"], model)
 
     def job(self, job_id: str) -> Job:
@@ -307,7 +308,9 @@ class Client:
             raise InvalidJobError("job_id", job_id, "a job's id (a str)")
         return Job(self, job_id)
 
-    def _produce(self, topic: str, key: str, value: bytes) -> None:
+    def _produce(self, topic: str, key: str, value: bytes, what: str = "the record") -> None:
+        """`value` to `topic` under the job id `key`, delivered before it returns;
+        JobNotDeliveredError naming `what` it was where the cluster did not take it."""
         with self._producer_lock:  # one producer, whichever threads ask; close() may take it
             if self._producer is None:
                 self._producer = self.clients.producer(producer_config(self.config))
@@ -325,5 +328,6 @@ class Client:
                          on_delivery=lambda err, _msg: errors.append(err) if err else None)
         remaining = producer.flush(60)
         if remaining or errors:
-            reason = f"could not deliver the job to {topic}: {errors or 'timeout'}"
-            raise JobFailedError(key, reason)
+            reason = "; ".join(e.str() if hasattr(e, "str") else str(e) for e in errors)
+            raise JobNotDeliveredError(key, what, f"{topic}: {reason or 'no answer in 60 s'}",
+                                       refused=bool(errors))

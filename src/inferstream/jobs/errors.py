@@ -50,6 +50,20 @@ class JobTimeoutError(InferstreamError):
 
 
 
+class JobNotDeliveredError(InferstreamError):
+    """The record of a job (`submit`) or of its cancel was not delivered: refused by the
+    cluster (nothing was sent), or not acknowledged in time (it may still arrive); `job_id`,
+    and `reason` from the producer."""
+
+    def __init__(self, job_id: str, what: str, reason: str, refused: bool) -> None:
+        then = "nothing was sent" if refused else \
+            f"it may still arrive: `inferstream status {job_id}` tells"
+        super().__init__(f"{what} of job {job_id} was not delivered ({reason}): {then}")
+        self.job_id = job_id
+        self.reason = reason
+
+
+
 class InlineTooLargeError(InferstreamError):
     """An inline job does not fit in one Kafka message."""
 

@@ -22,6 +22,7 @@ from inferstream.config import Config
 from inferstream.jobs.errors import (
     InputError,
     InvalidJobError,
+    JobNotDeliveredError,
     JobTimeoutError,
     UnknownJobError,
 )
@@ -298,3 +299,27 @@ def test_an_inline_folder_takes_linked_subfolders_once_and_refuses_an_unreadable
         client.submit(MODEL, [str(photos)], inline=True)
     assert one_line(raised) == f"cannot read {photos / 'linked'}: Permission denied"
     assert len(jobs_sent(clients)) == 1  # the first job alone
+
+
+def test_a_submission_the_cluster_refuses_is_not_a_failed_job(
+        client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """JobFailedError is a job that failed after it was accepted; a record that never
+    reached the cluster is JobNotDeliveredError, saying what was not sent."""
+    from confluent_kafka import KafkaError
+
+    producer = client.clients.producer({})
+    real = producer.produce
+
+    def refused(*args: Any, on_delivery: Any = None, **kwargs: Any) -> None:
+        real(*args, **kwargs)
+        on_delivery(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), None)
+    monkeypatch.setattr(producer, "produce", refused)
+    monkeypatch.setattr(client.clients, "producer", lambda _settings: producer)
+    with pytest.raises(JobNotDeliveredError) as raised:
+        client.submit(MODEL, ["photos"], job_id="20261207-100000-0000dead")
+    assert raised.value.job_id == "20261207-100000-0000dead"
+    assert str(raised.value).startswith("the submission of job 20261207-100000-0000dead was "
+                                        "not delivered (")
+    assert str(raised.value).endswith("): nothing was sent")
+    with pytest.raises(JobNotDeliveredError, match="the cancel of job"):
+        client.job("20261207-100000-0000dead").cancel()
