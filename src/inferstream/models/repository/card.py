@@ -32,6 +32,8 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 OutputChoice = str | int
+#: [input] keys of an image model only
+IMAGE_KEYS = ("size", "resize", "mean", "std", "interpolation")
 
 
 @dataclass(frozen=True)
@@ -147,11 +149,22 @@ class _Reader:
         if unknown:
             raise self.fail(f"unknown key {prefix}{unknown[0]} (known: {', '.join(keys)})")
 
+    def kind_of(self, table: dict[str, Any], section: str, kind: str,
+                keys: dict[str, tuple[str, ...]]) -> None:
+        """Refuse a key of another kind than the card's (`keys`: each kind's own): it would
+        be ignored without a word (a tensor card's `mean` normalises nothing)."""
+        for other, own in keys.items():
+            found = sorted(key for key in own if key in table)
+            if other != kind and found:
+                raise self.fail(f"{section}.{found[0]} is only for {section}.kind = "
+                                f"\"{other}\", and this card's is \"{kind}\": remove it")
+
     def input(self, table: dict[str, Any]) -> InputSpec:
         self.known(table, "input.", ("kind", "size", "resize", "mean", "std", "interpolation",
                                      "shape", "dtype"))
         default = InputSpec()
         kind = cast(InputKind, self.choice(table, "input.kind", INPUT_KINDS, default.kind))
+        self.kind_of(table, "input", kind, {"image": IMAGE_KEYS, "tensor": ("shape", "dtype")})
         shape = self.ints(table, "input.shape", None)
         if kind == "tensor" and shape is None:
             raise self.fail("input.shape is required for a tensor model, e.g. [3, 32, 32]")
@@ -170,6 +183,8 @@ class _Reader:
         self.known(table, "output.", ("kind", "labels", "softmax", "normalize", "tensor"))
         kind = cast(OutputKind, self.choice(table, "output.kind", OUTPUT_KINDS,
                                             OutputSpec().kind))
+        self.kind_of(table, "output", kind, {"classification": ("labels", "softmax"),
+                                             "embedding": ("normalize",)})
         labels = table.get("labels")
         if labels is not None and (not isinstance(labels, str) or not labels.strip()):
             raise self.fail(f"output.labels must be a file name, got {labels!r}")

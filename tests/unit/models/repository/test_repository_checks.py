@@ -129,8 +129,15 @@ BROKEN: list[tuple[str, Broken, str, str]] = [
     ("unknown key", layout("[input]\nsise = [32, 32]\n", GOOD), "m/model.toml",
      "unknown key input.sise (known: kind, size, resize, mean, std, interpolation, shape, "
      "dtype)"),
-    ("wrong type", layout("[output]\nnormalize = \"yes\"\n", GOOD), "m/model.toml",
-     "output.normalize must be true or false, got 'yes'"),
+    ("wrong type", layout("[output]\nkind = \"embedding\"\nnormalize = \"yes\"\n", GOOD),
+     "m/model.toml", "output.normalize must be true or false, got 'yes'"),
+    ("key of another kind", layout("[output]\nkind = \"embedding\"\nsoftmax = false\n", GOOD),
+     "m/model.toml", "output.softmax is only for output.kind = \"classification\", and this "
+     "card's is \"embedding\": remove it"),
+    ("image key on a tensor card",
+     layout("[input]\nkind = \"tensor\"\nshape = [6]\nmean = [0.5, 0.5, 0.5]\n", GOOD),
+     "m/model.toml", "input.mean is only for input.kind = \"image\", and this card's is "
+     "\"tensor\": remove it"),
     ("bad kind", layout("[output]\nkind = \"segmentation\"\n", GOOD), "m/model.toml",
      "output.kind 'segmentation' is not one of classification, embedding, tensor"),
     ("size not two ints", layout("[input]\nsize = [32]\n", GOOD), "m/model.toml",
