@@ -272,7 +272,9 @@ class Codec:
         writer = self._by_fingerprint.get(fp)
         if writer is None:
             raise SchemaError(
-                f"unknown fingerprint 0x{fp.hex()}: writer schema not known to this codec"
+                f"unknown fingerprint 0x{fp.hex()}: not a schema of this inferstream or an "
+                "earlier one (a newer inferstream's record: upgrade the process that reads "
+                "it first, docs/operations.md#upgrades)"
             )
         return writer
 

@@ -343,3 +343,20 @@ def test_decode_head_reads_the_leading_ids_of_a_record_alone(codec: Codec) -> No
         codec.decode_head(current, "TaskResult", ("task_id",))
     with pytest.raises(SchemaError, match="truncated header"):
         codec.decode_head(current[:5], "TaskResult", ids)
+
+
+def test_a_newer_writers_record_says_what_to_upgrade() -> None:
+    """A record of a schema this release does not know (a newer release wrote it, during a
+    rolling upgrade) is refused in one line that says to upgrade its reader first, the words
+    a dead letter's reason and a REJECTED job's reason carry to the operator."""
+    newer = single_object(
+        {**JOB_V1, "fields": [*JOB_V1["fields"], {"name": "added", "type": "int", "default": 0}]},
+        {"job_id": "j", "model": "m", "inputs": ["/x"], "submitted_at": T0, "priority": 0,
+         "added": 1},
+    )
+    with pytest.raises(SchemaError) as refused:
+        Codec().decode(newer)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert "upgrade the process that reads it first" in message
+    assert "docs/operations.md#upgrades" in message
