@@ -170,7 +170,12 @@ class Job:
 
         While the job shows no event for `quiet_s`, `on_notice` is told what it waits for
         (no controller accepted it, no live worker in its pool), once per stall.
+        InvalidJobError for a `timeout_s` that is no positive number (None: no limit).
         """
+        if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(
+                timeout_s, int | float) or not timeout_s > 0):  # NaN compares false
+            raise InvalidJobError("timeout_s", timeout_s, "a positive number of seconds, or "
+                                  "None for no limit")
         watch = StallWatch(self.job_id, self.pool, self.model, self.live_workers,
                            on_notice or (lambda _line: None), quiet_s)
         for status in self.events(follow=True, timeout_s=timeout_s, on_idle=watch.idle):

@@ -138,6 +138,9 @@ def test_wait_on_a_job_submitted_but_not_yet_accepted_waits(client: Client) -> N
         # what the other Job*Errors carry: the job, and how far it was
         assert (raised.value.job_id, raised.value.timeout_s) == (job.job_id, 0.05)
         assert (raised.value.state, raised.value.done_items) == ("SUBMITTED", 0)
+    for wrong in ("1", 0, -1.0, float("nan"), True):  # a TypeError from deep inside, or none
+        with pytest.raises(InvalidJobError, match="timeout_s must be a positive number"):
+            job.wait(timeout_s=wrong)  # type: ignore[arg-type]
 
 
 def test_a_cancel_of_an_id_no_job_has_leaves_the_id_naming_no_job(
