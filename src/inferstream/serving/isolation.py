@@ -53,6 +53,24 @@ def splittable(exc: BaseException) -> bool:
     return not any(marker in message for marker in _DEVICE_MARKERS)
 
 
+class BatchFailures:
+    """How a failed forward pass is logged: with its traceback the first time an exception
+    of its type fails this model's batches, in one line after that (a handler whose items
+    differ in shape fails every batch that mixes them, and logged a traceback for each)."""
+
+    def __init__(self) -> None:
+        self._traced: set[str] = set()
+
+    def log(self, items: int, exc: BaseException) -> None:
+        kind = type(exc).__name__
+        if kind in self._traced:
+            log.warning("inference failed for a batch of %d items: %s (its traceback is "
+                        "logged at the first %s)", items, error_line(exc), kind)
+            return
+        self._traced.add(kind)
+        log.error("inference failed for a batch of %d items", items, exc_info=exc)
+
+
 def forward_error(exc: BaseException) -> str:
     """The reason of an item whose forward pass raised `exc`."""
     return f"inference failed: {error_line(exc)}"

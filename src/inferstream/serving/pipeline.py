@@ -43,7 +43,7 @@ from inferstream.serving.calibration import calibrate
 from inferstream.serving.decoding import DecodePlace
 from inferstream.serving.forward import ForwardPlace, output_fields
 from inferstream.serving.hooks import WorkerHooks
-from inferstream.serving.isolation import forward_error, isolate
+from inferstream.serving.isolation import BatchFailures, forward_error, isolate
 from inferstream.serving.tuning import LatencyTuner
 
 log = logging.getLogger(__name__)
@@ -149,6 +149,7 @@ class BatchingPipeline:
         self._inference = ThreadPoolExecutor(
             1, "inferstream-infer", initializer=thread_initializer(self.threads.torch_threads))
         self._place = ForwardPlace(model.device)
+        self._failures = BatchFailures()
         self._queue: asyncio.Queue[_Slot] = asyncio.Queue()
         #: items waiting for their decode to start, in arrival order
         self._undecoded: deque[tuple[_Slot, TaskItem]] = deque()
@@ -302,7 +303,7 @@ class BatchingPipeline:
                 predictions, took = await asyncio.get_running_loop().run_in_executor(
                     self._inference, self._place.run_on_thread, forward)
         except Exception as exc:  # a failed forward pass fails the items that fail alone
-            log.exception("inference failed for a batch of %d items", len(good))
+            self._failures.log(len(good), exc)
             outputs = await self._isolate(tensors, top_k, exc)
             for (slot, _), output in zip(good, outputs, strict=True):
                 self._answer(slot, output)

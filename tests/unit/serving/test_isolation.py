@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -153,3 +154,20 @@ def test_a_torchscript_models_bad_input_fails_alone_through_the_pipeline(
     run, = asyncio.run(run_tasks(model, [spec], WorkerHooks(), max_batch=16))
     assert [o["status"] for o in run.outcomes] == ["OK"] * 10 + ["ERROR"]  # type: ignore[index]
     assert run.outcomes[10]["error"] == "inference failed: ValueError: feature 0 out of range"  # type: ignore[index]
+
+
+def test_a_models_failing_batches_log_one_traceback_then_one_line_each(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Every batch holding a poisoned item fails; the first logs its traceback, the others a
+    line each naming the error (a traceback per batch buried the log)."""
+    names = [["ok1", "poison", "ok2"], ["ok3", "poison", "ok4"], ["poison", "ok5"]]
+    model = PoisonedModel("sim:ms=0", SimParams(ms=0))
+    with caplog.at_level(logging.WARNING, logger="inferstream.serving"):
+        done = asyncio.run(run_tasks(model, [task(n, items) for n, items in enumerate(names)],
+                                     WorkerHooks(), max_batch=3))
+    assert sum(o["status"] == "ERROR" for run in done for o in run.outcomes) == 3  # type: ignore[index]
+    failed = [r for r in caplog.records if r.getMessage().startswith("inference failed for")]
+    assert len(failed) >= 2
+    assert [r.exc_info is not None for r in failed] == [True] + [False] * (len(failed) - 1)
+    assert failed[1].getMessage().endswith("items: ValueError: poisoned (its traceback is "
+                                           "logged at the first RuntimeError)")
