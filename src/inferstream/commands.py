@@ -55,8 +55,7 @@ def _config(args: argparse.Namespace, config: Config) -> int:
     """`config show`, `config check` (every role's checks) or `config check --role ROLE`."""
     if args.action == "show":
         return admin.config_show(args, config)
-    role = args.role
-    return admin.config_check(config, role, ROLE_NEEDS[role](config) if role else None)
+    return admin.config_check(config, ROLE_NEEDS[args.role](config) if args.role else None)
 
 
 COMMANDS: dict[str, Command] = {

@@ -42,9 +42,9 @@ def config_show(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def config_check(config: Config, role: str | None = None, needs: Needs | None = None) -> int:
-    """Every start-up check of every role, or of `role` alone (its `needs`); a failure is
-    an error (one line, exit 2)."""
+def config_check(config: Config, needs: Needs | None = None) -> int:
+    """Every start-up check of every role, or of one role alone (its `needs`, which name
+    it); a failure is an error (one line, exit 2)."""
     from inferstream.kafka.preflight import preflight
     from inferstream.kafka.topics import topic_specs
 
@@ -54,7 +54,7 @@ def config_check(config: Config, role: str | None = None, needs: Needs | None = 
                       metrics_port=config.worker.metrics_port,
                       metrics_addr=config.worker.metrics_addr)
     preflight(config, needs)
-    whose = f"the {role} role" if role else "every role"
+    whose = f"the {needs.role} role" if needs.role else "every role"
     print(f"ok: settings, cluster at {config.bootstrap_servers}, "
           f"{len(needs.topics) + len(needs.user_topics)} topics of {whose} under "
           f"{config.topic_prefix!r} for pool {config.pool}")

@@ -220,8 +220,7 @@ def write_lines(lines: Iterator[dict[str, Any]], stream: IO[str], fmt: str = "js
         # the results are read before the first line comes: where that fails (gone, not
         # read back in time), or it cannot be a row, no header goes out alone ahead of the
         # error
-        first = next(lines, None)
-        rows = map(csv_row, chain([first], lines) if first is not None else ())
+        rows = map(csv_row, lines)
         head = next(rows, None)
         writer.writeheader()
         for row in chain([head], rows) if head is not None else ():

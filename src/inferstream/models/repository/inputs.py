@@ -119,8 +119,7 @@ def _json_float(text: str) -> float:
     float64's range (`1e400`), which `float` reads as inf without a word."""
     value = float(text)
     if math.isinf(value):
-        shown = text if len(text) <= 32 else f"{text[:29]}..."
-        raise ItemError(f"value {shown} is beyond float64's range")
+        raise ItemError(f"value {_shown(text)} is beyond float64's range")
     return value
 
 
@@ -158,10 +157,13 @@ def _raise_not_number(values: np.ndarray) -> None:
     number (bools are), if any: a missing value (null), a string, an object."""
     for place, value in np.ndenumerate(values):
         if not isinstance(value, int | float):
-            shown = json.dumps(value)
-            if len(shown) > 32:
-                shown = f"{shown[:29]}..."
-            raise ItemError(f"value {shown} at {list(place)} is not a number")
+            raise ItemError(f"value {_shown(json.dumps(value))} at {list(place)} is not a "
+                            "number")
+
+
+def _shown(text: str) -> str:
+    """A value's JSON text as an item's error names it: at most 32 characters."""
+    return text if len(text) <= 32 else f"{text[:29]}..."
 
 
 def _as_float(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
