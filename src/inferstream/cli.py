@@ -67,11 +67,14 @@ def add_setting_flags(parser: argparse.ArgumentParser | Any, cls: type,
 
 
 def _shown(default: Any) -> str:
-    """A default as --help shows it."""
+    """A default as --help shows it (as docs/configuration.md writes it): a list's items
+    comma-separated, not a Python tuple's repr."""
     if default is None or default == ():
         return "none"
     if isinstance(default, bool):
         return "on" if default else "off"
+    if isinstance(default, tuple):
+        return ", ".join(map(str, default))
     return str(default) if default != "" else "empty"
 
 
@@ -108,10 +111,28 @@ def parse_args(parser: OneLineParser, argv: Sequence[str]) -> argparse.Namespace
     """`argv` parsed by the command's `parser`; an unknown flag points at its subcommand's
     help (argparse's own error names the top command, whose help lists no role's flags)."""
     args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command == "config" and args.role in _ROLE_COMMANDS:
+        unknown = _take_role_flags(parser, args, unknown)
     if unknown:
         parser.fail(f"unrecognized arguments: {' '.join(unknown)}",
                     f"{parser.prog} {args.command}")
     return args
+
+
+#: The roles of `config show|check --role ROLE` whose command has flags of its own.
+_ROLE_COMMANDS = ("worker", "controller", "sysinfo", "stream")
+
+
+def _take_role_flags(parser: OneLineParser, args: argparse.Namespace,
+                     unknown: list[str]) -> list[str]:
+    """`config check --role worker --model M`: the role's own flags, parsed by its command's
+    parser into `args`, so that the check runs with the settings the role would start with
+    (the worker's check says `needs a model: --model NAME`); returns what is still unknown."""
+    role_args, rest = parser.parse_known_args([args.role, *unknown])
+    for dest, value in vars(role_args).items():
+        if _SECTION_SEP in dest and value is not None:
+            setattr(args, dest, value)
+    return rest
 
 
 def build_parser() -> OneLineParser:

@@ -34,7 +34,8 @@ def config_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--role", choices=CHECKED_ROLES,
                         help="check: only this role's start-up checks, as it runs them (its "
                         "principal's ACLs allow its own topics, not every role's); default: "
-                        "every role's")
+                        "every role's. show and check take the role's own flags too (--role "
+                        "worker --model NAME)")
 
 
 def config_show(args: argparse.Namespace, config: Config) -> int:

@@ -29,6 +29,7 @@ from inferstream.kafka.reader import topic_partitions
 from inferstream.kafka.refusals import not_authorized, principal
 from inferstream.kafka.settings import consumer_config
 from inferstream.kafka.topics import admin_client, copartitioned, partition_count_problem
+from inferstream.schemas.errors import SchemaRegistryError
 from inferstream.schemas.schema_registry import registry_client
 
 log = logging.getLogger(__name__)
@@ -88,8 +89,16 @@ def check_registry(config: Config) -> None:
     """SchemaRegistryError in one line when `config`'s schema registry does not answer or
     refuses its credentials: at start, not at a role's first record."""
     client = registry_client(config)
-    if client is not None:
+    if client is None:
+        return
+    try:
         client.subjects()
+    except SchemaRegistryError as exc:
+        if exc.status not in (None, 404):  # it refused something: the message says what
+            raise
+        raise SchemaRegistryError(  # no answer, or no registry at that URL
+            f"{exc}: set --schema-registry-url (INFERSTREAM_SCHEMA_REGISTRY_URL) to a schema "
+            "registry's URL", url=exc.url, status=exc.status) from exc
 
 
 def check_port_free(port: int, flag: str = "--metrics-port", addr: str = "",

@@ -37,9 +37,9 @@ class WeightsNotFoundError(ModelError):
     def __init__(self, model: str, searched: Iterable[str]):
         self.model = model
         self.searched = tuple(searched)
-        places = "\n  ".join(self.searched)
-        super().__init__(
-            f"no weights for model {model!r}; searched:\n  {places}\n"
+        places = ", ".join(self.searched)
+        super().__init__(  # one line, as every mistake of a user's is
+            f"no weights for model {model!r} (searched {places}): "
             "put the file in one of those places (or in $INFERSTREAM_WEIGHTS_DIR), name it "
             "with `inferstream worker --weights FILE` (weights=FILE in Python), "
             "or use `inferstream worker --random-weights` for benchmarks"

@@ -14,11 +14,11 @@ from PIL import Image
 from inferstream.errors import ConfigError
 from inferstream.models.base import LoadedModel, TorchModel, imagenet_labels
 from inferstream.models.decode import DEFAULT_MAX_PIXELS
-from inferstream.models.efficientnet_lite import efficientnet_lite0
+from inferstream.models.efficientnet_lite import efficientnet_lite0, from_upstream_state_dict
 from inferstream.models.names import LITE0, SimParams, check_builtin_name, parse_sim_name
 from inferstream.models.preprocess import ImagePreprocessor, Preprocessing
 from inferstream.models.sim import SimModel
-from inferstream.models.weights import find_weights, load_state_dict
+from inferstream.models.weights import find_weights, load_into, load_state_dict
 from inferstream.schemas.records import SIM_PREFIX
 
 LITE0_WEIGHTS_FILE = "efficientnet-lite0-57934424.pth"
@@ -134,7 +134,7 @@ def _build_torchvision(
         path = find_weights(
             name, torchvision_weights_filename(name), weights=weights, weights_dir=weights_dir
         )
-        module.load_state_dict(load_state_dict(path), strict=True)
+        load_into(module, load_state_dict(path), path, name)
     if name == "googlenet":
         # The auxiliary heads only serve training; drop them as torchvision does.
         module.aux_logits = False
@@ -156,7 +156,9 @@ def _build_lite0(
         weights_dir=weights_dir,
         fallbacks=_lite0_package_file(),
     )
-    return efficientnet_lite0(load_state_dict(path))
+    model = efficientnet_lite0()
+    load_into(model, from_upstream_state_dict(load_state_dict(path)), path, LITE0)
+    return model
 
 
 def _lite0_package_file() -> list[Path]:

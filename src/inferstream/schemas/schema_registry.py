@@ -112,7 +112,8 @@ class SchemaRegistryClient:
             ) from exc
         except (urllib.error.URLError, OSError) as exc:
             raise SchemaRegistryError(
-                f"schema registry {method} {url} failed: {exc}", url=url, status=None
+                f"schema registry {method} {url} failed: {getattr(exc, 'reason', exc)}",
+                url=url, status=None
             ) from exc
         except json.JSONDecodeError as exc:
             raise SchemaRegistryError(

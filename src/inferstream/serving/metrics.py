@@ -88,12 +88,13 @@ class ServingMetrics(WorkerHooks):
         """How each model was prepared, and the system-information samples."""
         self.compiled = Gauge(
             "inferstream_model_compiled",
-            "1 where the model's forward pass runs compiled (torch.compile), 0 where eager",
+            "1 where the model's forward pass runs compiled (AOTInductor), 0 where eager",
             ["model"], registry=registry,
         )
         self.compile = Gauge(
             "inferstream_model_compile_seconds",
-            "Time spent compiling the model's forward pass at load (0: not compiled)",
+            "Time spent compiling the model's forward pass at load (0: not compiled, or "
+            "read from the compile cache)",
             ["model"], registry=registry,
         )
         self.sysinfo_samples = Counter(
@@ -125,6 +126,12 @@ class ServingMetrics(WorkerHooks):
         other = copy.copy(self)
         other.become(worker)
         return other
+
+    def drop_own_series(self) -> None:
+        """Remove this worker's children of the labelled families: a process of `--members`
+        counts as each member (`for_worker`), and its own id is no worker of the pool."""
+        for family in self._families.values():
+            family.remove(self.worker, self.pool)
 
     def become(self, worker: str) -> None:
         """Count as `worker` from now on (its own children of the labelled families)."""

@@ -17,9 +17,14 @@ import contextvars
 import dataclasses
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from inferstream.config import Config
+
+if TYPE_CHECKING:
+    from inferstream.serving.metrics import ServingMetrics
+
+Metrics = TypeVar("Metrics", bound="ServingMetrics")
 
 #: The worker id of the member whose task is running (empty outside members mode).
 MEMBER: contextvars.ContextVar[str] = contextvars.ContextVar("inferstream_member", default="")
@@ -34,6 +39,15 @@ def member_configs(config: Config, base_id: str) -> list[Config]:
         configs.append(dataclasses.replace(config, worker=dataclasses.replace(
             options, worker_id=f"{base_id}-{i}", instance_id=instance, members=1)))
     return configs
+
+
+def member_metrics(metrics: Metrics, members: Sequence[Config]) -> list[Metrics]:
+    """Each member's own children of the process's `metrics`, whose own series go: the
+    process's id (`--worker-id`, else host-pid) is no member of the pool, and showed as a
+    worker owning no partition beside the members."""
+    each = [metrics.for_worker(member.worker.worker_id) for member in members]
+    metrics.drop_own_series()
+    return each
 
 
 class MemberLogFilter(logging.Filter):

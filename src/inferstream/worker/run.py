@@ -87,16 +87,15 @@ def _serve(config: Config, members: list[Config], device: str, worker_id: str,
         on_hangup(worker.served.look_again)  # new versions of repository models: look now
         asyncio.run(serve_until_stopped(worker))
         return
-    from inferstream.worker.members import run_members, tag_logs
+    from inferstream.worker.members import member_metrics, run_members, tag_logs
 
     tag_logs()
     workers = [new_worker(member, start_models(settings, loader),
-                          hooks=HookChain(metrics.for_worker(member.worker.worker_id),
-                                          announcer.hooks(member.worker.worker_id),
+                          hooks=HookChain(own, announcer.hooks(member.worker.worker_id),
                                           HealthHooks(health, member.worker.worker_id,
                                                       member.worker_group())),
                           loader=loader)
-               for member in members]
+               for member, own in zip(members, member_metrics(metrics, members), strict=True)]
     health.done()
     on_hangup(partial(_look_again, workers))
     asyncio.run(run_members(workers, when_stopping))

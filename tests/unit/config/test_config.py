@@ -237,6 +237,8 @@ def test_help_shows_each_default(capsys: pytest.CaptureFixture[str]) -> None:
     assert "most items per model batch (default: 32)" in text
     assert "(default: exactly-once)" in text
     assert "Kafka servers, host:port,... (default: localhost:9092)" in text
+    # a list's default as the docs write it, not the tuple's repr ('cpu', 'memory', ...)
+    assert "(default: cpu, memory, accelerator, models, queue, software)" in text
 
 
 @pytest.mark.parametrize(("settings", "message"), [

@@ -4,6 +4,7 @@ check of every role could never pass for it."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -44,3 +45,34 @@ def test_without_a_role_every_role_s_topics_are_checked(checked: list[Needs]) ->
 
 def test_every_role_of_the_flag_has_its_checks() -> None:
     assert set(ROLE_NEEDS) == set(CHECKED_ROLES)
+
+
+def test_a_role_s_check_takes_the_flags_its_errors_name(
+        checked: list[Needs], capsys: pytest.CaptureFixture[str]) -> None:
+    """`config check --role worker` without a model says `the worker needs a model: --model
+    NAME`: that flag, and every other of the role's command, is taken there, where it was an
+    unrecognized argument."""
+    assert main(["config", "check", "--role", "worker"]) == 2
+    assert "--model NAME" in capsys.readouterr().err
+    assert main(["config", "check", "--role", "worker", "--model", "sim:ms=1"]) == 0
+    assert [needs.role for needs in checked] == ["worker"]
+    assert "topics of the worker role" in capsys.readouterr().out
+
+
+def test_config_show_with_a_role_shows_the_role_s_flags(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "show", "--role", "stream", "--max-batch", "7",
+                 "--input-topic", "uploads"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["worker"]["max_batch"] == 7 and shown["stream"]["input_topic"] == "uploads"
+
+
+@pytest.mark.parametrize("argv", [["config", "check", "--model", "x"],
+                                  ["config", "check", "--role", "controller", "--model", "x"],
+                                  ["config", "check", "--role", "client", "--model", "x"]])
+def test_a_flag_of_no_role_given_is_still_refused(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert "unrecognized arguments: --model x" in capsys.readouterr().err

@@ -83,6 +83,7 @@ def test_missing_weights_error_names_every_place(dirs: dict[str, Path]) -> None:
         assert str(folder / "resnet50-0676ba61.pth") in message
     assert "`inferstream worker --weights FILE`" in message
     assert "--random-weights" in message
+    assert "\n" not in message  # one line, as the worker prints every mistake
 
 
 def test_missing_explicit_weights_file(tmp_path: Path) -> None:
@@ -115,6 +116,53 @@ def test_weights_file_with_pickled_code_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "evil.pth"
     torch.save({"payload": Path("/etc/passwd")}, path)  # any non-tensor class
     with pytest.raises(ModelError, match="cannot read weights file"):
+        load_model("mobilenet_v3_large", weights=str(path))
+
+
+@pytest.mark.parametrize("content", [b"not weights at all", b""])
+def test_a_file_that_holds_no_weights_is_one_line(tmp_path: Path, content: bytes) -> None:
+    """torch's refusal is seven lines that say to load the file with weights_only=False; the
+    worker says what the file is not, in one line."""
+    path = tmp_path / "photo.pth"
+    path.write_bytes(content)
+    with pytest.raises(ModelError) as info:
+        load_model("mobilenet_v3_large", weights=str(path))
+    message = str(info.value)
+    assert message.startswith(f"cannot read weights file {path}: ")
+    assert "\n" not in message and "weights_only` set to `False" not in message
+    assert not message.endswith(": ")  # an empty file said nothing after the path
+
+
+def test_pickled_code_is_named_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "evil.pth"
+    torch.save({"payload": Path("/etc/passwd")}, path)
+    with pytest.raises(ModelError) as info:
+        load_model("mobilenet_v3_large", weights=str(path))
+    assert "not a state dict of tensors alone (Unsupported global: GLOBAL pathlib." in str(
+        info.value)
+    assert "\n" not in str(info.value) and "\x1b" not in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v3_large", "efficientnet_lite0"])
+def test_weights_of_another_model_are_one_line_not_a_traceback(tmp_path: Path,
+                                                               name: str) -> None:
+    """torch's load_state_dict raised a RuntimeError listing every key, which the worker
+    printed under a traceback."""
+    path = tmp_path / "other.pth"
+    torch.save({"a": torch.zeros(2)}, path)
+    with pytest.raises(ModelError) as info:
+        load_model(name, weights=str(path))
+    message = str(info.value)
+    assert message.startswith(f"weights file {path} does not fit model {name!r}: ")
+    assert ", ...); 1 unexpected (a)" in message and "\n" not in message
+
+
+def test_a_tensor_of_another_shape_is_named(tmp_path: Path) -> None:
+    state = get_model("mobilenet_v3_large", weights=None).state_dict()
+    state["classifier.3.bias"] = torch.zeros(10)
+    path = tmp_path / "ten-classes.pth"
+    torch.save(state, path)
+    with pytest.raises(ModelError, match=r": 1 of another shape \(classifier\.3\.bias\): "):
         load_model("mobilenet_v3_large", weights=str(path))
 
 

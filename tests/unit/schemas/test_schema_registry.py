@@ -216,3 +216,21 @@ def test_a_role_s_start_up_check_refuses_wrong_registry_credentials_in_one_line(
             check_registry(wrong)
         check_registry(Config())  # no registry: nothing to ask
         assert registry.requests == ["GET /subjects", "GET /subjects"]
+
+
+def test_a_registry_that_does_not_answer_is_one_line_naming_the_setting() -> None:
+    """As a broker that does not answer names --bootstrap-servers (docs/configuration.md,
+    start-up checks), not `<urlopen error [Errno 111] Connection refused>` alone."""
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{unused.getsockname()[1]}"  # bound, not listening
+        with pytest.raises(SchemaError) as raised:
+            check_registry(Config(schema_registry_url=url))
+    said = str(raised.value)
+    assert said.startswith(f"schema registry GET {url}/subjects failed: [Errno 111]")
+    assert "set --schema-registry-url (INFERSTREAM_SCHEMA_REGISTRY_URL)" in said
+    assert "<urlopen error" not in said and "\n" not in said
+    with serve_registry(FakeRegistry()) as registry, pytest.raises(SchemaError) as raised:
+        check_registry(Config(schema_registry_url=registry.url + "/not-the-registry"))
+    assert "returned HTTP 404" in str(raised.value)
+    assert "set --schema-registry-url" in str(raised.value)

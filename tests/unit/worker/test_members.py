@@ -11,7 +11,12 @@ from prometheus_client import CollectorRegistry
 
 from inferstream.config import Config, WorkerConfig
 from inferstream.errors import ConfigError
-from inferstream.worker.members import MemberLogFilter, member_configs, run_members
+from inferstream.worker.members import (
+    MemberLogFilter,
+    member_configs,
+    member_metrics,
+    run_members,
+)
 from inferstream.worker.metrics import WorkerMetrics
 from tests.unit.promtool import sample
 
@@ -80,3 +85,18 @@ def test_members_count_under_their_own_worker_label() -> None:
     assert sample(r, "inferstream_items_processed_total", worker="h-1", **ok) == 5
     assert sample(r, "inferstream_assigned_partitions", worker="h-1", pool="default") == 4
     assert sample(r, "inferstream_assigned_partitions", worker="h-0", pool="default") == 0
+
+
+def test_the_process_s_own_id_is_no_worker_beside_its_members() -> None:
+    """`--members 2 --worker-id w` reported a worker `w` at 0 partitions, 0 in flight, beside
+    w-0 and w-1: a worker of the pool on every per-worker panel that is none."""
+    config = Config(worker=WorkerConfig(models=("sim:ms=1",), members=2))
+    metrics = WorkerMetrics(CollectorRegistry(), "w", "default")
+    first, second = member_metrics(metrics, member_configs(config, "w"))
+    first.on_assignment(3)
+    second.on_assignment(2)
+    workers = {s.labels["worker"] for family in metrics.registry.collect()
+               for s in family.samples if "worker" in s.labels}
+    assert workers == {"w-0", "w-1"}
+    assert sample(metrics.registry, "inferstream_assigned_partitions",
+                  worker="w-1", pool="default") == 2
