@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -77,6 +78,54 @@ def test_the_configuration_page_names_every_setting() -> None:
             env = f"INFERSTREAM_{section.upper() + '_' if section else ''}{field.name.upper()}"
             row = f"| `{field.name}` | `{flag}` | `{env}` |"
             assert row in page, f"docs/configuration.md lacks {row}"
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_every_table_row_is_in_a_table(document: Path) -> None:
+    """A row after a blank line starts a table only with a header and its `|---|` line below
+    it; else the rows show as one paragraph of pipes (a blank line inside a table did that)."""
+    lines = _FENCE.sub("", document.read_text(encoding="utf-8")).splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("|") and (i == 0 or not lines[i - 1].startswith("|")):
+            below = lines[i + 1] if i + 1 < len(lines) else ""
+            assert re.fullmatch(r"\|[-:| ]+\|", below), f"a row outside a table: {line[:80]}"
+
+
+def _settings() -> dict[str, Any]:
+    """Each setting's row start on docs/configuration.md (key, flag, variable), to its
+    default."""
+    rows: dict[str, Any] = {}
+    for section, cls in (("", Config), *SECTIONS.items()):
+        for field in dataclasses.fields(cls):
+            if field.name in SECTIONS:
+                continue
+            flag = field.metadata.get("flag") or "--" + field.name.replace("_", "-")
+            env = f"INFERSTREAM_{section.upper() + '_' if section else ''}{field.name.upper()}"
+            rows[f"| `{field.name}` | `{flag}` | `{env}` |"] = field.default
+    return rows
+
+
+def _shown(default: Any) -> str:
+    """A default as the page's column writes it: a list's items, none, empty, on and off."""
+    if isinstance(default, tuple):
+        return ", ".join(default) or "none"
+    if default is None or default == "" or isinstance(default, bool):
+        return {None: "none", "": "empty", True: "on", False: "off"}[default]
+    return str(default)
+
+
+def test_the_configuration_page_gives_each_setting_its_default_and_no_other_setting() -> None:
+    """The default column says what the code starts with (a note after it in brackets), and a
+    row names a setting there is: a default changed or a setting renamed fails here."""
+    settings = _settings()
+    for line in text("docs/configuration.md").splitlines():
+        cells = line.split(" | ")
+        if len(cells) < 5 or not line.startswith("| `") or "INFERSTREAM_" not in cells[2]:
+            continue
+        start = " | ".join(cells[:3]) + " |"
+        assert start in settings, f"docs/configuration.md names no setting there is: {start}"
+        written = cells[3].split(" (")[0]
+        assert written == _shown(settings[start]), f"{start} default {written!r}"
 
 
 def test_the_cli_page_names_every_command() -> None:
