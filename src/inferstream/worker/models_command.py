@@ -21,7 +21,6 @@ from inferstream.errors import ConfigError
 from inferstream.models.names import is_model_name
 from inferstream.models.repository import ModelEntry, Repository, open_repository
 from inferstream.models.repository.check import shadowing, unnameable
-from inferstream.models.repository.errors import RepositoryError
 
 
 def models_args(parser: argparse.ArgumentParser) -> None:
@@ -69,10 +68,10 @@ def _list(repository: Repository) -> int:
         if not is_model_name(name):
             problems.append(unnameable(repository, name))
             continue
-        try:
-            print(describe(repository.model(name)))
-        except RepositoryError as exc:
-            problems.append(exc)
+        entry, unreadable = repository.read_model(name)
+        if entry is not None:
+            print(describe(entry))
+        problems.extend(unreadable)
     for problem in problems:
         print(problem, file=sys.stderr)
     return 1 if problems else 0

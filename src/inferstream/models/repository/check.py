@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from inferstream.models.errors import ModelError, UnknownModelError
 from inferstream.models.names import NAME_SYNTAX, check_builtin_name, is_model_name, known_models
 from inferstream.models.repository.errors import HANDLER_REFUSED, RepositoryError
-from inferstream.models.repository.layout import ModelVersion, Repository
+from inferstream.models.repository.layout import ModelEntry, ModelVersion, Repository
 from inferstream.schemas.records import SIM_PREFIX
 
 if TYPE_CHECKING:
@@ -75,14 +75,22 @@ def load_checked(repository: Repository, name: str, device: torch.device | str, 
                  ) -> RepositoryModel:
     """Version `number` (default: the newest) of model `name` loaded on `device` and run on
     synthetic batches (`RepositoryModel.check`); RepositoryError where anything fails."""
+    entry = repository.model(name)
+    version = entry.newest() if number is None else \
+        next(v for v in entry.versions if v.number == number)
+    return checked_version(entry, version, device, allow_python=allow_python,
+                           max_pixels=max_pixels)
+
+
+def checked_version(entry: ModelEntry, version: ModelVersion, device: torch.device | str, *,
+                    allow_python: bool, max_pixels: int) -> RepositoryModel:
+    """`version` of `entry` loaded on `device` and run on synthetic batches; RepositoryError
+    where anything fails."""
     import torch
 
     from inferstream.models.repository.loaders import load_program
     from inferstream.models.repository.model import RepositoryModel
 
-    entry = repository.model(name)
-    version = entry.newest() if number is None else \
-        next(v for v in entry.versions if v.number == number)
     device = torch.device(device)
     program = load_program(version, device, allow_python=allow_python)
     model = RepositoryModel(version, entry.card, program, device, max_pixels=max_pixels)
@@ -99,15 +107,14 @@ def check_repository(repository: Repository, *, allow_python: bool, device: str 
         if not is_model_name(name):
             problems.append(str(unnameable(repository, name)))
             continue
-        try:
-            entry = repository.model(name)
-        except ModelError as exc:
-            problems.append(str(exc))
+        entry, unreadable = repository.read_model(name)
+        problems.extend(str(error) for error in unreadable)
+        if entry is None:
             continue
         for version in entry.versions:
             try:
-                load_checked(repository, name, device, allow_python=allow_python,
-                             max_pixels=max_pixels, number=version.number)
+                checked_version(entry, version, device, allow_python=allow_python,
+                                max_pixels=max_pixels)
             except ModelError as exc:
                 problems.append(str(exc))
     return problems

@@ -72,17 +72,36 @@ class Repository:
 
     def model(self, name: str) -> ModelEntry:
         """Model `name`: its card and versions; RepositoryError for the first thing wrong."""
+        entry, problems = self.read_model(name)
+        if problems or entry is None:
+            raise problems[0]
+        return entry
+
+    def read_model(self, name: str) -> tuple[ModelEntry | None, list[RepositoryError]]:
+        """Model `name` with the versions that can be read, and every problem of its folder:
+        misnamed version folders by name, then the versions' own (`models check` and `list`
+        print them all; `model` raises the first); no entry where the folder, its card or
+        every version cannot be read."""
         folder = self.root / name
         if not folder.is_dir():
-            raise RepositoryError(folder, "no such model folder")
-        card = read_card(folder / CARD)
-        numbers = _version_numbers(folder)
-        if not numbers:
-            raise RepositoryError(folder, "no version folder (1, 2, ...) holding a model file")
+            return None, [RepositoryError(folder, "no such model folder")]
+        try:
+            card = read_card(folder / CARD)
+        except RepositoryError as exc:
+            return None, [exc]
+        numbers, problems = _version_numbers(folder)
+        if not numbers and not problems:
+            problems.append(RepositoryError(
+                folder, "no version folder (1, 2, ...) holding a model file"))
         model_labels = folder / (card.output.labels or DEFAULT_LABELS)
-        versions = tuple(_version(name, folder / str(n), n, card, model_labels)
-                         for n in numbers)
-        return ModelEntry(name, folder, card, versions)
+        versions = []
+        for number in numbers:
+            try:
+                versions.append(_version(name, folder / str(number), number, card,
+                                         model_labels))
+            except RepositoryError as exc:
+                problems.append(exc)
+        return ModelEntry(name, folder, card, tuple(versions)) if versions else None, problems
 
 
 def open_repository(location: str) -> Repository:
@@ -121,24 +140,25 @@ def read_labels(path: Path) -> tuple[str, ...]:
     return tuple(line.strip() for line in lines)
 
 
-def _version_numbers(folder: Path) -> list[int]:
-    """The numbers of the model's version folders; RepositoryError for a folder whose name
-    is not one (`VERSION_SYNTAX`)."""
-    numbers = []
-    for child in folder.iterdir():
+def _version_numbers(folder: Path) -> tuple[list[int], list[RepositoryError]]:
+    """The numbers of the model's version folders, ascending, and a RepositoryError for each
+    folder whose name is not one (`VERSION_SYNTAX`)."""
+    numbers, problems = [], []
+    for child in sorted(folder.iterdir()):
         if not child.is_dir() or child.name.startswith("."):
             continue
         if not child.name.isascii() or not child.name.isdigit() or \
                 child.name != str(int(child.name)) or int(child.name) < 1:
-            raise RepositoryError(child, f"a version folder's name is {VERSION_SYNTAX} "
-                                  "(1, 2, ...)")
-        if not is_version(int(child.name)):
-            raise RepositoryError(child, (
+            problems.append(RepositoryError(child, f"a version folder's name is "
+                                            f"{VERSION_SYNTAX} (1, 2, ...)"))
+        elif not is_version(int(child.name)):
+            problems.append(RepositoryError(child, (
                 f"version {child.name} is above {MAX_VERSION}, the highest a version can be "
                 f"(versions are {VERSION_SYNTAX}): renumber the folder, e.g. the next of "
-                "1, 2, ... or the time in seconds since the epoch"))
-        numbers.append(int(child.name))
-    return sorted(numbers)
+                "1, 2, ... or the time in seconds since the epoch")))
+        else:
+            numbers.append(int(child.name))
+    return sorted(numbers), problems
 
 
 def _version(name: str, folder: Path, number: int, card: ModelCard,

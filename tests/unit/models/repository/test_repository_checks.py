@@ -378,3 +378,21 @@ def test_a_handler_failing_on_the_synthetic_batch_is_one_line_naming_the_stage(
     with pytest.raises(RepositoryError) as refused:  # the worker's start: exit 2, no restart
         model_loader(settings, "cpu")("text")
     assert str(refused.value) == line
+
+
+def test_every_bad_version_folder_is_a_line_of_its_own_and_the_good_ones_are_still_run(
+        models: Models, make_repository: MakeRepository,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """One line per problem, as the docs say: not only the first bad folder of a model, and
+    the versions that can be read are loaded and run as well (one that fails says so)."""
+    root = make_repository("m", CNN_CARD, {
+        "01/model.pt2": models.cnn.pt2, "v2/model.pt2": models.cnn.pt2,
+        "3/model.pt2": models.cnn.pt2, "4/model.pt2": b"not a model", "5/notes.txt": "x",
+        "labels.txt": COLOUR_LABELS})
+    assert main(["models", "check", "--model-repository", str(root)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(": ")[0] for line in lines] == [
+        f"{root}/m/01", f"{root}/m/v2", f"{root}/m/5", f"{root}/m/4/model.pt2"]
+    assert lines[2].endswith("no model file (model.pt2, model.pt, model.py)")
+    with pytest.raises(RepositoryError, match=f"^{root}/m/01: a version folder's name"):
+        open_repository(str(root)).model("m")

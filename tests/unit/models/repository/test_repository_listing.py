@@ -24,7 +24,7 @@ def test_models_list_flags_the_folders_check_reports(
     out, err = capsys.readouterr()
     assert out.splitlines() == [
         f"{name}  versions 1 (export)  input image [32, 32]  output classification"
-        for name in ("colours", "resnet50")]
+        for name in ("colours", "resnet50", "stamped")]
     assert sorted(err.splitlines()) == sorted([
         f"{root}/resnet50: shadows the built-in model resnet50: give the folder another name",
         *(f"{root}/{name}: no job can name this model: a model's name is made of letters, "
@@ -44,3 +44,21 @@ def test_a_model_folder_given_as_the_repository_says_to_give_its_parent(
     assert capsys.readouterr().err == (
         f"inferstream: error: {root}/colours: holds a model.toml: this looks like a model "
         f"folder; give its parent, the repository ({root})\n")
+
+
+def test_models_list_shows_the_versions_it_can_read_and_every_bad_folder(
+        models: Models, make_repository: MakeRepository,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A model with a misnamed version folder beside good ones was left out of the list with
+    its first problem only."""
+    root = make_repository("colours", CNN_CARD, GOOD | {
+        "1/model.pt2": models.cnn.pt2, "2/model.pt": models.cnn.pt, "01/model.pt2": b"x",
+        "3/readme.txt": "no model here"})
+    assert main(["models", "list", "--model-repository", str(root)]) == 1
+    out, err = capsys.readouterr()
+    assert out == ("colours  versions 1 (export), 2 (torchscript)  input image [32, 32]  "
+                   "output classification\n")
+    assert err.splitlines() == [
+        f"{root}/colours/01: a version folder's name is a whole number from 1 to 2147483647 "
+        "(1, 2, ...)",
+        f"{root}/colours/3: no model file (model.pt2, model.pt, model.py)"]
