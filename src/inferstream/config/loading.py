@@ -105,7 +105,8 @@ def _file_table(path: str, table: dict[str, Any], names: list[str], prefix: str
     unknown = set(table) - set(names) - (set(SECTIONS) if not prefix else set())
     if unknown:
         raise ConfigError(f"config file {path}: unknown settings "
-                          f"{sorted(prefix + u for u in unknown)}")
+                          f"{sorted(prefix + u for u in unknown)}"
+                          f"{_file_hint(min(unknown), names, prefix)}")
     values = {k: v for k, v in table.items() if k in names}
     for name, value in values.items():
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
@@ -119,6 +120,20 @@ def _file_table(path: str, table: dict[str, Any], names: list[str], prefix: str
             raise ConfigError(f"config file {path}: kafka_config must be a table of key = value")
         values["kafka_config"] = tuple((k, str(v)) for k, v in pass_through.items())
     return values
+
+
+def _file_hint(key: str, names: list[str], prefix: str) -> str:
+    """What a config file's unknown `key` may have meant: the table that holds a setting of
+    that name (a worker's setting at the top, or in [controller]), else a setting of its own
+    table spelt alike."""
+    homes = [f"[{section}]" for section, cls in SECTIONS.items()
+             if f"{section}." != prefix and key in {f.name for f in dataclasses.fields(cls)}]
+    if prefix and key in _ROOT:
+        homes.insert(0, "the file's top level")
+    if homes:
+        return f" ({key} is a setting of {' and '.join(homes)})"
+    close = difflib.get_close_matches(key, names, n=1)
+    return f" (did you mean {prefix}{close[0]}?)" if close else ""
 
 
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")

@@ -147,6 +147,29 @@ def test_unknown_toml_key_is_a_config_error(tmp_path: Path) -> None:
         load_config({"config_file": path}, {})
 
 
+@pytest.mark.parametrize(("toml", "hint"), [
+    ('bootstrap_server = "x:1"\n', "(did you mean bootstrap_servers?)"),
+    ("[worker]\nmax_batches = 3\n", "(did you mean worker.max_batch?)"),
+    ("max_batch = 3\n", "(max_batch is a setting of [worker])"),
+    ('[worker]\npool = "gpu"\n', "(pool is a setting of the file's top level)"),
+    ("[controller]\ncommit_window_ms = 5\n", "(commit_window_ms is a setting of [worker])"),
+    ('[stream]\nmodel_repository = "/m"\n',
+     "(model_repository is a setting of [worker])"),
+    ("[stream]\nissue_ahead_s = 5\nmax_wait_ms = 3\n",
+     "['stream.issue_ahead_s', 'stream.max_wait_ms'] (issue_ahead_s is a setting of "
+     "[controller])"),
+    ("[worker]\nzzz = 1\n", "['worker.zzz']\n"),
+])
+def test_an_unknown_key_of_a_config_file_says_what_it_may_have_meant(
+        tmp_path: Path, toml: str, hint: str) -> None:
+    """As the environment's variables and the SDK's settings do: a key spelt alike in its
+    own table, else the table a setting of that name belongs in."""
+    with pytest.raises(ConfigError) as refused:
+        load_config({"config_file": write_toml(tmp_path, toml)}, {})
+    assert (str(refused.value) + "\n").endswith(f"{hint}" if hint.endswith("\n")
+                                                else f"{hint}\n")
+
+
 def test_missing_config_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_config({}, {"INFERSTREAM_CONFIG": str(tmp_path / "nope.toml")})
