@@ -4,12 +4,16 @@ made absolute, an inline job's files read."""
 from __future__ import annotations
 
 import os
+import stat
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 from inferstream.config.core import TOPIC_SAFE
 from inferstream.jobs.errors import InputError, InvalidJobError
 from inferstream.jobs.ids import check_job_id
+from inferstream.jobs.inputs import list_names, walk_files
 from inferstream.jobs.options import check_job_options
 from inferstream.schemas.records import InlineItem
 
@@ -44,39 +48,68 @@ def absolute(entry: str) -> str:
 
 
 def read_inline(inputs: list[str]) -> list[InlineItem]:
-    """The files' bytes, each named by its absolute path (as a path input would be);
-    InputError naming a file that cannot be read."""
-    items = []
-    for path in inputs:
-        for name in inline_files(os.path.abspath(path)):
-            try:
-                with open(name, "rb") as handle:
-                    items.append(InlineItem(name=name, data=handle.read()))
-            except OSError as exc:
-                raise InputError(f"cannot read {name}: {exc.strerror}") from exc
-    return items
+    """The files' bytes, each named as a path input's item would be (its absolute path, or
+    the `file://` URI given); InputError naming a file that cannot be read."""
+    return [InlineItem(name=name, data=_read_file(path))
+            for entry in inputs for name, path in inline_names(entry)]
+
+
+def inline_names(entry: str) -> Iterator[tuple[str, str]]:
+    """(item name, local path) of each file that input `entry` stands for: a file, a
+    folder's files, a `file://` URI's file, or the files an `@LIST` file names (a line
+    relative to the current folder); InputError for an http(s) URI, which only a worker
+    fetches (these were read as relative paths, `cannot read /here/http:/...`)."""
+    if entry.startswith("@"):
+        names = _list_names(os.path.abspath(entry[1:]))
+        yield from ((os.path.abspath(name), os.path.abspath(name)) for name in names)
+    elif "://" in entry:
+        yield entry, _file_uri_path(entry)
+    else:
+        yield from ((name, name) for name in inline_files(os.path.abspath(entry)))
+
+
+def _list_names(path: str) -> Iterator[str]:
+    try:
+        yield from list_names(path)
+    except OSError as exc:
+        raise InputError(f"cannot read list file {path}: {exc.strerror}") from exc
+
+
+def _file_uri_path(uri: str) -> str:
+    """The local path of a `file://` URI; InputError for another one."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.scheme.lower() != "file" or parts.netloc not in ("", "localhost"):
+        raise InputError(f"{uri} is no local file to send inline: submit it without "
+                         "--inline (inline=False), the workers fetch it")
+    return urllib.request.url2pathname(parts.path)
+
+
+def _read_file(name: str) -> bytes:
+    """The bytes of file `name`; InputError where it cannot be read or is no regular file
+    (opening a FIFO blocked the submission for ever, and a device such as /dev/zero read
+    until memory ran out)."""
+    try:
+        if not stat.S_ISREG(os.stat(name).st_mode):  # stat first: opening a FIFO blocks
+            raise InputError(f"cannot read {name}: not a regular file")
+        with open(name, "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise InputError(f"cannot read {name}: {exc.strerror}") from exc
 
 
 def inline_files(path: str) -> Iterator[str]:
     """The files under `path` (itself where it is not a folder), every subfolder's too,
-    linked ones included (once each) as the controller's walk of a path input takes them;
-    InputError naming a folder that cannot be read, where `os.walk` would skip it."""
+    linked ones included (once each), in the order the controller's walk of a path input
+    takes them (`jobs.walk`); InputError naming a folder that cannot be read, which the
+    walk of a path input makes an item with an error."""
     if not os.path.isdir(path):
         yield path
         return
 
-    def refuse(exc: OSError) -> None:
-        raise InputError(f"cannot read {exc.filename}: {exc.strerror}") from exc
+    def refuse(folder: str, exc: OSError) -> list[str]:
+        raise InputError(f"cannot read {folder}: {exc.strerror}") from exc
 
-    walked: set[str] = set()
-    for root, dirs, files in os.walk(path, onerror=refuse, followlinks=True):
-        real = os.path.realpath(root)
-        if real in walked:  # a link to a folder walked already, or one above it
-            dirs.clear()
-            continue
-        walked.add(real)
-        dirs.sort()
-        yield from (os.path.join(root, f) for f in sorted(files) if not f.startswith("."))
+    yield from walk_files(path, refuse)
 
 
 def whoami() -> str:

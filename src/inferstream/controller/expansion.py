@@ -13,6 +13,7 @@ from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass
 
 from inferstream.jobs.errors import InputError
+from inferstream.jobs.inputs import list_names, walk_files
 from inferstream.schemas.records import Job, TaskItem
 
 #: A task's items stay below this many inline bytes, whatever the chunk size.
@@ -53,39 +54,17 @@ def iter_names(inputs: Iterable[str]) -> Iterator[str]:
     """Every item name the inputs stand for, in a deterministic order."""
     for entry in inputs:
         if entry.startswith("@"):
-            yield from _read_list(entry[1:])
+            yield from list_names(entry[1:])
         elif entry.startswith(URI_SCHEMES) or not os.path.isdir(entry):
             yield entry
         else:
-            yield from _walk(entry)
+            yield from walk_files(entry, _unreadable_item)
 
 
-def _read_list(path: str) -> Iterator[str]:
-    """The names in list file `path`; InputError where it is not UTF-8 text (a
-    UnicodeDecodeError ended the controller's round, and the controller with it)."""
-    with open(path, encoding="utf-8") as lines:
-        try:
-            for line in lines:
-                name = line.strip()
-                if name and not name.startswith("#"):
-                    yield name
-        except UnicodeDecodeError as exc:
-            raise InputError(f"list file {path} is not UTF-8 text ({exc.reason})") from None
-
-
-def _walk(root: str) -> Iterator[str]:
-    """Files under `root`, sorted, recursively; an unreadable subdirectory is yielded as an
-    item so that it gets an error outcome instead of vanishing."""
-    try:
-        entries = sorted(os.scandir(root), key=lambda e: e.name)
-    except OSError:
-        yield root
-        return
-    for entry in entries:
-        if entry.is_dir(follow_symlinks=True):
-            yield from _walk(entry.path)
-        elif entry.is_file(follow_symlinks=True) and not entry.name.startswith("."):
-            yield entry.path
+def _unreadable_item(folder: str, _error: OSError) -> list[str]:
+    """A subfolder that cannot be listed is an item, so that it gets an error outcome
+    instead of vanishing."""
+    return [folder]
 
 
 def iter_items(job: Job) -> Iterator[Item]:

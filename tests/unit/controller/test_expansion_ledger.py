@@ -128,3 +128,27 @@ def test_counts_are_rebuilt_from_done_entries_written_after_the_last_job_entry()
                                           errors=errors)[1], 0))
     again = ledger.rebuild(records)[state.job_id]
     assert (again.done, again.ok_items, again.error_items) == ({0, 1}, 3, 1)
+
+
+def test_a_folder_linked_into_itself_expands_each_real_folder_once(tmp_path: Path) -> None:
+    """The walk followed `a/up -> ..` until "Too many levels of symbolic links", failing the
+    whole job; an inline submission of the same folder took each real folder once."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "1.jpg").write_bytes(b"x")
+    (tmp_path / "a" / "up").symlink_to(tmp_path)
+    (tmp_path / "b").symlink_to(tmp_path / "a")  # beside it: walked already
+    (tmp_path / "c.jpg").write_bytes(b"x")
+    expansion = JobExpansion(job(inputs=[str(tmp_path)]))
+    tasks = expansion.next_tasks(10)
+    assert expansion.error is None
+    assert [i.name for _, items in tasks for i in items] == [
+        str(tmp_path / "a" / "1.jpg"), str(tmp_path / "c.jpg")]
+
+
+def test_a_list_file_saved_by_a_windows_editor_names_the_same_items(tmp_path: Path) -> None:
+    """A byte order mark, CRLF line ends, a comment, blank lines and spaces around a name:
+    the mark made the first name `\\ufeff/data/a.jpg`, a missing file."""
+    listing = tmp_path / "list.txt"
+    listing.write_bytes("\ufeff/data/a.jpg\r\n\r\n# two\r\n  /data/b c.jpg  \r\n".encode())
+    names = [i.name for i in iter_items(job(inputs=[f"@{listing}"]))]
+    assert names == ["/data/a.jpg", "/data/b c.jpg"]

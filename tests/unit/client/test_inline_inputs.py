@@ -1,0 +1,96 @@
+"""What an inline submission reads, as docs/cli.md says of `--inline`: the items a path input
+of the same inputs gives, in the same order, `@LIST` files and `file://` URIs included; what
+cannot be sent (a FIFO, a device, an http URI) is one line before anything is sent."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from inferstream.client.client import Client
+from inferstream.controller.expansion import iter_names
+from inferstream.jobs.errors import InputError
+from inferstream.schemas.records import Job, read_record
+from inferstream.testing import MemoryKafkaClients
+from tests.unit.support.memory import CODEC, MODEL, make_config
+
+
+@pytest.fixture
+def client(clients: MemoryKafkaClients) -> Client:
+    return Client(make_config(), CODEC, clients)
+
+
+def sent_items(clients: MemoryKafkaClients) -> list[tuple[str, bytes]]:
+    (record,) = clients.broker.records(make_config().topic("jobs"))
+    sent = read_record(CODEC, record.value, Job)
+    return [(item["name"], item["data"]) for item in sent["inline_items"]]
+
+
+def test_an_inline_folder_sends_the_items_of_a_path_input_in_its_order(
+        client: Client, clients: MemoryKafkaClients, tmp_path: Path) -> None:
+    """Inline took a folder's files before its subfolders' (`os.walk`), a path input each
+    folder's entries in name order: the same folder's results came in two orders."""
+    for rel in ("a/2.jpg", "b.jpg", "c/d/3.jpg", "e.jpg"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(rel.encode())
+    client.submit(MODEL, [str(tmp_path)], inline=True)
+    assert [name for name, _ in sent_items(clients)] == list(iter_names([str(tmp_path)]))
+    assert [data for _, data in sent_items(clients)] == [
+        b"a/2.jpg", b"b.jpg", b"c/d/3.jpg", b"e.jpg"]
+
+
+def test_an_inline_list_file_and_file_uri_send_the_files_they_name(
+        client: Client, clients: MemoryKafkaClients, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both were read as relative paths: `cannot read /here/@list.txt`."""
+    (tmp_path / "one.jpg").write_bytes(b"1")
+    (tmp_path / "two words.jpg").write_bytes(b"2")
+    (tmp_path / "list.txt").write_text("\ufeffone.jpg\r\n# not this\r\n\r\ntwo words.jpg\n")
+    monkeypatch.chdir(tmp_path)
+    uri = f"file://{tmp_path / 'one.jpg'}"
+    client.submit(MODEL, ["@list.txt", uri], inline=True)
+    assert sent_items(clients) == [
+        (str(tmp_path / "one.jpg"), b"1"), (str(tmp_path / "two words.jpg"), b"2"),
+        (uri, b"1")]
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ("http://example.invalid/a.jpg", "http://example.invalid/a.jpg is no local file to send "
+     "inline: submit it without --inline (inline=False), the workers fetch it"),
+    ("@{tmp}/missing.txt", "cannot read list file {tmp}/missing.txt: No such file or "
+     "directory"),
+    ("/dev/null", "cannot read /dev/null: not a regular file"),
+])
+def test_an_inline_input_that_names_no_local_file_is_refused_in_one_line(
+        client: Client, clients: MemoryKafkaClients, tmp_path: Path, entry: str,
+        message: str) -> None:
+    with pytest.raises(InputError) as raised:
+        client.submit(MODEL, [entry.format(tmp=tmp_path)], inline=True)
+    assert str(raised.value) == message.format(tmp=tmp_path)
+    assert clients.broker.records(make_config().topic("jobs")) == []
+
+
+def test_an_inline_fifo_is_refused_instead_of_blocking_the_submission(
+        client: Client, tmp_path: Path) -> None:
+    """Opening a FIFO waits for a writer: `submit --inline` hung for ever, saying nothing."""
+    fifo = tmp_path / "pipe.jpg"
+    os.mkfifo(fifo)
+    refused: list[BaseException] = []
+
+    def submit() -> None:
+        try:
+            client.submit(MODEL, [str(fifo)], inline=True)
+        except InputError as exc:
+            refused.append(exc)
+
+    submitting = threading.Thread(target=submit, daemon=True)
+    submitting.start()
+    submitting.join(timeout=10)
+    if submitting.is_alive():  # blocked in open(): a writer lets it go
+        with open(fifo, "wb"):
+            pass
+        submitting.join()
+    assert [str(exc) for exc in refused] == [f"cannot read {fifo}: not a regular file"]
