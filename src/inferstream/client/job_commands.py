@@ -290,17 +290,39 @@ def results(args: argparse.Namespace, config: Config) -> int:
 def run_results(args: argparse.Namespace, client: Client) -> int:
     if args.output:
         _check_writable(args.output)
+    if args.format == "npz" and not args.output:
+        raise ConfigError("--format npz needs --output FILE")
+    job = client.job(args.job)
+    status = job.progress()  # UnknownJobError for an unknown id
     if args.format == "npz":
-        if not args.output:
-            raise ConfigError("--format npz needs --output FILE")
-        written = client.job(args.job).write_npz(args.output)
+        written = job.write_npz(args.output)
         bare = (" (index, item, ok, model, model_version only: with no item ok, the outputs' "
                 "shapes are unknown)") if written.rows and not written.ok else ""
         print(f"wrote {written.rows} rows to {args.output}{bare}", file=sys.stderr)
-        return _all_failed(args.job, written.ok, written.errors)
-    tally = _Tally(client.job(args.job).results())
-    _write_output(tally, args.output, args.format)
-    return _all_failed(args.job, tally.ok, tally.errors)
+        ok, errors, noun = written.ok, written.errors, "rows"
+    else:
+        tally = _Tally(job.results())
+        _write_output(tally, args.output, args.format)
+        ok, errors, noun = tally.ok, tally.errors, "lines"
+    _say_unfinished(status, f"the {ok + errors} {noun} written are the items done")
+    return _all_failed(args.job, ok, errors)
+
+
+def _say_unfinished(status: JobStatus, written: str) -> None:
+    """What the lines of a job that did not complete are: a failed job's is an error (exit
+    2; it exited 0, as though the lines were the whole job's), a cancelled or running job's
+    a line on standard error."""
+    from inferstream.jobs.errors import JobFailedError
+
+    if status.state == JobEventType.FAILED:
+        raise JobFailedError(status.job_id, f"{status.reason or 'no reason given'} ({written} "
+                             "before it failed)")
+    if status.state == JobEventType.CANCELLED:
+        print(f"job {status.job_id} was cancelled: {written} before the cancel",
+              file=sys.stderr)
+    elif not status.finished:
+        print(f"job {status.job_id} is still running ({status.state.lower()}): {written} so "
+              "far", file=sys.stderr)
 
 
 class _Tally:

@@ -4,7 +4,6 @@ one-line errors for bad options, and the exit code of a job whose every item fai
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -15,15 +14,12 @@ from typing import Any
 
 import pytest
 
-from inferstream.cli import main
-from inferstream.client import client as client_module
 from inferstream.client.client import Client, Job
 from inferstream.controller.replica import Controller
 from inferstream.jobs import output
 from inferstream.jobs.errors import JobRejectedError, JobTimeoutError
 from inferstream.jobs.follow import OutputFollower
 from inferstream.jobs.ids import new_job_id
-from inferstream.kafka import preflight
 from inferstream.schemas.records import Job as JobRecord
 from inferstream.schemas.records import (
     JobEvent,
@@ -31,32 +27,12 @@ from inferstream.schemas.records import (
     read_record,
 )
 from inferstream.testing import MemoryKafkaClients
+from tests.unit.client.conftest import Cli
 from tests.unit.support.fake_sysinfo import FakeSysInfo, worker
 from tests.unit.support.memory import CODEC, MODEL, make_config
 from tests.unit.support.pool import Responder
 from tests.unit.support.records import put_event, put_results, settled
 from tests.unit.support.running import Running
-
-CONNECTION = ["--topic-prefix", "t.", "--partitions", "2"]
-Cli = Callable[..., tuple[int, str, str]]
-
-
-@pytest.fixture
-def cli(clients: MemoryKafkaClients, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> Cli:
-    """`inferstream ARGS...` on the in-memory broker: (exit code, stdout, stderr)."""
-    monkeypatch.setattr(client_module, "Client",
-                        functools.partial(Client, codec=CODEC, clients=clients))
-    check_cluster = preflight.check_cluster  # the start-up check asks the same broker
-    monkeypatch.setattr(preflight, "check_cluster",
-                        lambda config, topics=(), _=None, user_topics=(), role=None:
-                        check_cluster(config, topics, clients, user_topics, role))
-
-    def run(*argv: str) -> tuple[int, str, str]:
-        code = main([*argv, *CONNECTION])
-        out, err = capsys.readouterr()
-        return code, out, err
-    return run
 
 
 @pytest.fixture

@@ -78,12 +78,13 @@ def put_results(clients: MemoryKafkaClients, config: Config, job_id: str, tasks:
 
 def put_event(clients: MemoryKafkaClients, config: Config, job_id: str, kind: JobEventType,
               tasks: int = 0, chunk: int = 0, ok: bool = True, model: str = "sim:ms=0",
-              version: int | None = None, priority: int = 0, weight: float = 1.0) -> None:
+              version: int | None = None, priority: int = 0, weight: float = 1.0,
+              reason: str | None = None) -> None:
     """The job's event as the controller writes it (ACCEPTED, COMPLETED, ...), of `model`
-    on `version`, at `priority` and `weight`."""
+    on `version`, at `priority` and `weight`, ended for `reason`."""
     items = tasks * chunk
     event = JobEvent(job_id=job_id, type=kind, timestamp=now_ms(), model=model,
-                     model_version=version, reason=None, total_items=items, total_tasks=tasks,
+                     model_version=version, reason=reason, total_items=items, total_tasks=tasks,
                      done_items=items, ok_items=items if ok else 0,
                      error_items=0 if ok else items, rate_items_per_s=None, home_partition=None,
                      priority=priority, weight=weight)
