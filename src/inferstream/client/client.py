@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from inferstream.client.stalls import QUIET_S, StallWatch
 from inferstream.client.submission import absolute, check_submission, read_inline, whoami
-from inferstream.client.submitted import job_submitted
+from inferstream.client.submitted import first_submission, job_submitted
 from inferstream.config import Config
 from inferstream.jobs.errors import (
     InlineTooLargeError,
@@ -301,11 +301,31 @@ class Client:
             raise InlineTooLargeError(
                 f"inline job is {len(value)} bytes; the limit is {LARGE_MESSAGE_BYTES}: "
                 "submit paths on a shared filesystem or split the job")
-        if job_id is not None and job_submitted(self.config, job_id, self.codec, self.clients):
+        if job_id is None:
+            self._produce(self.config.topic("jobs"), record["job_id"], value, "the submission")
+        else:
+            self._submit_as(job_id, value)
+        return Job(self, record["job_id"], record["pool"], model)
+
+    def _submit_as(self, job_id: str, value: bytes) -> None:
+        """Send job `value` of an id the caller chose; InvalidJobError where a job of that
+        id was submitted before, or by another client at the same time (`_check_first`)."""
+        if job_submitted(self.config, job_id, self.codec, self.clients):
             raise InvalidJobError("job_id", job_id, "an id no job was submitted with before "
                                   "(leave it out for a new one)")
-        self._produce(self.config.topic("jobs"), record["job_id"], value, "the submission")
-        return Job(self, record["job_id"], record["pool"], model)
+        offset = self._produce(self.config.topic("jobs"), job_id, value, "the submission")
+        self._check_first(job_id, offset)
+
+    def _check_first(self, job_id: str, offset: int | None) -> None:
+        """InvalidJobError where another client's job of the same id came before this one's
+        record at `offset`: both had found the id free, and the controller runs the first
+        and ignores the second, whose `wait` and `results` were the other job's."""
+        first = first_submission(self.config, job_id, self.codec, self.clients)
+        if offset is not None and first is not None and first < offset:
+            raise InvalidJobError("job_id", job_id, "an id no other job was submitted with: "
+                                  "another client submitted a job of this id at the same "
+                                  "time, and the controller runs that one (leave it out for "
+                                  "a new one)")
 
     def job(self, job_id: str) -> Job:
         """The job of id `job_id` (any id a job was submitted with, by any client)."""
@@ -313,9 +333,11 @@ class Client:
             raise InvalidJobError("job_id", job_id, "a job's id (a str)")
         return Job(self, job_id)
 
-    def _produce(self, topic: str, key: str, value: bytes, what: str = "the record") -> None:
-        """`value` to `topic` under the job id `key`, delivered before it returns;
-        JobNotDeliveredError naming `what` it was where the cluster did not take it."""
+    def _produce(self, topic: str, key: str, value: bytes, what: str = "the record"
+                 ) -> int | None:
+        """`value` to `topic` under the job id `key`, delivered before it returns, and the
+        offset it was written at (None: not told); JobNotDeliveredError naming `what` it
+        was where the cluster did not take it."""
         with self._producer_lock:  # one producer, whichever threads ask; close() may take it
             if self._producer is None:
                 self._producer = self.clients.producer(producer_config(self.config))
@@ -328,11 +350,19 @@ class Client:
                     self._producer = None
             raise
         errors: list[Any] = []
+        offsets: list[int | None] = []
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err:
+                errors.append(err)
+            else:
+                offsets.append(msg.offset())
+
         producer.produce(topic, value, key.encode(),
-                         partition=partition_for(key, len(partitions)),
-                         on_delivery=lambda err, _msg: errors.append(err) if err else None)
+                         partition=partition_for(key, len(partitions)), on_delivery=delivered)
         remaining = producer.flush(60)
         if remaining or errors:
             reason = "; ".join(e.str() if hasattr(e, "str") else str(e) for e in errors)
             raise JobNotDeliveredError(key, what, f"{topic}: {reason or 'no answer in 60 s'}",
                                        refused=bool(errors))
+        return next((offset for offset in offsets if offset is not None and offset >= 0), None)

@@ -25,18 +25,26 @@ def job_submitted(config: Config, job_id: str, codec: Codec,
     a cancel of that id is none); PartitionReadError where its partition could not be read
     to its end in `READ_S` (an id without a time is looked for from the partition's start):
     not knowing is not "no"."""
+    return first_submission(config, job_id, codec, clients) is not None
+
+
+def first_submission(config: Config, job_id: str, codec: Codec,
+                     clients: KafkaClients = REAL_CLIENTS) -> int | None:
+    """The offset of the first job record keyed by `job_id` on its partition of the jobs
+    topic (the one a controller runs: it ignores a later one of the same id), None where
+    there is none; PartitionReadError as for `job_submitted`."""
     consumer, partition = open_job_partition(config, config.topic("jobs"), job_id, clients)
     key = job_id.encode()
     try:
         reader = PartitionReader(consumer, [partition], timeout_s=READ_S)
-        if any(record.key == key and not _is_cancel(codec, record.value)
-               for record in reader):
-            return True
+        for record in reader:
+            if record.key == key and not _is_cancel(codec, record.value):
+                return record.offset
         if reader.waiting:
             raise PartitionReadError(
                 f"cannot tell whether job {job_id} was submitted: partition {partition} of "
                 f"{config.topic('jobs')} was not read to its end within {READ_S:g}s")
-        return False
+        return None
     finally:
         consumer.close()
 

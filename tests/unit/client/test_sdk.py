@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from inferstream.client import client as client_module
 from inferstream.client import submitted
 from inferstream.client.client import SUBMITTED, Client
 from inferstream.client.listing import recent_jobs
@@ -60,6 +61,30 @@ def test_a_job_id_used_before_is_refused_naming_it(client: Client,
                                 "(leave it out for a new one), got 'myjob-1'")
     assert jobs_sent(clients) == [b"myjob-1"]
     assert client.submit(MODEL, ["photos"], job_id="myjob-2").job_id == "myjob-2"
+
+
+def test_of_two_clients_submitting_one_id_at_once_the_second_is_refused(
+        client: Client, clients: MemoryKafkaClients, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both found the id free and sent their job: the controller ran the first and ignored
+    the second, whose client waited on the first job and read its results as its own."""
+    other, raced = Client(make_config(), CODEC, clients), []
+    looked = client_module.job_submitted
+
+    def racing(*args: Any) -> bool:
+        free = looked(*args)
+        if not raced:  # the other client sends its job between this one's look and its send
+            raced.append("myjob-1")
+            other.submit(MODEL, ["theirs.png"], job_id="myjob-1")  # it is not refused
+        return free
+
+    monkeypatch.setattr(client_module, "job_submitted", racing)
+    with pytest.raises(InvalidJobError) as raised:
+        client.submit(MODEL, ["mine.png"], job_id="myjob-1")
+    assert one_line(raised) == (
+        "job_id must be an id no other job was submitted with: another client submitted a "
+        "job of this id at the same time, and the controller runs that one (leave it out for "
+        "a new one), got 'myjob-1'")
+    assert raced and jobs_sent(clients) == [b"myjob-1", b"myjob-1"]
 
 
 def test_a_jobs_partition_not_read_to_its_end_is_not_taken_for_an_unused_id(
