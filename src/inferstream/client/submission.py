@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import stat
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +13,7 @@ from inferstream.jobs.errors import InputError, InvalidJobError
 from inferstream.jobs.ids import check_job_id
 from inferstream.jobs.inputs import list_names, walk_files
 from inferstream.jobs.options import check_job_options
+from inferstream.models.items import file_uri_path, item_name
 from inferstream.schemas.records import InlineItem
 
 
@@ -39,12 +38,19 @@ def check_submission(model: object, inputs: object, pool: object, output_path: o
 
 
 def absolute(entry: str) -> str:
-    """Paths become absolute (the controller and workers run elsewhere); URIs stay as named."""
+    """Paths become absolute (the controller and workers run elsewhere), and a file's name
+    that is not UTF-8 a `file://` URI (`item_name`); URIs stay as named. InputError for a
+    folder or list file whose name is not UTF-8: a job's record cannot hold it."""
     if "://" in entry:
         return entry
-    if entry.startswith("@"):
-        return "@" + os.path.abspath(entry[1:])
-    return os.path.abspath(entry)
+    path = os.path.abspath(entry.removeprefix("@"))
+    name = item_name(path)
+    if name == path:
+        return "@" + path if entry.startswith("@") else path
+    if entry.startswith("@") or os.path.isdir(path):
+        raise InputError(f"cannot send the name {name.removeprefix('file://')}: it is not "
+                         "UTF-8 (rename the folder or list file)")
+    return name
 
 
 def read_inline(inputs: list[str]) -> list[InlineItem]:
@@ -65,7 +71,7 @@ def inline_names(entry: str) -> Iterator[tuple[str, str]]:
     elif "://" in entry:
         yield entry, _file_uri_path(entry)
     else:
-        yield from ((name, name) for name in inline_files(os.path.abspath(entry)))
+        yield from ((item_name(path), path) for path in inline_files(os.path.abspath(entry)))
 
 
 def _list_names(path: str) -> Iterator[str]:
@@ -77,11 +83,11 @@ def _list_names(path: str) -> Iterator[str]:
 
 def _file_uri_path(uri: str) -> str:
     """The local path of a `file://` URI; InputError for another one."""
-    parts = urllib.parse.urlsplit(uri)
-    if parts.scheme.lower() != "file" or parts.netloc not in ("", "localhost"):
+    path = file_uri_path(uri) if uri.lower().startswith("file://") else None
+    if path is None:
         raise InputError(f"{uri} is no local file to send inline: submit it without "
                          "--inline (inline=False), the workers fetch it")
-    return urllib.request.url2pathname(parts.path)
+    return path
 
 
 def _read_file(name: str) -> bytes:

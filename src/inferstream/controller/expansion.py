@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from inferstream.jobs.errors import InputError
 from inferstream.jobs.inputs import list_names, walk_files
+from inferstream.models.items import item_name
 from inferstream.schemas.records import Job, TaskItem
 
 #: A task's items stay below this many inline bytes, whatever the chunk size.
@@ -58,7 +59,7 @@ def iter_names(inputs: Iterable[str]) -> Iterator[str]:
         elif entry.startswith(URI_SCHEMES) or not os.path.isdir(entry):
             yield entry
         else:
-            yield from walk_files(entry, _unreadable_item)
+            yield from map(item_name, walk_files(entry, _unreadable_item))
 
 
 def _unreadable_item(folder: str, _error: OSError) -> list[str]:

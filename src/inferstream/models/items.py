@@ -46,10 +46,31 @@ def fetch_item(
 
 
 def _file_uri_path(uri: str) -> str:
+    path = file_uri_path(uri)
+    if path is None:
+        raise ItemError(f"file URI on another host: {uri}")
+    return path
+
+
+def file_uri_path(uri: str) -> str | None:
+    """The local path of `file://` URI `uri` (None: of another host); its %XX escapes are
+    the name's bytes, so a name that is not UTF-8 (`item_name`) opens as the file it is."""
     parts = urllib.parse.urlsplit(uri)
     if parts.netloc not in ("", "localhost"):
-        raise ItemError(f"file URI on another host: {uri}")
-    return urllib.request.url2pathname(parts.path)
+        return None
+    return os.fsdecode(urllib.parse.unquote_to_bytes(parts.path))
+
+
+def item_name(path: str) -> str:
+    """How a job names the file at `path`: the path itself, or where it is not UTF-8 (a
+    name written in Latin-1, read back with surrogates) a `file://` URI escaping its bytes,
+    which Avro's strings can hold (the path failed the whole job: "surrogates not
+    allowed")."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return "file://" + urllib.parse.quote(os.fsencode(path))
+    return path
 
 
 def _read_file(path: str, max_bytes: int) -> bytes:

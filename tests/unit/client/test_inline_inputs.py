@@ -1,12 +1,14 @@
 """What an inline submission reads, as docs/cli.md says of `--inline`: the items a path input
 of the same inputs gives, in the same order, `@LIST` files and `file://` URIs included; what
-cannot be sent (a FIFO, a device, an http URI) is one line before anything is sent."""
+cannot be sent (a FIFO, a device, an http URI) is one line before anything is sent. And how
+a submission names a file whose name is not UTF-8."""
 
 from __future__ import annotations
 
 import os
 import threading
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -94,3 +96,24 @@ def test_an_inline_fifo_is_refused_instead_of_blocking_the_submission(
             pass
         submitting.join()
     assert [str(exc) for exc in refused] == [f"cannot read {fifo}: not a regular file"]
+
+
+def test_a_file_whose_name_is_not_utf8_is_sent_as_a_file_uri_and_a_folder_is_refused(
+        client: Client, clients: MemoryKafkaClients, tmp_path: Path) -> None:
+    """Both were `record does not fit schema Job: UnicodeEncodeError: 'utf-8' codec can't
+    encode character '\\udce9' ...`, naming no file."""
+    latin = os.fsdecode(os.path.join(os.fsencode(tmp_path), b"caf\xe9.jpg"))
+    with open(latin, "wb") as handle:
+        handle.write(b"latin-1")
+    uri = f"file://{quote(str(tmp_path))}/caf%E9.jpg"
+    client.submit(MODEL, [latin], inline=True)
+    assert sent_items(clients) == [(uri, b"latin-1")]
+    client.submit(MODEL, [latin])
+    (_, record) = clients.broker.records(make_config().topic("jobs"))
+    assert read_record(CODEC, record.value, Job)["inputs"] == [uri]
+    folder = os.fsdecode(os.path.join(os.fsencode(tmp_path), b"\xe9t\xe9"))
+    os.mkdir(folder)
+    with pytest.raises(InputError) as raised:
+        client.submit(MODEL, [folder])
+    assert str(raised.value) == (f"cannot send the name {quote(str(tmp_path))}/%E9t%E9: it "
+                                 "is not UTF-8 (rename the folder or list file)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -17,6 +18,7 @@ from inferstream.controller.expansion import (
 )
 from inferstream.controller.ledger import JobState, LedgerCodec
 from inferstream.jobs.errors import InputError
+from inferstream.models.items import fetch_item
 from inferstream.schemas import Codec
 from inferstream.schemas.records import LedgerStatus
 
@@ -152,3 +154,14 @@ def test_a_list_file_saved_by_a_windows_editor_names_the_same_items(tmp_path: Pa
     listing.write_bytes("\ufeff/data/a.jpg\r\n\r\n# two\r\n  /data/b c.jpg  \r\n".encode())
     names = [i.name for i in iter_items(job(inputs=[f"@{listing}"]))]
     assert names == ["/data/a.jpg", "/data/b c.jpg"]
+
+
+def test_a_file_whose_name_is_not_utf8_is_an_item_a_worker_opens(tmp_path: Path) -> None:
+    """Its name, read back with surrogates, failed the whole job when its task was written:
+    "record does not fit schema Task: UnicodeEncodeError: ... surrogates not allowed"."""
+    (tmp_path / "ok.jpg").write_bytes(b"ok")
+    with open(os.path.join(os.fsencode(tmp_path), b"caf\xe9.jpg"), "wb") as latin:
+        latin.write(b"latin-1")
+    names = [i.name for i in iter_items(job(inputs=[str(tmp_path)]))]
+    assert names == [f"file://{quote(str(tmp_path))}/caf%E9.jpg", str(tmp_path / "ok.jpg")]
+    assert [fetch_item(n.encode().decode()) for n in names] == [b"latin-1", b"ok"]
