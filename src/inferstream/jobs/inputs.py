@@ -19,8 +19,9 @@ def walk_files(root: str, unreadable: Unreadable) -> Iterator[str]:
     subfolder's files where its name sorts), hidden files left out. Linked subfolders are
     walked too, each real folder once: a link to a folder above it (a loop) or to one walked
     already adds nothing, where following it again and again ended the walk in "Too many
-    levels of symbolic links" and failed the whole job. Entries that are no file or folder
-    (a FIFO, a socket, a dangling link) are left out: nothing can be read from them."""
+    levels of symbolic links" and failed the whole job. Every other entry is a file, one
+    that cannot be read too (a dangling link, a FIFO): it gets an error outcome, or refuses
+    an inline job, where it vanished from a path input's items."""
     yield from _walk(root, set(), unreadable)
 
 
@@ -37,7 +38,7 @@ def _walk(folder: str, walked: set[str], unreadable: Unreadable) -> Iterator[str
     for entry in entries:
         if entry.is_dir(follow_symlinks=True):
             yield from _walk(entry.path, walked, unreadable)
-        elif entry.is_file(follow_symlinks=True) and not entry.name.startswith("."):
+        elif not entry.name.startswith("."):
             yield entry.path
 
 

@@ -18,6 +18,7 @@ from inferstream.controller.expansion import (
 )
 from inferstream.controller.ledger import JobState, LedgerCodec
 from inferstream.jobs.errors import InputError
+from inferstream.models.errors import ItemError
 from inferstream.models.items import fetch_item
 from inferstream.schemas import Codec
 from inferstream.schemas.records import LedgerStatus
@@ -165,3 +166,14 @@ def test_a_file_whose_name_is_not_utf8_is_an_item_a_worker_opens(tmp_path: Path)
     names = [i.name for i in iter_items(job(inputs=[str(tmp_path)]))]
     assert names == [f"file://{quote(str(tmp_path))}/caf%E9.jpg", str(tmp_path / "ok.jpg")]
     assert [fetch_item(n.encode().decode()) for n in names] == [b"latin-1", b"ok"]
+
+
+def test_a_dangling_link_in_a_folder_is_an_item_with_its_error_not_a_gap(
+        tmp_path: Path) -> None:
+    """It vanished from the job's items (an inline job of the same folder was refused)."""
+    (tmp_path / "a.jpg").write_bytes(b"x")
+    (tmp_path / "b.jpg").symlink_to(tmp_path / "gone.jpg")
+    names = [i.name for i in iter_items(job(inputs=[str(tmp_path)]))]
+    assert names == [str(tmp_path / "a.jpg"), str(tmp_path / "b.jpg")]
+    with pytest.raises(ItemError, match="missing file"):
+        fetch_item(names[1])
