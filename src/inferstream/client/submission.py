@@ -9,10 +9,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from inferstream.config.core import TOPIC_SAFE
-from inferstream.jobs.errors import InputError, InvalidJobError
+from inferstream.jobs.errors import InlineTooLargeError, InputError, InvalidJobError
 from inferstream.jobs.ids import check_job_id
 from inferstream.jobs.inputs import list_names, walk_files
 from inferstream.jobs.options import check_job_options
+from inferstream.kafka.topics import LARGE_MESSAGE_BYTES
 from inferstream.models.items import file_uri_path, item_name
 from inferstream.schemas.records import InlineItem
 
@@ -55,9 +56,21 @@ def absolute(entry: str) -> str:
 
 def read_inline(inputs: list[str]) -> list[InlineItem]:
     """The files' bytes, each named as a path input's item would be (its absolute path, or
-    the `file://` URI given); InputError naming a file that cannot be read."""
-    return [InlineItem(name=name, data=_read_file(path))
-            for entry in inputs for name, path in inline_names(entry)]
+    the `file://` URI given); InputError naming a file that cannot be read,
+    InlineTooLargeError as soon as the files pass what a job's record holds, before the rest
+    are read (a folder of gigabytes was read whole into memory, then refused)."""
+    items: list[InlineItem] = []
+    room = max_bytes = LARGE_MESSAGE_BYTES
+    for entry in inputs:
+        for name, path in inline_names(entry):
+            data = _read_file(path, room)
+            if data is None:
+                raise InlineTooLargeError(
+                    f"inline files are over {max_bytes} bytes by {name}, the limit of a job: "
+                    "submit paths on a shared filesystem or split the job")
+            room -= len(data)
+            items.append(InlineItem(name=name, data=data))
+    return items
 
 
 def inline_names(entry: str) -> Iterator[tuple[str, str]]:
@@ -90,17 +103,21 @@ def _file_uri_path(uri: str) -> str:
     return path
 
 
-def _read_file(name: str) -> bytes:
-    """The bytes of file `name`; InputError where it cannot be read or is no regular file
-    (opening a FIFO blocked the submission for ever, and a device such as /dev/zero read
-    until memory ran out)."""
+def _read_file(name: str, room: int) -> bytes | None:
+    """The bytes of file `name`, None where they are more than `room`; InputError where it
+    cannot be read or is no regular file (opening a FIFO blocked the submission for ever,
+    and a device such as /dev/zero read until memory ran out)."""
     try:
-        if not stat.S_ISREG(os.stat(name).st_mode):  # stat first: opening a FIFO blocks
+        info = os.stat(name)  # first: opening a FIFO blocks
+        if not stat.S_ISREG(info.st_mode):
             raise InputError(f"cannot read {name}: not a regular file")
+        if info.st_size > room:
+            return None
         with open(name, "rb") as handle:
-            return handle.read()
+            data = handle.read(room + 1)  # a file that grew since stays within the bound
     except OSError as exc:
         raise InputError(f"cannot read {name}: {exc.strerror}") from exc
+    return data if len(data) <= room else None
 
 
 def inline_files(path: str) -> Iterator[str]:

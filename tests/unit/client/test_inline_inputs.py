@@ -12,9 +12,10 @@ from urllib.parse import quote
 
 import pytest
 
+from inferstream.client import submission
 from inferstream.client.client import Client
 from inferstream.controller.expansion import iter_names
-from inferstream.jobs.errors import InputError
+from inferstream.jobs.errors import InlineTooLargeError, InputError
 from inferstream.schemas.records import Job, read_record
 from inferstream.testing import MemoryKafkaClients
 from tests.unit.support.memory import CODEC, MODEL, make_config
@@ -109,11 +110,29 @@ def test_a_file_whose_name_is_not_utf8_is_sent_as_a_file_uri_and_a_folder_is_ref
     client.submit(MODEL, [latin], inline=True)
     assert sent_items(clients) == [(uri, b"latin-1")]
     client.submit(MODEL, [latin])
-    (_, record) = clients.broker.records(make_config().topic("jobs"))
-    assert read_record(CODEC, record.value, Job)["inputs"] == [uri]
+    jobs = [read_record(CODEC, record.value, Job)
+            for record in clients.broker.records(make_config().topic("jobs"))]
+    assert [job["inputs"] for job in jobs if not job["inline_items"]] == [[uri]]
     folder = os.fsdecode(os.path.join(os.fsencode(tmp_path), b"\xe9t\xe9"))
     os.mkdir(folder)
     with pytest.raises(InputError) as raised:
         client.submit(MODEL, [folder])
     assert str(raised.value) == (f"cannot send the name {quote(str(tmp_path))}/%E9t%E9: it "
                                  "is not UTF-8 (rename the folder or list file)")
+
+
+def test_inline_files_over_the_limit_are_refused_before_the_rest_are_read(
+        client: Client, clients: MemoryKafkaClients, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every file was read into memory, a folder of gigabytes too, before the encoded job was
+    found too large."""
+    monkeypatch.setattr(submission, "LARGE_MESSAGE_BYTES", 10, raising=False)
+    (tmp_path / "a.jpg").write_bytes(b"123456")
+    (tmp_path / "b.jpg").write_bytes(b"123456")
+    (tmp_path / "c.jpg").symlink_to(tmp_path / "gone")  # read, it would refuse the job
+    with pytest.raises(InlineTooLargeError) as raised:
+        client.submit(MODEL, [str(tmp_path)], inline=True)
+    assert str(raised.value) == (f"inline files are over 10 bytes by {tmp_path / 'b.jpg'}, "
+                                 "the limit of a job: submit paths on a shared filesystem or "
+                                 "split the job")
+    assert clients.broker.records(make_config().topic("jobs")) == []
