@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from types import TracebackType
@@ -266,10 +266,10 @@ class Client:
         if producer is not None:
             producer.flush(self.config.connect_timeout_s)
 
-    def submit(self, model: str, inputs: list[str], *, chunk_size: int | None = None,
-               top_k: int = 5, inline: bool = False, pool: str | None = None,
-               output_path: str | None = None, job_id: str | None = None,
-               priority: int = 0, weight: float = 1.0) -> Job:
+    def submit(self, model: str, inputs: Sequence[str | os.PathLike[str]], *,
+               chunk_size: int | None = None, top_k: int = 5, inline: bool = False,
+               pool: str | None = None, output_path: str | os.PathLike[str] | None = None,
+               job_id: str | None = None, priority: int = 0, weight: float = 1.0) -> Job:
         """Produce a job of `model`, `NAME` or `NAME:VERSION` (pinned to that version of a
         repository model); `inline` sends the files' bytes instead of their paths.
 

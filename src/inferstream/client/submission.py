@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from inferstream.config.core import TOPIC_SAFE
@@ -26,22 +26,31 @@ def check_submission(model: object, inputs: object, pool: object, output_path: o
     if not isinstance(model, str) or not model:
         raise InvalidJobError("model", model, "a model's name, NAME or NAME:VERSION")
     if isinstance(inputs, str | bytes | bytearray) or not isinstance(inputs, list | tuple) \
-            or not all(isinstance(entry, str) and entry for entry in inputs):
-        raise InvalidJobError("inputs", inputs, "a list of paths or URIs (for one, a list "
-                              "of one)")
+            or not all(_is_name(entry) for entry in inputs):
+        raise InvalidJobError("inputs", inputs, "a list of paths (str or pathlib.Path) or "
+                              "URIs (for one, a list of one)")
     if pool is not None and not (isinstance(pool, str) and TOPIC_SAFE.fullmatch(pool)):
         raise InvalidJobError("pool", pool, "a pool's name: letters, digits, '.', '_', '-'")
-    if output_path is not None and not isinstance(output_path, str):
-        raise InvalidJobError("output_path", output_path, "a path (a str)")
+    if output_path is not None and not _is_name(output_path):
+        raise InvalidJobError("output_path", output_path, "a path (a str or pathlib.Path)")
     if job_id is not None:
         check_job_id(job_id)
     check_job_options(*options)
 
 
-def absolute(entry: str) -> str:
+def _is_name(entry: object) -> bool:
+    """A non-empty str, or a `pathlib.Path` (any os.PathLike of a str): a list of Paths was
+    refused as no "list of paths"."""
+    if isinstance(entry, os.PathLike):
+        entry = os.fspath(entry)
+    return isinstance(entry, str) and entry != ""
+
+
+def absolute(entry: str | os.PathLike[str]) -> str:
     """Paths become absolute (the controller and workers run elsewhere), and a file's name
     that is not UTF-8 a `file://` URI (`item_name`); URIs stay as named. InputError for a
     folder or list file whose name is not UTF-8: a job's record cannot hold it."""
+    entry = os.fspath(entry)
     if "://" in entry:
         return entry
     path = os.path.abspath(entry.removeprefix("@"))
@@ -54,7 +63,7 @@ def absolute(entry: str) -> str:
     return name
 
 
-def read_inline(inputs: list[str]) -> list[InlineItem]:
+def read_inline(inputs: Sequence[str | os.PathLike[str]]) -> list[InlineItem]:
     """The files' bytes, each named as a path input's item would be (its absolute path, or
     the `file://` URI given); InputError naming a file that cannot be read,
     InlineTooLargeError as soon as the files pass what a job's record holds, before the rest
@@ -62,7 +71,7 @@ def read_inline(inputs: list[str]) -> list[InlineItem]:
     items: list[InlineItem] = []
     room = max_bytes = LARGE_MESSAGE_BYTES
     for entry in inputs:
-        for name, path in inline_names(entry):
+        for name, path in inline_names(os.fspath(entry)):
             data = _read_file(path, room)
             if data is None:
                 raise InlineTooLargeError(

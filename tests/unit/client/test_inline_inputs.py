@@ -136,3 +136,17 @@ def test_inline_files_over_the_limit_are_refused_before_the_rest_are_read(
                                  "the limit of a job: submit paths on a shared filesystem or "
                                  "split the job")
     assert clients.broker.records(make_config().topic("jobs")) == []
+
+
+def test_inputs_and_the_output_path_may_be_pathlib_paths(
+        client: Client, clients: MemoryKafkaClients, tmp_path: Path) -> None:
+    """A list of Paths was refused as `inputs must be a list of paths or URIs`."""
+    (tmp_path / "a.jpg").write_bytes(b"a")
+    client.submit(MODEL, [tmp_path / "a.jpg"], output_path=tmp_path / "out.jsonl")
+    client.submit(MODEL, [tmp_path], inline=True)
+    jobs = [read_record(CODEC, record.value, Job)
+            for record in clients.broker.records(make_config().topic("jobs"))]
+    assert sorted((job["inputs"], job["output_path"], [i["name"] for i in job["inline_items"]])
+                  for job in jobs) == [
+        ([], None, [str(tmp_path / "a.jpg")]),
+        ([str(tmp_path / "a.jpg")], str(tmp_path / "out.jsonl"), [])]

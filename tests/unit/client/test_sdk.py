@@ -114,8 +114,8 @@ def test_one_string_of_inputs_is_refused_not_split_into_characters(
         client: Client, clients: MemoryKafkaClients) -> None:
     with pytest.raises(InvalidJobError) as raised:
         client.submit(MODEL, "photos")  # type: ignore[arg-type]
-    assert one_line(raised) == ("inputs must be a list of paths or URIs (for one, a list of "
-                                "one), got 'photos'")
+    assert one_line(raised) == ("inputs must be a list of paths (str or pathlib.Path) or URIs "
+                                "(for one, a list of one), got 'photos'")
     assert jobs_sent(clients) == []
 
 
@@ -130,10 +130,10 @@ def test_one_string_of_inputs_is_refused_not_split_into_characters(
     ({"chunk_size": 0}, "chunk_size must be >= 1, got 0"),
     ({"model": None}, "model must be a model's name, NAME or NAME:VERSION, got None"),
     ({"model": ""}, "model must be a model's name"),
-    ({"inputs": None}, "inputs must be a list of paths or URIs"),
-    ({"inputs": [b"/tmp"]}, "inputs must be a list of paths or URIs"),
+    ({"inputs": None}, "inputs must be a list of paths (str or pathlib.Path) or URIs"),
+    ({"inputs": [b"/tmp"]}, "inputs must be a list of paths (str or pathlib.Path) or URIs"),
     ({"pool": "no such/pool"}, "pool must be a pool's name: letters, digits, '.', '_', '-'"),
-    ({"output_path": 5}, "output_path must be a path (a str), got 5"),
+    ({"output_path": 5}, "output_path must be a path (a str or pathlib.Path), got 5"),
 ])
 def test_an_option_of_the_wrong_type_is_refused_naming_it(
         client: Client, clients: MemoryKafkaClients, options: dict[str, Any],
