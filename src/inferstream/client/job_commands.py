@@ -187,8 +187,16 @@ def _all_failed(job_id: str, ok: int, errors: int) -> int:
     return 0
 
 
+def job_arg(text: str) -> str:
+    """argparse type of a job id argument: not empty (`status "$JOB"` with JOB unset listed
+    every job, as JSON a list where the script expected its job's object)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expects a job id, got an empty one")
+    return text
+
+
 def status_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("job", nargs="?",
+    parser.add_argument("job", nargs="?", type=job_arg,
                         help="job id (default: every job submitted in the last day)")
     parser.add_argument("--json", action="store_true", help="print JSON (default: off)")
 
@@ -202,12 +210,12 @@ def status(args: argparse.Namespace, config: Config) -> int:
 def run_status(args: argparse.Namespace, client: Client) -> int:
     from inferstream.client.listing import recent_jobs
 
-    if args.job:
+    if args.job is not None:
         statuses = [client.job(args.job).progress()]  # UnknownJobError for an unknown id
     else:
         statuses = recent_jobs(client.config, client.codec, clients=client.clients)
     if args.json:
-        print_json([s.as_dict() for s in statuses] if not args.job else statuses[0].as_dict())
+        print_json([s.as_dict() for s in statuses] if args.job is None else statuses[0].as_dict())
         return 0
     for s in statuses:
         print(_status_line(s))
@@ -236,7 +244,7 @@ def _share(s: JobStatus) -> str:
 
 
 def cancel_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("job", help="job id")
+    parser.add_argument("job", type=job_arg, help="job id")
     parser.add_argument("--wait", action="store_true",
                         help="wait until the controller has cancelled it (default: off)")
     parser.add_argument("--timeout", type=seconds_arg, default=60.0, metavar="SECONDS",
@@ -272,7 +280,7 @@ def run_cancel(args: argparse.Namespace, client: Client) -> int:
 
 
 def results_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("job", help="job id")
+    parser.add_argument("job", type=job_arg, help="job id")
     parser.add_argument("--output", metavar="FILE",
                         help="(default: standard output; npz needs a file)")
     parser.add_argument("--format", choices=["jsonl", "csv", "npz"], default="jsonl",

@@ -101,6 +101,18 @@ def test_a_duration_flag_not_above_zero_is_refused_before_anything_runs(
     assert f"argument {argv[-2]}: expects a number of seconds above 0 and up to 2147483" in err
 
 
+@pytest.mark.parametrize("command", ["status", "cancel", "results"])
+@pytest.mark.parametrize("job", ["", "  "])
+def test_an_empty_job_id_is_refused_before_anything_runs(
+        command: str, job: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`status "$JOB"` with JOB unset listed every job, exit 0 (as JSON, a list where a
+    script expected its job's object)."""
+    err = refused_flag([command, job], capsys)
+    assert err.count("\n") == 1
+    assert err == ("inferstream: error: argument job: expects a job id, got an empty one "
+                   f"(inferstream {command} --help lists the flags)\n")
+
+
 @pytest.mark.parametrize(("flags", "shown"), [
     ({"worker": {"max_bach": 64}},
      "worker.max_bach is not an inferstream setting (did you mean worker.max_batch?)"),
