@@ -31,7 +31,8 @@ RETAKE_HEARTBEATS = 3
 class Ownership:
     """The worker's partitions: `committers[tp]` exists exactly for partitions it holds.
 
-    A partition with no committed offset starts at its beginning (`start_at_end`: its end).
+    A partition with no committed offset starts at its beginning (`start_at_end`: its end,
+    committed when the partition is taken).
     """
 
     def __init__(self, consumer: AsyncConsumer,
@@ -167,16 +168,30 @@ class Ownership:
                 await asyncio.sleep(min(0.5 * attempt, 5))
                 continue
             self.committers[tp] = committer
-            if committed is not None:
-                self.consumer.seek(tp, committed)
-            elif self.start_at_end:
-                await self.consumer.seek_to_end(tp)
-            else:
-                await self.consumer.seek_to_beginning(tp)
             # where the lag counts from: the committed offset, else where reading starts
-            self.offsets[tp] = committed if committed is not None else await asyncio.wait_for(
-                self.consumer.position(tp), 30)
+            self.offsets[tp] = await self._start_reading(tp, committed)
             return
+
+    async def _start_reading(self, tp: TopicPartition, committed: int | None) -> int:
+        """Seek `tp` to its `committed` offset, else to its beginning or (`start_at_end`)
+        its end, which is committed at once: left uncommitted, the next owner (after a stop
+        or a rebalance before the first output's commit) starts at the end it sees then,
+        skipping every record written in between. Returns the offset reading starts at."""
+        if committed is not None:
+            self.consumer.seek(tp, committed)
+            return committed
+        if not self.start_at_end:
+            await self.consumer.seek_to_beginning(tp)
+            return await asyncio.wait_for(self.consumer.position(tp), 30)
+        await self.consumer.seek_to_end(tp)
+        end = await asyncio.wait_for(self.consumer.position(tp), 30)
+        try:
+            await asyncio.wait_for(self.consumer.commit({tp: end}), 30)
+        except (KafkaError, TimeoutError) as exc:
+            log.warning("partition %s starts at its end, offset %d, not committed (%r): a "
+                        "next owner before this one's first commit starts at the end then",
+                        tp, end, exc)
+        return end
 
     async def _drop(self, tp: TopicPartition) -> None:
         self.offsets.pop(tp, None)
