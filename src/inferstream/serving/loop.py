@@ -60,7 +60,7 @@ from inferstream.serving.ownership import GroupOwner, Ownership
 from inferstream.serving.pipeline import TaskRun
 from inferstream.serving.samples import SysInfoPublisher
 from inferstream.serving.served import ServedModels
-from inferstream.serving.source import Source, WorkerContext
+from inferstream.serving.source import Source, WorkerContext, partition_counts
 
 log = logging.getLogger(__name__)
 
@@ -370,27 +370,8 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
                                             self.worker.commit_partition)
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
+        await self.worker.source.on_assignment()
         await self.worker.ownership.acquire(set(assigned))
-
-
-async def partition_counts(config: Config, clients: KafkaClients,
-                           topics: Sequence[str]) -> dict[str, int]:
-    """Partitions of each topic, asked through one short-lived plain producer."""
-    probe = clients.aio_producer(aiokafka_kwargs(config, AIOKafkaProducer))
-    await probe.start()
-    try:
-        counts = {}
-        for topic in topics:
-            try:
-                partitions = await asyncio.wait_for(probe.partitions_for(topic), 30)
-            except (TimeoutError, KafkaError) as exc:  # aiokafka: KafkaTimeoutError
-                raise KafkaSetupError(
-                    f"topic {topic} not found; run `inferstream topics create`"
-                ) from exc
-            counts[topic] = len(partitions)
-        return counts
-    finally:
-        await probe.stop()
 
 
 async def _wait(event: asyncio.Event, timeout_s: float) -> None:

@@ -13,11 +13,18 @@ input record. A record goes:
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from inferstream.kafka.clients import Outgoing, Record
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from inferstream.config import Config
+from inferstream.kafka.clients import KafkaClients, Outgoing, Record
+from inferstream.kafka.errors import KafkaSetupError
+from inferstream.kafka.settings import aiokafka_kwargs
 from inferstream.schemas.records import Task
 from inferstream.serving.committers.base import PendingTask
 from inferstream.serving.hooks import WorkerHooks
@@ -69,6 +76,10 @@ class Source(ABC):
     async def stop(self) -> None:  # noqa: B027 - a no-op that a source may override
         """Called once at shutdown, also where the start failed."""
 
+    async def on_assignment(self) -> None:  # noqa: B027 - a no-op, as stop
+        """Called at each assignment of the worker's group, before the worker takes its
+        partitions (a topic may have gained partitions since `start`)."""
+
     @abstractmethod
     def admit(self, record: Record) -> Task | list[Outgoing]:
         """The task that `record` asks for, or the records that answer it at once (none: it
@@ -87,3 +98,24 @@ class Source(ABC):
 
     def after_commit(self, committed: Sequence[PendingTask]) -> None:  # noqa: B027 - as stop
         """`committed` (in offset order) were committed with the records that answer them."""
+
+
+async def partition_counts(config: Config, clients: KafkaClients, topics: Sequence[str],
+                           timeout_s: float = 30) -> dict[str, int]:
+    """Partitions of each topic, asked through one short-lived plain producer (waiting up
+    to `timeout_s` for each)."""
+    probe = clients.aio_producer(aiokafka_kwargs(config, AIOKafkaProducer))
+    await probe.start()
+    try:
+        counts = {}
+        for topic in topics:
+            try:
+                partitions = await asyncio.wait_for(probe.partitions_for(topic), timeout_s)
+            except (TimeoutError, KafkaError) as exc:  # aiokafka: KafkaTimeoutError
+                raise KafkaSetupError(
+                    f"topic {topic} not found; run `inferstream topics create`"
+                ) from exc
+            counts[topic] = len(partitions)
+        return counts
+    finally:
+        await probe.stop()

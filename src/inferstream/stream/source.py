@@ -18,9 +18,12 @@ import logging
 import time
 from collections.abc import Sequence
 
+from aiokafka.errors import KafkaError
+
 from inferstream.config import Config
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients, Outgoing, Record
 from inferstream.kafka.deadletters import dead_letter
+from inferstream.kafka.errors import KafkaSetupError
 from inferstream.kafka.limits import record_bytes, record_limits, size_text
 from inferstream.kafka.settings import partition_of_key
 from inferstream.models import LoadedModel
@@ -37,7 +40,7 @@ from inferstream.serving.committers.base import PendingTask
 from inferstream.serving.hooks import WorkerHooks
 from inferstream.serving.loop import Worker
 from inferstream.serving.pipeline import TaskRun
-from inferstream.serving.source import Source, WorkerContext
+from inferstream.serving.source import Source, WorkerContext, partition_counts
 from inferstream.stream.errors import RecordError
 from inferstream.stream.formats import (
     InputReader,
@@ -48,6 +51,8 @@ from inferstream.stream.formats import (
 
 log = logging.getLogger(__name__)
 
+#: Seconds a rebalance waits for each topic's partition count (`StreamSource.on_assignment`).
+RECOUNT_TIMEOUT_S = 5.0
 #: Headers every output record carries, naming the input record it labels.
 ORIGIN_TOPIC, ORIGIN_PARTITION, ORIGIN_OFFSET = (
     "inferstream.origin.topic", "inferstream.origin.partition", "inferstream.origin.offset")
@@ -93,6 +98,9 @@ class StreamSource(Source):
         self.model_version: str | None = None
         #: the most bytes a record may take on each topic written (`kafka.limits`)
         self.limits: dict[str, int] = {}
+        #: the partition count of each topic of `outputs`, read at start and at each
+        #: assignment: where an output goes depends on them (`_output`)
+        self.partitions: dict[str, int] = {}
 
     async def start(self, worker: WorkerContext) -> None:
         await super().start(worker)
@@ -105,10 +113,27 @@ class StreamSource(Source):
                                                else ()))
         self.limits = await asyncio.to_thread(record_limits, self.config, written, self.clients)
         stream, partitions = self.stream, worker.partitions
+        self.partitions = dict(partitions)
         log.info("stream group=%s: %s (%d partitions, %s) -> %s (%d partitions, %s), model %s",
                  self.group_id, stream.input_topic, partitions[stream.input_topic],
                  stream.input_format, stream.output_topic, partitions[stream.output_topic],
                  stream.output_format, self.model)
+
+    async def on_assignment(self) -> None:
+        """Read the partition counts again: a topic that gained partitions since the last
+        assignment (the input's growth is what brought this one on) changes where outputs
+        go, as docs/stream.md says, for every member alike."""
+        try:
+            counts = await partition_counts(self.config, self.clients, self.outputs,
+                                            RECOUNT_TIMEOUT_S)
+        except (KafkaSetupError, KafkaError) as exc:  # the probe's start: unreachable
+            log.warning("stream group=%s: partition counts not read again, %s kept: %r",
+                        self.group_id, self.partitions, exc)
+            return
+        if counts != self.partitions:
+            log.info("stream group=%s: partitions now %s (were %s)", self.group_id, counts,
+                     self.partitions)
+        self.partitions = counts
 
     def admit(self, record: Record) -> Task | list[Outgoing]:
         """The record's item as a task of one; a record that cannot be read gets its error
@@ -176,7 +201,7 @@ class StreamSource(Source):
         on the input's partition index when the output has as many partitions, else on the
         key's; or, with `--on-error dlq`, the dead letter of a failed record (holding the
         input's value unless `value` is False)."""
-        partitions = self.worker.partitions
+        partitions = self.partitions
         if self._dead_letter(outcome):
             return dead_letter(self.codec, self.dlq, partitions[self.dlq], topic=record.topic,
                                partition=record.partition, offset=record.offset,

@@ -53,6 +53,14 @@ class MemoryBroker:
                 self._partition_counts[name] = partitions
                 self._configs[name] = dict(configs or {})
 
+    def add_partitions(self, name: str, partitions: int) -> None:
+        """Grow `name` to `partitions` partitions (`kafka-topics --alter`); its readers'
+        groups assign the new ones at their next rebalance (`rebalance`)."""
+        with self._changing():
+            logs = self._logs[name]
+            logs.extend(PartitionLog(name, p) for p in range(len(logs), partitions))
+            self._partition_counts[name] = len(logs)
+
     def create_topics(self, specs: Iterable[TopicSpec]) -> None:
         """Create the topics of `specs`, e.g. `topic_specs(config)`, an installation's."""
         for spec in specs:
