@@ -53,6 +53,10 @@ log = logging.getLogger(__name__)
 
 #: Seconds a rebalance waits for each topic's partition count (`StreamSource.on_assignment`).
 RECOUNT_TIMEOUT_S = 5.0
+#: What a record too large for its topic leaves out (`StreamSource._output`): a dead
+#: letter's copy of the input's value; then also the input's key (and an output's copy of the
+#: input's headers).
+_SHED_VALUE, _SHED_KEY = 1, 2
 #: Headers every output record carries, naming the input record it labels.
 ORIGIN_TOPIC, ORIGIN_PARTITION, ORIGIN_OFFSET = (
     "inferstream.origin.topic", "inferstream.origin.partition", "inferstream.origin.offset")
@@ -175,39 +179,69 @@ class StreamSource(Source):
     def _fitting(self, record: Record, outcome: ItemResult, version: str | None
                  ) -> tuple[Outgoing, ItemResult]:
         """The record of `outcome` (`_output`) and the outcome it writes: where that record
-        would not fit its topic (`limits`), the record of an error that says so instead, and
-        a dead letter too large for the dead-letter topic goes without the input's value.
+        would not fit its topic (`limits`), the record of an error that says so instead,
+        without the input's key and headers where those alone are too large; a dead letter
+        too large for the dead-letter topic goes without the input's value, then its key.
         (Written as it was, it would fail every commit of its partition, for ever.)"""
+        output, why = self._sized(record, outcome, version)
+        if why is None:
+            return output, outcome
+        if not self._dead_letter(outcome):  # its error instead: an output, or a dead letter
+            failed = _failed(_origin(record), why)
+            output, again = self._sized(record, failed, version, warn=False)
+            if again is None:
+                return output, failed
+            if self._dead_letter(failed):
+                return self._shed_letter(record, failed, version, again), failed
+            failed = _failed(_origin(record), f"{why}; the input's key and headers left out")
+            return self._output(record, failed, version, shed=_SHED_KEY), failed
+        return self._shed_letter(record, outcome, version, why), outcome
+
+    def _sized(self, record: Record, outcome: ItemResult, version: str | None,
+               warn: bool = True) -> tuple[Outgoing, str | None]:
+        """The record of `outcome`, and why it is too large for its topic (None: it fits),
+        logged as a warning (`warn`) once per record."""
         output = self._output(record, outcome, version)
         size, limit = record_bytes(output), self.limits.get(output.topic)
         if limit is None or size <= limit:
-            return output, outcome
+            return output, None
         why = (f"{'dead letter' if self._dead_letter(outcome) else 'output'} too large: its "
                f"record takes {size_text(size)}, over the {size_text(limit)} a record of "
                f"{output.topic} holds")
-        log.warning("%s: %s", item_name(_origin(record)), why)
-        if not self._dead_letter(outcome):
-            return self._fitting(record, _failed(_origin(record), why), version)
-        reason = f"{outcome['error'] or 'error'}; the record's value left out: {why}"
-        return self._output(record, {**outcome, "error": reason}, version, value=False), outcome
+        if warn:
+            log.warning("%s: %s", item_name(_origin(record)), why)
+        return output, why
+
+    def _shed_letter(self, record: Record, outcome: ItemResult, version: str | None,
+                     why: str) -> Outgoing:
+        """The dead letter of `outcome` without the input's value, and without its key too
+        where it still does not fit, saying so in its reason."""
+        for shed, left_out in ((_SHED_VALUE, "value"), (_SHED_KEY, "value and key")):
+            reason = f"{outcome['error'] or 'error'}; the record's {left_out} left out: {why}"
+            letter = self._output(record, {**outcome, "error": reason}, version, shed)
+            if record_bytes(letter) <= self.limits.get(letter.topic, record_bytes(letter)):
+                break
+        return letter
 
     def _dead_letter(self, outcome: ItemResult) -> bool:
         """Whether `outcome` is written as a dead letter (a failure, with `--on-error dlq`)."""
         return outcome["status"] == ItemStatus.ERROR and self.stream.on_error == "dlq"
 
     def _output(self, record: Record, outcome: ItemResult, version: str | None,
-                value: bool = True) -> Outgoing:
+                shed: int = 0) -> Outgoing:
         """The output record of `outcome` (by `version` of the model): keyed like the input,
         on the input's partition index when the output has as many partitions, else on the
-        key's; or, with `--on-error dlq`, the dead letter of a failed record (holding the
-        input's value unless `value` is False)."""
+        key's; or, with `--on-error dlq`, the dead letter of a failed record. `shed` leaves
+        out the input's value (`_SHED_VALUE`: a dead letter's), and its key and headers too
+        (`_SHED_KEY`)."""
         partitions = self.partitions
+        key = record.key if shed < _SHED_KEY else None
         if self._dead_letter(outcome):
             return dead_letter(self.codec, self.dlq, partitions[self.dlq], topic=record.topic,
                                partition=record.partition, offset=record.offset,
                                reason=outcome["error"] or "error",
-                               value=record.value if value else None,
-                               consumer=self.worker.worker_id, key=record.key,
+                               value=record.value if shed < _SHED_VALUE else None,
+                               consumer=self.worker.worker_id, key=key,
                                origin_timestamp_ms=record.timestamp)
         result = stream_result(outcome, self.model, version, self.worker.worker_id,
                                _origin(record), now_ms())
@@ -216,12 +250,12 @@ class StreamSource(Source):
             partition = record.partition % outputs
         else:
             partition = partition_of_key(record.key, outputs)
-        headers = (*((k, bytes(v)) for k, v in record.headers or ()),
+        headers = (*((k, bytes(v)) for k, v in record.headers or () if shed < _SHED_KEY),
                    (ORIGIN_TOPIC, record.topic.encode()),
                    (ORIGIN_PARTITION, str(record.partition).encode()),
                    (ORIGIN_OFFSET, str(record.offset).encode()))
-        return Outgoing(self.stream.output_topic, partition, record.key,
-                        self.writer.value(result), headers)
+        return Outgoing(self.stream.output_topic, partition, key, self.writer.value(result),
+                        headers)
 
 
 def _origin(record: Record) -> StreamOrigin:

@@ -23,6 +23,7 @@ from inferstream.kafka.limits import (
 from inferstream.kafka.topics import LARGE_MESSAGE_BYTES
 from inferstream.models import load_model
 from inferstream.stream.metrics import StreamMetrics
+from inferstream.stream.source import ORIGIN_OFFSET
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
 from tests.unit.stream.test_stream_memory import IN, OUT, decoded, make_config, outputs, run_members
 from tests.unit.support.memory import CODEC
@@ -129,3 +130,39 @@ def test_a_records_size_counts_its_value_key_and_headers() -> None:
     record = Outgoing("t", 0, b"key", b"x" * 100, (("name", b"value"),))
     assert record_bytes(record) == 100 + 3 + 4 + 5
     assert record_bytes(Outgoing("t", 0, None, None)) == 0
+
+
+def test_an_input_whose_headers_alone_overflow_the_output_gets_its_error_without_them(
+        broker: MemoryBroker, running: Running) -> None:
+    broker.create_topic(IN, 1, {"max.message.bytes": str(LARGE_MESSAGE_BYTES)})
+    broker.create_topic(OUT, 1, {"max.message.bytes": str(SMALL)})
+    broker.produce(IN, 0, b"heavy", b"item", headers=(("trace", b"t" * 20_000),))
+    broker.produce(IN, 0, b"next", b"item", headers=(("trace", b"t-next"),))
+    run_members(running, make_config(), load_model("sim:ms=0"))  # no partition held up
+
+    heavy, after = outputs(broker)
+    assert heavy.key is None and dict(heavy.headers)[ORIGIN_OFFSET] == b"0"
+    assert "trace" not in dict(heavy.headers)
+    line = decoded(heavy)
+    assert line["status"] == "error" and line["origin"]["offset"] == 0
+    assert line["error"].startswith("output too large: its record takes 20.0 KiB, over the "
+                                    f"16.0 KiB a record of {OUT} holds")
+    assert line["error"].endswith("; the input's key and headers left out")
+    assert after.key == b"next" and dict(after.headers)["trace"] == b"t-next"
+    assert decoded(after)["status"] == "ok"
+
+
+def test_a_dead_letter_whose_key_alone_overflows_goes_without_its_key(
+        broker: MemoryBroker, running: Running) -> None:
+    broker.create_topic(IN, 1, {"max.message.bytes": str(LARGE_MESSAGE_BYTES)})
+    broker.create_topic(OUT, 1)
+    broker.create_topic("letters", 1, {"max.message.bytes": str(SMALL)})
+    broker.produce(IN, 0, b"k" * 20_000, None)  # a tombstone: an error, so a dead letter
+    config = make_config(on_error="dlq", dead_letter_topic="letters")
+    run_members(running, config, load_model("sim:ms=0"))
+
+    [letter] = [CODEC.decode(v, expected="DeadLetter")
+                for v in broker.values("letters", read_committed=True)]
+    assert letter["key"] is None and letter["value"] is None and letter["origin_offset"] == 0
+    assert letter["reason"].startswith("null value (a tombstone): no item; the record's value "
+                                       "and key left out: dead letter too large")
