@@ -53,6 +53,7 @@ from inferstream.policy.view import NO_POLICY, PolicyView
 from inferstream.schemas import Codec, SchemaError
 from inferstream.schemas.records import (
     Job,
+    LedgerStatus,
     TaskControl,
     TaskDeclined,
     as_record,
@@ -131,7 +132,9 @@ class Controller:
         self._counts.load()
         self.standby.start()
         self._consumer.subscribe([self.topics.jobs, self.topics.results],
-                                 on_assign=self._on_assign, on_revoke=self._on_revoke)
+                                 on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                 on_lost=partial(_lost, self._on_revoke, self.topics.jobs,
+                                                 self.options.session_timeout_ms))
         idle_since = time.monotonic()
         try:
             while not self._stop.is_set():
@@ -344,9 +347,9 @@ class Controller:
         self.producers.open(owned)
         opened = time.monotonic()
         self._rebuild(owned)
-        log.info("owning job partitions=%s active jobs rebuilt=%d (producers %.2f s, "
-                 "rebuild %.2f s)", sorted(owned), len(self.book.jobs), opened - started,
-                 time.monotonic() - opened)
+        log.info("owning job partitions=%s jobs rebuilt=%d active=%d (producers %.2f s, "
+                 "rebuild %.2f s)", sorted(owned), len(self.book.jobs),
+                 _active(self.book.jobs), opened - started, time.monotonic() - opened)
 
     def _on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         """Drop the revoked partitions, producers too, even those the next assignment gives
@@ -374,3 +377,23 @@ class Controller:
         """No longer own `indexes`: their jobs and producers go."""
         self.book.forget(indexes)
         self.producers.close(indexes)
+
+
+def _active(jobs: dict[str, Any]) -> int:
+    """How many of a replica's jobs run: it keeps finished ones `retain_finished_s` too."""
+    return sum(state.status == LedgerStatus.ACTIVE for state in jobs.values())
+
+
+def _lost(revoke: Callable[[Any, list[TopicPartition]], None], jobs_topic: str,
+          session_timeout_ms: int, consumer: Any, partitions: list[TopicPartition]) -> None:
+    """A replica's `on_lost`: a revoke, said in one line. The group expired the replica
+    (paused, stalled or cut off past its session timeout), so another replica has its
+    partitions and has fenced its producers; a replica that woke up logged nothing of it,
+    only its next "owning" line, as after any rebalance."""
+    lost = sorted({tp.partition for tp in partitions if tp.topic == jobs_topic})
+    if lost:
+        log.warning("lost job partitions=%s: this replica was out of the controller group "
+                    "past its session timeout (%d ms: paused, stalled or cut off from the "
+                    "cluster); another replica owns their jobs now, its transactions fencing "
+                    "this one's; rejoining", lost, session_timeout_ms)
+    revoke(consumer, partitions)

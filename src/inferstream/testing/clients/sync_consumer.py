@@ -1,7 +1,8 @@
 """`MemoryConsumer`: the confluent-kafka `Consumer` calls inferstream makes, in memory.
 
 Group rebalances reach the consumer inside `consume`/`poll`, as librdkafka serves them: the
-`on_revoke` callback gets the whole old assignment (eager protocol), then `on_assign` the
+`on_revoke` callback (`on_lost`, where given, for a member the group expired) gets the whole
+old assignment (eager protocol), then `on_assign` the
 whole new one; a callback that does not call `assign` itself gets the default assignment.
 """
 
@@ -51,6 +52,7 @@ class MemoryConsumer:
         self._topics: tuple[str, ...] = ()
         self._on_assign: RebalanceCallback | None = None
         self._on_revoke: RebalanceCallback | None = None
+        self._on_lost: RebalanceCallback | None = None
         self._positions: dict[Key, int] = {}  # assigned partitions; negative: not yet resolved
         self._eof_told: set[Key] = set()
         self._assigned_in_callback = False
@@ -58,13 +60,15 @@ class MemoryConsumer:
 
     # -- group membership --------------------------------------------------------------------
     def subscribe(self, topics: list[str], on_assign: RebalanceCallback | None = None,
-                  on_revoke: RebalanceCallback | None = None) -> None:
+                  on_revoke: RebalanceCallback | None = None,
+                  on_lost: RebalanceCallback | None = None) -> None:
         self._check_open()
         if self.group_id is None:
             raise KafkaException(KafkaError(INVALID_ARG, "group.id is required"))
         if self.member_id is not None:
             self._broker.leave(self.group_id, self.member_id)
         self._topics, self._on_assign, self._on_revoke = tuple(topics), on_assign, on_revoke
+        self._on_lost = on_lost
         self.member_id = self._broker.join(self.group_id, self.client_id, self._topics,
                                            self.strategy)
 
@@ -77,19 +81,22 @@ class MemoryConsumer:
             if event.kind == ASSIGN:
                 self._assigned(event)
                 continue
-            self._revoke_all()
+            self._revoke_all(lost=event.kind == EXPIRED)
             if event.kind == EXPIRED:  # librdkafka rejoins under a new member id
                 self.member_id = self._broker.join(self.group_id, self.client_id,
                                                    self._topics, self.strategy)
             else:
                 self._broker.revoked(self.group_id, self.member_id)
 
-    def _revoke_all(self) -> None:
+    def _revoke_all(self, lost: bool = False) -> None:
+        """The whole assignment revoked; `lost` (the member expired) to `on_lost` where the
+        consumer was given one, as librdkafka does, else to `on_revoke`."""
         if not self._positions:
             return
         self._assigned_in_callback = False
-        if self._on_revoke is not None:
-            self._on_revoke(self, self.assignment())
+        callback = (self._on_lost or self._on_revoke) if lost else self._on_revoke
+        if callback is not None:
+            callback(self, self.assignment())
         if not self._assigned_in_callback:
             self.unassign()
 
