@@ -116,7 +116,9 @@ class WorkerConfig:
                              choices=GUARANTEES)
     idle_exit_s: float | None = idle_exit("with nothing to do")
     revoke_grace_s: float = setting(
-        10.0, "how long a revoked partition may take to commit its in-flight tasks")
+        10.0, "how long the revoked partitions may take to commit their in-flight tasks, "
+        "all together (a commit still under way then is given up; the next owner redoes its "
+        "tasks)")
     commit_window_ms: float = setting(
         10.0, "how long a partition's finished task waits for the tasks behind it to finish, "
         "so that they commit in one transaction (the broker's cost is per transaction; a "

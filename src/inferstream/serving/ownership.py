@@ -27,6 +27,10 @@ TAKE_AT_ONCE = 16
 #: member woken after its session ran out hears of its group's rebalance at its first one.
 RETAKE_HEARTBEATS = 3
 
+#: The least a release waits for a partition's commit under way before it stops the
+#: partition's producer under it (`PartitionCommitter.close`), its grace spent or not.
+CLOSE_WAIT_S = 0.1
+
 
 class Ownership:
     """The worker's partitions: `committers[tp]` exists exactly for partitions it holds.
@@ -61,6 +65,8 @@ class Ownership:
         self.refused_id: str | None = None
         self._lock = asyncio.Lock()
         self._retakes: set[asyncio.Task[None]] = set()
+        #: commits a release started and stopped waiting for (`_background`)
+        self._commits: set[asyncio.Task[None]] = set()
         self._retaking: set[TopicPartition] = set()
 
     def assigned(self, tp: TopicPartition) -> bool:
@@ -98,7 +104,14 @@ class Ownership:
         """Give partitions up: tasks under way may finish and commit for up to `grace_s`;
         those not started yet are left to the next owner, in a rebalance and in a graceful
         stop (`rebalance=False`) alike: a stop that finished the controller's
-        `issue_ahead_s` of queued work held the partitions, and the survivors, that long."""
+        `issue_ahead_s` of queued work held the partitions, and the survivors, that long.
+
+        `grace_s` bounds the whole release: the partitions commit side by side, and a commit
+        still under way when it ends is left to fail as its producer stops (the next owner's
+        init fences it; it redoes those tasks). A commit waiting on a hung broker lasts up
+        to `COMMIT_TIMEOUT_S` (30 s) a try, and the revoke, one commit after another, held
+        the group's rebalance, so every worker, 43 s past a 10 s grace (a broker SIGSTOPped
+        for 90 s)."""
         self.rebalancing = self.rebalancing or rebalance
         async with self._lock:
             owned = [self.committers[tp] for tp in sorted(partitions) if tp in self.committers]
@@ -107,12 +120,27 @@ class Ownership:
                      f" ({shed} tasks not started left to the next owner)" if shed else "")
             deadline = time.monotonic() + grace_s
             while any(c.busy for c in owned) and time.monotonic() < deadline:
-                for committer in owned:
-                    await commit(committer)
+                commits = [self._background(commit(c)) for c in owned if c.busy]
+                _, late = await asyncio.wait(commits, timeout=deadline - time.monotonic())
+                if late:
+                    break
                 await asyncio.sleep(0.02)
-            for committer in owned:
-                await self._drop(committer.tp)
+            left = max(CLOSE_WAIT_S, deadline - time.monotonic())
+            await asyncio.gather(*(self._drop(c.tp, left) for c in owned))
         self.on_change(len(self.committers))
+
+    def _background(self, work: Awaitable[None]) -> asyncio.Task[None]:
+        """`work` as a task that outlives a release that stops waiting for it (`close`
+        cancels it); an error it ends with is logged."""
+        task = asyncio.ensure_future(work)
+        self._commits.add(task)
+        task.add_done_callback(self._commit_ended)
+        return task
+
+    def _commit_ended(self, task: asyncio.Task[None]) -> None:
+        self._commits.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("commit of a revoked partition failed: %r", task.exception())
 
     def retake_later(self, tp: TopicPartition) -> None:
         """The producer of `tp` was fenced or gave up: take it back if it is still ours.
@@ -193,14 +221,16 @@ class Ownership:
                         tp, end, exc)
         return end
 
-    async def _drop(self, tp: TopicPartition) -> None:
+    async def _drop(self, tp: TopicPartition, wait_s: float = 10.0) -> None:
+        """`tp` no longer held: its committer closed after the commit under way, if any
+        (up to `wait_s`)."""
         self.offsets.pop(tp, None)
         committer = self.committers.pop(tp, None)
         if committer is not None:
-            await committer.close()
+            await committer.close(wait_s)
 
     async def close(self) -> None:
-        for task in list(self._retakes):
+        for task in [*self._retakes, *self._commits]:
             task.cancel()
         async with self._lock:
             for tp in list(self.committers):

@@ -122,6 +122,8 @@ class TransactionalCommitter(PartitionCommitter):
     async def _committed_after_restart(self, target: int) -> bool:
         """Re-initialise the producer (only while we own the partition), then ask whether
         the committed offset already covers `target`."""
+        if self.lost:  # closed while this commit waited: no new producer for it
+            raise PartitionLostError(f"{self.tp}: closed")
         if not self.owner.owns(self.tp):
             self._mark_lost()
             raise PartitionLostError(f"{self.tp}: no longer assigned")
