@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 #: Longest wait for the last announcements (STOPPED) to reach the broker at stop.
 STOP_FLUSH_S = 5.0
+#: How often the idle announcer's producer is polled for what librdkafka logs.
+LOG_POLL_S = 1.0
 
 
 class StartAnnouncer:
@@ -113,7 +115,17 @@ class StartAnnouncer:
             if self._stopped.is_set():
                 return
             if not self._round():
-                return  # every worker joined: nothing more to say until the stop
+                break  # every worker joined: nothing more to say until the stop
+        self._serve()
+
+    def _serve(self) -> None:
+        """Poll the idle producer until the stop: librdkafka's log lines (a broker away)
+        wait in its queue for a poll, and an announcer that stopped polling once its workers
+        joined logged a broker outage's lines minutes later, all at the stop, under the
+        stop's time."""
+        producer = self._producer
+        while producer is not None and not self._stopped.wait(LOG_POLL_S):
+            producer.poll(0)
 
     def _delivered(self) -> None:
         """Log the first announcements once they are on the broker (a fresh producer's first

@@ -7,9 +7,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import pytest
+
 from inferstream.controller.announcements import WorkerAnnouncements
 from inferstream.schemas.records import WorkerAnnouncement, WorkerState, now_ms, read_record
 from inferstream.testing import MemoryBroker, MemoryKafkaClients
+from inferstream.testing.clients.sync_producer import MemoryProducer
 from inferstream.worker.announce import StartAnnouncer
 from tests.unit.support.memory import CODEC, make_config, new_broker
 from tests.unit.support.running import TIMEOUT_S
@@ -76,3 +79,30 @@ def test_no_announcement_with_an_interval_of_zero() -> None:
     announcer.start()
     announcer.stop()
     assert said(broker) == []
+
+
+def test_an_announcer_whose_workers_joined_still_polls_its_producer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """librdkafka's log lines wait in the producer's queue for a poll: the announcer, idle
+    once its workers joined, stopped polling, and a broker outage's "Connect ... failed"
+    lines came out minutes later, all at the worker's stop, under the stop's time."""
+    broker = new_broker(CONFIG)
+    clients = MemoryKafkaClients(broker)
+    announcer = StartAnnouncer(CONFIG, ["w-0"], clients, CODEC)
+    announcer.start()
+    try:
+        (producer,) = clients.of_type(MemoryProducer)
+        polls = [0]
+        real_poll = producer.poll
+
+        def counted(timeout: float = -1) -> int:
+            polls[0] += 1
+            return real_poll(timeout)
+        monkeypatch.setattr(producer, "poll", counted)
+        announcer.hooks("w-0").after_rebalance()
+        eventually(lambda: ("w-0", WorkerState.SERVING) in said(broker))
+        served = polls[0]
+        eventually(lambda: polls[0] > served)  # within LOG_POLL_S (1 s)
+    finally:
+        announcer.stop()
+    assert said(broker)[-1] == ("w-0", WorkerState.STOPPED)
