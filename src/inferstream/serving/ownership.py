@@ -30,6 +30,9 @@ RETAKE_HEARTBEATS = 3
 #: The least a release waits for a partition's commit under way before it stops the
 #: partition's producer under it (`PartitionCommitter.close`), its grace spent or not.
 CLOSE_WAIT_S = 0.1
+#: The longest a worker's stop waits for the producers of revoked partitions still stopping
+#: (each producer's stop is bounded at 10 s: `committers.exactly_once.quietly_stop`).
+CLOSE_STOP_S = 10.0
 
 
 class Ownership:
@@ -67,6 +70,8 @@ class Ownership:
         self._retakes: set[asyncio.Task[None]] = set()
         #: commits a release started and stopped waiting for (`_background`)
         self._commits: set[asyncio.Task[None]] = set()
+        #: revoked partitions' committers closing behind a release (`_background`)
+        self._closing: set[asyncio.Task[None]] = set()
         self._retaking: set[TopicPartition] = set()
 
     def assigned(self, tp: TopicPartition) -> bool:
@@ -108,10 +113,11 @@ class Ownership:
 
         `grace_s` bounds the whole release: the partitions commit side by side, and a commit
         still under way when it ends is left to fail as its producer stops (the next owner's
-        init fences it; it redoes those tasks). A commit waiting on a hung broker lasts up
-        to `COMMIT_TIMEOUT_S` (30 s) a try, and the revoke, one commit after another, held
-        the group's rebalance, so every worker, 43 s past a 10 s grace (a broker SIGSTOPped
-        for 90 s)."""
+        init fences it; it redoes those tasks), a stop that goes on behind the release. A
+        commit waiting on a hung broker lasts up to `COMMIT_TIMEOUT_S` (30 s) a try, and a
+        producer's stop under it up to 10 s: the revoke, one commit after another, held the
+        group's rebalance, so every worker, 43 s past a 10 s grace (a broker SIGSTOPped for
+        90 s)."""
         self.rebalancing = self.rebalancing or rebalance
         async with self._lock:
             owned = [self.committers[tp] for tp in sorted(partitions) if tp in self.committers]
@@ -120,27 +126,32 @@ class Ownership:
                      f" ({shed} tasks not started left to the next owner)" if shed else "")
             deadline = time.monotonic() + grace_s
             while any(c.busy for c in owned) and time.monotonic() < deadline:
-                commits = [self._background(commit(c)) for c in owned if c.busy]
+                commits = [self._background(commit(c), self._commits) for c in owned if c.busy]
                 _, late = await asyncio.wait(commits, timeout=deadline - time.monotonic())
                 if late:
                     break
                 await asyncio.sleep(0.02)
             left = max(CLOSE_WAIT_S, deadline - time.monotonic())
-            await asyncio.gather(*(self._drop(c.tp, left) for c in owned))
+            drops = [self._background(self._drop(c.tp, left), self._closing) for c in owned]
+            if drops:
+                await asyncio.wait(drops, timeout=left + CLOSE_WAIT_S)
         self.on_change(len(self.committers))
 
-    def _background(self, work: Awaitable[None]) -> asyncio.Task[None]:
-        """`work` as a task that outlives a release that stops waiting for it (`close`
-        cancels it); an error it ends with is logged."""
+    @staticmethod
+    def _background(work: Awaitable[None], tasks: set[asyncio.Task[None]]
+                    ) -> asyncio.Task[None]:
+        """`work` as a task in `tasks`, which may outlive a release that stops waiting for
+        it (`close` cancels the commits and waits for the drops); an error it ends with is
+        logged."""
         task = asyncio.ensure_future(work)
-        self._commits.add(task)
-        task.add_done_callback(self._commit_ended)
-        return task
+        tasks.add(task)
 
-    def _commit_ended(self, task: asyncio.Task[None]) -> None:
-        self._commits.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("commit of a revoked partition failed: %r", task.exception())
+        def ended(task: asyncio.Task[None]) -> None:
+            tasks.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                log.warning("revoked partition: %r", task.exception())
+        task.add_done_callback(ended)
+        return task
 
     def retake_later(self, tp: TopicPartition) -> None:
         """The producer of `tp` was fenced or gave up: take it back if it is still ours.
@@ -232,6 +243,8 @@ class Ownership:
     async def close(self) -> None:
         for task in [*self._retakes, *self._commits]:
             task.cancel()
+        if self._closing:  # revoked partitions' producers still stopping
+            await asyncio.wait(set(self._closing), timeout=CLOSE_STOP_S)
         async with self._lock:
             for tp in list(self.committers):
                 await self._drop(tp)
