@@ -83,25 +83,42 @@ class Ownership:
         return committer if committer is not None and not committer.lost else None
 
     async def acquire(self, partitions: set[TopicPartition]) -> None:
-        """A rebalance assigned `partitions` (the whole new assignment)."""
+        """A rebalance assigned `partitions` (the whole new assignment). The rebalance ends
+        here whatever a partition's take does: one that fails (its position not found in
+        time while a broker restarts) is taken back `RETAKE_HEARTBEATS` later."""
         async with self._lock:
-            for tp in [tp for tp in self.committers if tp not in partitions]:
-                await self._drop(tp)
-            new = [tp for tp in sorted(partitions) if self.active(tp) is None]
-            # Concurrently, a bounded number at a time: one init_transactions takes about
-            # 0.5 s and aiokafka sends no heartbeat while this listener runs, so 20 in a row
-            # outlast a 10 s session, and 120 took a minute on a loaded 2-core host.
-            gate = asyncio.Semaphore(TAKE_AT_ONCE)
-
-            async def take(tp: TopicPartition) -> None:
-                async with gate:
+            try:
+                for tp in [tp for tp in self.committers if tp not in partitions]:
                     await self._drop(tp)
-                    await self._own(tp)
-            await asyncio.gather(*(take(tp) for tp in new))
-            self.rebalancing = False
+                failed = await self._take_all(
+                    [tp for tp in sorted(partitions) if self.active(tp) is None])
+            finally:
+                self.rebalancing = False  # else no partition was ours, nor taken back
+        for tp in failed:
+            self.retake_later(tp)
         self.on_rebalance()
         self.on_change(len(self.committers))
         log.info("assigned partitions=%s", sorted(tp.partition for tp in self.committers))
+
+    async def _take_all(self, new: list[TopicPartition]) -> list[TopicPartition]:
+        """Take `new` concurrently, a bounded number at a time: one init_transactions takes
+        about 0.5 s and aiokafka sends no heartbeat while its listener runs, so 20 in a row
+        outlast a 10 s session, and 120 took a minute on a loaded 2-core host. Returns those
+        whose take failed, dropped."""
+        gate = asyncio.Semaphore(TAKE_AT_ONCE)
+
+        async def take(tp: TopicPartition) -> None:
+            async with gate:
+                await self._drop(tp)
+                await self._own(tp)
+        outcomes = await asyncio.gather(*(take(tp) for tp in new), return_exceptions=True)
+        failed = []
+        for tp, outcome in zip(new, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                log.warning("cannot take partition %s now, again later: %r", tp, outcome)
+                await self._drop(tp)
+                failed.append(tp)
+        return failed
 
     async def release(self, partitions: set[TopicPartition], grace_s: float,
                       commit: Callable[[PartitionCommitter], Awaitable[None]],

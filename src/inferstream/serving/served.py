@@ -174,6 +174,9 @@ class ServedModels:
         return await asyncio.shield(pending)
 
     async def _load(self, task_model: str) -> BatchingPipeline:
+        """Load `task_model`; any failure is a ModelError (a load that raised another error,
+        CUDA out of memory say, left the tasks that waited for it unanswered, and every
+        later task of their partitions uncommitted)."""
         assert self.loader is not None  # noqa: S101 - refusal() said it can load
         log.info("loading model %s on demand", task_model)
         try:
@@ -182,6 +185,11 @@ class ServedModels:
         except ModelError as exc:
             self._unloadable[task_model] = f"cannot load {task_model}: {exc}"
             raise
+        except Exception as exc:  # refused as a ModelError is, its traceback logged once
+            log.exception("loading model %s on demand failed", task_model)
+            error = ModelError(f"{type(exc).__name__}: {exc}")
+            self._unloadable[task_model] = f"cannot load {task_model}: {error}"
+            raise error from exc
         self._evict()
         return self.add(model)
 
