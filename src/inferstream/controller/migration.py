@@ -17,7 +17,7 @@ from inferstream.controller.ledger import JobState
 from inferstream.controller.outbox import Outbox
 from inferstream.controller.waiting import ModelWaits
 from inferstream.schemas import Codec
-from inferstream.schemas.records import TaskControlReason, encode_result
+from inferstream.schemas.records import Task, TaskControlReason, encode_result
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +55,21 @@ class Migration:
                                 TaskControlReason.MIGRATED)
                 continue
             if late.partition is None:
-                reason = f"task {task['task_id']} {late.reason}"
-                log.warning("job %s: %s: its items fail", task["job_id"], reason)
-                out.add(home, out.topics.results, home, task["job_id"].encode(),
-                        encode_result(self.codec, failed_result(task, reason)))
+                self._fail(task, home, late.reason, out)
                 continue
             again = self.issuer.again(state, task, late.partition, out, now, why=late.reason,
                                       kind="migrated")
             out.control(home, task["job_id"], task["task_id"], again["attempt"],
                         TaskControlReason.MIGRATED)
+
+    def _fail(self, task: Task, home: int, why: str, out: Outbox) -> None:
+        """Fail the items of `task`, out of attempts, as an attempt of its own: its late
+        worker may still commit the attempt it holds (its job goes on), and the results
+        topic holds no (job, task, attempt) twice; the workers skip that one if not begun."""
+        reason = f"task {task['task_id']} {why}"
+        log.warning("job %s: %s: its items fail", task["job_id"], reason)
+        failed = failed_result(Task(**{**task, "attempt": task["attempt"] + 1}), reason)
+        out.add(home, out.topics.results, home, task["job_id"].encode(),
+                encode_result(self.codec, failed))
+        out.control(home, task["job_id"], task["task_id"], failed["attempt"],
+                    TaskControlReason.MIGRATED)

@@ -269,6 +269,28 @@ def test_a_late_task_out_of_attempts_fails_its_items(make_book: MakeBook) -> Non
     assert "has used its 1 attempts" in (failed["items"][0]["error"] or "")
 
 
+def test_a_task_failed_out_of_attempts_is_no_duplicate_of_its_late_attempt(
+        make_book: MakeBook) -> None:
+    """The failure the controller writes for a task out of attempts is an attempt of its
+    own, above the one its late worker holds, and the workers are told to skip that one: with
+    the same attempt, a late worker that committed its result after all (its job not ended:
+    other tasks outstanding) put a second (job, task, attempt) on the results topic, which
+    read committed holds none of (guarantee 2)."""
+    book = make_book(make_config(migration_floor_s=1.0, max_attempts=1), SPEEDS)
+    _, (task, _) = accepted(book, make_job(items=4))
+    late = book.outbox()
+    book.tick(late, now_ms() + 60_000)
+
+    failures = [r for _, r in written(late, book.topics.results, TaskResult)]
+    assert {(r["task_id"], r["attempt"]) for r in failures} == {(0, 2), (1, 2)}
+    assert {(c["task_id"], c["attempt"], c["reason"]) for c in controls(book, late)} == {
+        (0, 2, TaskControlReason.MIGRATED), (1, 2, TaskControlReason.MIGRATED)}
+    after = book.outbox()
+    book.on_result(read_result_summary(CODEC, encode_result(CODEC, failures[0])), after)
+    book.on_result(result_of(task), after)  # the late worker's, committed after all
+    assert book.jobs[task["job_id"]].done_items == 2  # the failure counted, it dropped
+
+
 def test_another_book_adopts_the_job_from_the_ledger_and_carries_on(make_book: MakeBook) -> None:
     config = make_config(tasks_per_round=1)
     first = make_book(config)
