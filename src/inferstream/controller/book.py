@@ -222,6 +222,7 @@ class JobBook:
         for state in unversioned:
             self._hold(state, out, now)
         self.migration.migrate(out, now, self.jobs)
+        self.deadlines.forget_gone(now)
         self._emit_events(out, now)
         self._expire(out, now)
 

@@ -27,7 +27,6 @@ late one is issued again above the highest attempt the ledger recorded for its j
 from __future__ import annotations
 
 import logging
-import statistics
 import time
 from collections.abc import Callable, Mapping
 
@@ -38,7 +37,6 @@ from inferstream.policy.view import (
     PolicyView,
     WorkerPolicy,
     median_rate,
-    model_figure,
     model_range,
 )
 from inferstream.schemas.records import Task, now_ms, serves, task_ref
@@ -47,10 +45,14 @@ log = logging.getLogger(__name__)
 
 #: Seconds a description of a pool's workers is used for.
 MEMBERS_TTL_S = 2.0
-#: Weight of the newest result in a worker's observed seconds per item.
-OBSERVED_ALPHA = 0.2
 #: The partition of a task that an earlier owner of its job issued: not known here.
 UNKNOWN_PARTITION = -1
+#: A worker silent this long (ms), no member of a pool now and holding none of its tasks, is
+#: forgotten (`forget_gone`), as the workers' announcements forget it; checked every minute.
+#: Each worker process has an id of its own (host-pid): a controller that ran for months
+#: kept the figures of every worker it ever heard from.
+FORGET_WORKERS_AFTER_MS = 3_600_000
+FORGET_CHECK_MS = 60_000
 
 class Deadlines:
     """The outstanding tasks of the jobs this controller owns, by (job id, task id)."""
@@ -71,9 +73,8 @@ class Deadlines:
         self._by_owner: dict[tuple[str, str | None], int] = {}
         self._by_partition: dict[tuple[str, int], int] = {}
         self._member_cache: dict[str, tuple[float, dict[str, list[int]] | None]] = {}
-        #: seconds per item each worker's results showed, smoothed, by worker and model
-        self._observed: dict[str, dict[str, float]] = {}
         self._pass_candidates: dict[tuple[str, str], list[tuple[str, list[int], float]]] = {}
+        self._forgot_ms = 0
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -113,6 +114,17 @@ class Deadlines:
     def forget_homes(self, homes: set[int]) -> None:
         for entry in [t for t in self._tasks.values() if t.home in homes]:
             self.done(*entry.key)
+
+    def forget_gone(self, now_ms: int) -> None:
+        """Forget the workers gone (`FORGET_WORKERS_AFTER_MS`), every `FORGET_CHECK_MS`."""
+        if now_ms - self._forgot_ms < FORGET_CHECK_MS:
+            return
+        self._forgot_ms = now_ms
+        keep = {t.owner for t in self._tasks.values()}.union(
+            *(self._members(pool) or () for pool in list(self._member_cache)))
+        for worker in self.pools.forget_silent(keep, now_ms - FORGET_WORKERS_AFTER_MS):
+            self.speculation.forget(worker)
+        self._by_owner = {k: n for k, n in self._by_owner.items() if n or k[1] in keep}
 
     def _add(self, entry: Outstanding) -> None:
         self._remove(entry)
@@ -241,16 +253,11 @@ class Deadlines:
         sysinfo app's rates are made of too), smoothed, for pools without a policy."""
         if items <= 0 or inference_seconds <= 0:
             return
-        per_item = inference_seconds / items
-        self.speculation.recent.add(worker, model, per_item)
-        seen = self._observed.setdefault(worker, {})
-        known = seen.get(model)
-        seen[model] = per_item if known is None else (
-            OBSERVED_ALPHA * per_item + (1 - OBSERVED_ALPHA) * known)
+        self.speculation.recent.add(worker, model, inference_seconds / items)
 
     def observed(self, worker: str, model: str) -> float | None:
         """The seconds per item `worker`'s results of `model` showed; None before one."""
-        return model_figure(model, self._observed.get(worker, {}))
+        return self.speculation.recent.smoothed(worker, model)
 
     def _per_item_s(self, pool: str, worker: str | None, model: str,
                     workers: Mapping[str, WorkerPolicy] | None = None) -> float | None:
@@ -268,9 +275,7 @@ class Deadlines:
         rate = median_rate(workers.values(), model)
         if rate is not None:
             return 1.0 / rate
-        seen = [s for s in (self.observed(w, model) for w in self._observed) if s is not None]
-        every = [s for figures in self._observed.values() for s in figures.values()]
-        return statistics.median(seen or every) if seen or every else None
+        return self.speculation.recent.pooled(model)
 
     def target_per_item_s(self, pool: str, worker: str, model: str,
                           workers: Mapping[str, WorkerPolicy] | None = None) -> float | None:

@@ -45,15 +45,29 @@ class PoolView:
     ttl_s: float = 2.0
     declined: dict[str, set[str]] = field(default_factory=dict)
     served: dict[str, set[str]] = field(default_factory=dict)
+    #: when each worker last answered a task (a result or a decline), in ms
+    seen: dict[str, int] = field(default_factory=dict)
     _cache: dict[str, tuple[float, dict[str, list[int]] | None]] = field(default_factory=dict)
 
     def record_decline(self, worker: str, model: str, served_models: list[str]) -> None:
         self.declined.setdefault(worker, set()).add(model)
         self.served[worker] = set(served_models)
+        self.seen[worker] = now_ms()
 
     def record_result(self, worker: str, model: str) -> None:
         self.served.setdefault(worker, set()).add(model)
         self.declined.get(worker, set()).discard(model)
+        self.seen[worker] = now_ms()
+
+    def forget_silent(self, keep: set[str | None], before_ms: int) -> list[str]:
+        """Forget the workers not heard from since before `before_ms` but those of `keep`
+        (gone: `Deadlines.forget_gone`); returns them."""
+        gone = [w for w, at in self.seen.items() if at < before_ms and w not in keep]
+        for worker in gone:
+            self.declined.pop(worker, None)
+            self.served.pop(worker, None)
+            self.seen.pop(worker, None)
+        return gone
 
     def members(self, group: str) -> dict[str, list[int]] | None:
         """Live workers of `group` and their partitions; None when the group cannot be

@@ -36,6 +36,8 @@ from inferstream.schemas.records import now_ms, task_ref
 RECENT = 25
 #: Results of a model a worker must have sent before it counts as slow with it.
 MIN_RESULTS = 5
+#: Weight of the newest result in a worker's smoothed seconds per item.
+OBSERVED_ALPHA = 0.2
 #: Seconds a worker must stay slow before its tasks go: on a loaded host a member that one
 #: process's GIL starves for a few seconds reads 3-4x its peers, and catches up.
 SLOW_FOR_S = 5.0
@@ -54,11 +56,14 @@ class Target(NamedTuple):
 
 
 class RecentTimes:
-    """The per-item times of each worker's last `RECENT` results, by model."""
+    """The per-item times of each worker's last `RECENT` results, by model, and all its
+    results' smoothed (`smoothed`)."""
 
     def __init__(self, clock: Callable[[], int] = now_ms) -> None:
         self.clock = clock
         self._times: dict[str, dict[str, deque[float]]] = {}
+        #: seconds per item each worker's results showed, smoothed, by worker and model
+        self._smoothed: dict[str, dict[str, float]] = {}
         #: when each worker's last result came, in ms
         self.last_ms: dict[str, int] = {}
 
@@ -66,6 +71,25 @@ class RecentTimes:
         times = self._times.setdefault(worker, {})
         times.setdefault(model, deque(maxlen=RECENT)).append(per_item_s)
         self.last_ms[worker] = self.clock()
+        seen = self._smoothed.setdefault(worker, {})
+        known = seen.get(model)
+        seen[model] = per_item_s if known is None else (
+            OBSERVED_ALPHA * per_item_s + (1 - OBSERVED_ALPHA) * known)
+
+    def smoothed(self, worker: str, model: str) -> float | None:
+        """The seconds per item `worker`'s results of `model` showed; None before one."""
+        return model_figure(model, self._smoothed.get(worker, {}))
+
+    def pooled(self, model: str) -> float | None:
+        """The median of the workers' smoothed figures of `model`, or of every model where
+        none has one of it; None before any result."""
+        seen = [s for s in (self.smoothed(w, model) for w in self._smoothed) if s is not None]
+        every = [s for figures in self._smoothed.values() for s in figures.values()]
+        return statistics.median(seen or every) if seen or every else None
+
+    def forget(self, worker: str) -> None:
+        for figures in (self._times, self._smoothed, self.last_ms):
+            figures.pop(worker, None)
 
     def median(self, worker: str, model: str) -> float | None:
         """The median per-item time of `worker`'s recent results of `model` (a `model_ref`);
@@ -116,6 +140,12 @@ class Speculation:
         self._own: dict[tuple[str, str], float | None] = {}
         #: since when each worker has been slow with each model, in ms
         self._slow_since: dict[tuple[str | None, str], int] = {}
+
+    def forget(self, worker: str) -> None:
+        """Drop what is known of `worker` (gone: `Deadlines.forget_gone`)."""
+        self.recent.forget(worker)
+        for key in [k for k in self._slow_since if k[0] == worker]:
+            del self._slow_since[key]
 
     def begin(self) -> None:
         """A pass over the outstanding tasks begins: the medians are worked out anew."""

@@ -342,3 +342,24 @@ def test_the_book_and_what_it_uses_start_no_thread_and_hold_no_kafka_client(
                            "inferstream.kafka.reader", "inferstream.kafka.follower"}
     if module != "outbox":  # its dead letters read a consumed message's timestamp type
         assert not {name for name in imported if name.startswith("confluent_kafka")}
+
+
+def test_what_the_book_knows_of_workers_gone_is_forgotten(make_book: MakeBook) -> None:
+    """Each worker process has an id of its own (host-pid): a controller that ran for months
+    kept the speed, recent times, served models and declines of every worker it ever heard
+    from. Those silent for an hour that are no member of the pool now, holding none of its
+    tasks, are forgotten; a member keeps its figures, however long it has been idle."""
+    book = make_book(make_config(tasks_per_round=4))
+    _, issued = accepted(book, make_job(items=8))
+    out = book.outbox()
+    for n, task in enumerate(issued[:3]):
+        book.on_result(result_of(task, worker=f"gone-{n}"), out)
+    book.on_result(result_of(issued[3], worker="w1"), out)
+    book.tick(out, now_ms())
+    assert len(book.pools.served) == 4  # nothing forgotten within the hour
+
+    book.tick(book.outbox(), now_ms() + 3_660_000)
+    assert set(book.pools.served) == {"w1"}
+    assert book.deadlines.observed("gone-0", MODEL) is None
+    assert book.deadlines.speculation.recent.last_ms.keys() == {"w1"}
+    assert book.deadlines.observed("w1", MODEL) is not None
