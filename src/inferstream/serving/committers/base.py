@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from inferstream.kafka.clients import Outgoing, Record
+from inferstream.kafka.errors import PartitionLostError
 from inferstream.serving.pipeline import TaskRun
 
 log = logging.getLogger(__name__)
@@ -140,7 +141,10 @@ class PartitionCommitter(ABC):
 
     async def commit_ready(self) -> list[PendingTask]:
         """Commit the finished tasks at the head of the queue in one go, as the window says;
-        returns them (in offset order). Tasks left ready past the cap need another call."""
+        returns them (in offset order). Tasks left ready past the cap need another call.
+        PartitionLostError where they could not be: the partition is given up (whatever
+        the error), so that no later commit passes them over; they are redone from the
+        committed offset."""
         async with self._lock:
             await self._gather()
             ready: list[PendingTask] = []
@@ -149,7 +153,13 @@ class PartitionCommitter(ABC):
                 ready.append(self._pending.popleft())
             if ready:
                 records = [record for task in ready for record in task.outgoing or ()]
-                await self._commit(records, ready[-1].offset + 1)
+                try:
+                    await self._commit(records, ready[-1].offset + 1)
+                except PartitionLostError:
+                    raise
+                except Exception as exc:  # (a TLS file being rotated as a producer starts)
+                    self._mark_lost()
+                    raise PartitionLostError(f"{self.tp}: commit failed: {exc!r}") from exc
             return ready
 
     def _ready_at_head(self) -> int:
