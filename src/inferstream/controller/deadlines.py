@@ -80,8 +80,7 @@ class Deadlines:
         return len(self._tasks)
 
     def issued(self, task: Task, home: int, partition: int, now_ms: int) -> None:
-        owners = _owners(self._members(task["pool"]))
-        owner = owners.get(partition) if owners else None
+        owner = (_owners(self._members(task["pool"])) or {}).get(partition)
         entry = Outstanding(task, home, partition, owner, now_ms)
         self._add(entry)
         entry.backlog_items = self._backlog(task["pool"], owner, partition)
@@ -134,10 +133,10 @@ class Deadlines:
         self._by_owner[owner] = self._by_owner.get(owner, 0) + entry.items
         self._by_partition[part] = self._by_partition.get(part, 0) + entry.items
 
-    def _move(self, entry: Outstanding, owner: str) -> None:
-        self._remove(entry)
-        entry.owner = owner
-        self._add(entry)
+    def attempt(self, job_id: str, task_id: int) -> int | None:
+        """The attempt of the task issued here that is waited for; None: none is known."""
+        entry = self._tasks.get((job_id, task_id))
+        return entry.task["attempt"] if entry and entry.partition != UNKNOWN_PARTITION else None
 
     def _remove(self, entry: Outstanding) -> None:
         known = self._tasks.pop(entry.key, None)
@@ -206,7 +205,9 @@ class Deadlines:
         for entry in list(self._tasks.values()):
             now_owner = (owners[entry.task["pool"]] or {}).get(entry.partition)
             if now_owner is not None and now_owner != entry.owner:
-                self._move(entry, now_owner)
+                self._remove(entry)
+                entry.owner = now_owner
+                self._add(entry)
 
     def _lateness(self, entry: Outstanding, unhealthy: set[str],
                   now_ms: int) -> tuple[str, str] | None:
@@ -301,8 +302,7 @@ class Deadlines:
         return self._by_partition.get((pool, partition), 0)
 
     def _backlog(self, pool: str, worker: str | None, partition: int) -> int:
-        """Items of the outstanding tasks queued on `worker` (or on `partition` when the
-        worker is unknown)."""
+        """Items of the tasks queued on `worker` (on `partition` where the worker is unknown)."""
         if worker is not None:
             return self._by_owner.get((pool, worker), 0)
         return self._by_partition.get((pool, partition), 0)

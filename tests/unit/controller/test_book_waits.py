@@ -25,6 +25,8 @@ from inferstream.schemas.records import (
 from tests.unit.controller.test_book import (
     CODEC,
     HOME,
+    MODEL,
+    MakeBook,
     accepted,
     controls,
     events,
@@ -35,6 +37,7 @@ from tests.unit.controller.test_book import (
     tasks,
     written,
 )
+from tests.unit.controller.test_book import SPEEDS as SIM_SPEEDS
 from tests.unit.support.books import live_book
 from tests.unit.support.policies import FixedPolicy
 
@@ -224,3 +227,21 @@ def test_an_adopted_task_no_live_worker_serves_waits_model_wait_s_then_fails() -
 
 def _entry(value: bytes) -> LedgerEntry:
     return read_record(CODEC, value, LedgerEntry)
+
+
+def test_a_decline_of_an_attempt_superseded_since_issues_nothing(make_book: MakeBook) -> None:
+    """A late task goes out again as attempt 2; its partition then moves to a worker of
+    another model that has not read the task control yet (workers follow it as they can),
+    which declines attempt 1. Issued again for that decline, attempt 2 went out twice,
+    and both copies could commit a (job, task, 2): a duplicate on the results topic."""
+    book = make_book(make_config(migration_floor_s=1.0), SIM_SPEEDS)
+    _, (task,) = accepted(book, make_job(items=2))
+    late = book.outbox()
+    book.tick(late, now_ms() + 60_000)
+    assert [t["attempt"] for _, t in tasks(book, late)] == [2]
+
+    out = book.outbox()
+    book.on_declined(declined_by(task, "w3", served="resnet50"), out)
+    book.tick(out, now_ms() + 61_000)
+    assert tasks(book, out) == []
+    assert book.pools.declined["w3"] == {MODEL}  # what it said of itself is kept
