@@ -21,7 +21,8 @@ log = logging.getLogger(__name__)
 
 #: Inline images travel inside job and task records; the broker default (1 MiB) is too small.
 LARGE_MESSAGE_BYTES = 16 * 1024 * 1024
-#: The configs of the topics whose records may be that large (jobs, tasks, results, dlq).
+#: The configs of the topics whose records may be that large (jobs, tasks, results, dlq, and
+#: the controller's ledger, whose entry of a job carries the whole job record).
 LARGE_TOPIC_CONFIGS = {"max.message.bytes": str(LARGE_MESSAGE_BYTES)}
 
 
@@ -53,8 +54,11 @@ def topic_specs(config: Config, pools: tuple[str, ...] | None = None) -> list[To
         TopicSpec(config.topic("sysinfo"), n),
         TopicSpec(config.topic("policy"), 1, compacted=True),
         TopicSpec(config.topic("dlq"), n, configs=LARGE_TOPIC_CONFIGS),
-        # The controller's ledger changelog: one record per task state, latest wins.
-        TopicSpec(config.topic("controller-ledger"), n, compacted=True),
+        # The controller's ledger changelog: one record per task state, latest wins. A job's
+        # entry holds its record: on a cluster of Kafka's default 1 MiB an inline job over
+        # it rolled its partition's transactions back for ever (MSG_SIZE_TOO_LARGE).
+        TopicSpec(config.topic("controller-ledger"), n, compacted=True,
+                  configs=LARGE_TOPIC_CONFIGS),
         # Finished jobs and superseded task attempts, which workers skip (latest per key).
         TopicSpec(config.topic("task-control"), 1, compacted=True),
         # Workers that are starting, with the models they load (latest per worker id).

@@ -17,7 +17,8 @@ CONFIG = Config(topic_prefix="t.", partitions=4, task_partitions=4)
 
 def test_a_ledger_made_without_compaction_is_shown_as_it_is() -> None:
     broker = MemoryBroker()
-    broker.create_topic("t.controller-ledger", 4, {"cleanup.policy": "delete"})
+    broker.create_topic("t.controller-ledger", 4, {"cleanup.policy": "delete",
+                                                   "max.message.bytes": str(16 * 1024 * 1024)})
     broker.create_topics(topic_specs(CONFIG))  # the others as `topics create` makes them
 
     rows = {row.topic: row for row in describe_topics(CONFIG, clients=MemoryKafkaClients(broker))}
@@ -27,6 +28,19 @@ def test_a_ledger_made_without_compaction_is_shown_as_it_is() -> None:
         False, ["cleanup.policy=delete (expected compact)"])
     assert rows["t.policy"].compacted
     assert not rows["t.jobs"].problems
+
+
+def test_a_ledger_of_kafkas_default_record_size_is_a_mismatch() -> None:
+    """A ledger that `topics create` made before it took large records (Kafka's default,
+    1 MiB) is shown to differ, so that an operator raises it before an inline job of more
+    stalls its partition."""
+    broker = MemoryBroker()
+    broker.create_topic("t.controller-ledger", 4, {"cleanup.policy": "compact"})
+    broker.create_topics(topic_specs(CONFIG))
+
+    report = ensure_topics(CONFIG, clients=MemoryKafkaClients(broker))
+    assert report.mismatched == {
+        "t.controller-ledger": ["max.message.bytes=1048588 (expected 16777216)"]}
 
 
 def test_jobs_with_more_partitions_than_results_and_ledger_is_a_mismatch() -> None:

@@ -10,8 +10,8 @@ from inferstream.kafka.topics import LARGE_MESSAGE_BYTES, TopicSpec, topic_specs
 SHARED = ("jobs", "results", "job-events", "sysinfo", "policy", "dlq", "controller-ledger",
           "task-control", "workers")
 COMPACTED = {"policy", "controller-ledger", "task-control", "workers"}
-#: Topics whose records may carry images inline.
-LARGE = {"jobs", "results", "dlq"}
+#: Topics whose records may carry images inline (a job's ledger entry holds its record).
+LARGE = {"jobs", "results", "dlq", "controller-ledger"}
 
 
 def by_short_name(config: Config, specs: list[TopicSpec]) -> dict[str, TopicSpec]:
@@ -77,3 +77,15 @@ def test_a_pool_named_twice_gets_one_task_topic() -> None:
     config = Config()
     names = [s.name for s in topic_specs(config, ("gpu", "gpu"))]
     assert names.count(config.task_topic("gpu")) == 1
+
+
+def test_the_ledger_takes_the_entry_of_any_job_the_jobs_topic_takes() -> None:
+    """A job's JOB entry in the ledger carries its whole record: created with Kafka's default
+    of 1 MiB, the ledger refused the entry of an inline job over it, and the controller
+    rolled back every transaction of the job's home partition, twice a second, for ever
+    (MSG_SIZE_TOO_LARGE): that job was never accepted, nor any other job of its partition
+    finished."""
+    config = Config()
+    specs = by_short_name(config, topic_specs(config))
+    limit = int(specs["jobs"].all_configs()["max.message.bytes"])
+    assert int(specs["controller-ledger"].all_configs().get("max.message.bytes", 0)) >= limit
