@@ -18,7 +18,7 @@ class Committer:
     async def start(self) -> None:
         pass
 
-    async def close(self) -> None:
+    async def close(self, wait_s: float = 10.0) -> None:
         self.lost = True
 
 
