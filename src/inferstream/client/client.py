@@ -84,6 +84,9 @@ class JobStatus:
     #: as submitted (known from the controller's first event on)
     priority: int = 0
     weight: float = 1.0
+    #: the pool it was submitted to, where the jobs topic was read (a listing: `status`
+    #: without JOB, `top --jobs`); None: not read (a job's events do not name it)
+    pool: str | None = None
 
     @property
     def finished(self) -> bool:

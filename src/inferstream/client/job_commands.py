@@ -237,10 +237,12 @@ def _status_line(s: JobStatus) -> str:
 
 
 def _share(s: JobStatus) -> str:
-    """The job's priority and weight where either is not the default."""
+    """The job's pool where known and not `default`, and its priority and weight where
+    either is not the default (a job shares only its pool)."""
+    pool = f" pool={s.pool}" if s.pool not in (None, "default") else ""
     if s.priority == 0 and s.weight == 1.0:
-        return ""
-    return f" priority={s.priority} weight={s.weight:g}"
+        return pool
+    return f"{pool} priority={s.priority} weight={s.weight:g}"
 
 
 def cancel_args(parser: argparse.ArgumentParser) -> None:

@@ -4,6 +4,7 @@ that no controller has accepted yet."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from inferstream.client.client import SUBMITTED, JobStatus
 from inferstream.client.submitted import recent_submissions
@@ -17,12 +18,14 @@ from inferstream.schemas.records import JobEvent, read_record
 def recent_jobs(config: Config, codec: Codec, since_s: float = 86_400,
                 clients: KafkaClients = REAL_CLIENTS) -> list[JobStatus]:
     """The latest status of every job submitted or with an event in the last `since_s`
-    seconds, by job id; a job without an event yet is SUBMITTED."""
+    seconds, by job id, with the pool its record names; a job without an event yet is
+    SUBMITTED."""
     since_ms = int((time.time() - since_s) * 1000)
     latest = _latest_events(config, codec, since_ms, clients)
-    for job_id, model in recent_submissions(config, codec, since_ms, clients).items():
-        if job_id not in latest:
-            latest[job_id] = JobStatus(job_id, SUBMITTED, model=model)
+    for job_id, (model, pool) in recent_submissions(config, codec, since_ms, clients).items():
+        status = latest.get(job_id)
+        latest[job_id] = (JobStatus(job_id, SUBMITTED, model=model, pool=pool)
+                          if status is None else replace(status, pool=pool))
     return sorted(latest.values(), key=lambda s: s.job_id)
 
 

@@ -186,25 +186,28 @@ def total_lines(pools: dict[str, PoolTotals]) -> list[Line]:
 
 
 #: The jobs table: (title, width, right-aligned) per column.
-JOB_COLUMNS = (("JOB", 26, False), ("STATE", 9, False), ("MODEL", 18, False),
-               ("PRIORITY", 8, True), ("WEIGHT", 6, True), ("DONE", 17, True),
-               ("ITEMS/S", 8, True))
+JOB_COLUMNS = (("JOB", 26, False), ("POOL", 10, False), ("STATE", 9, False),
+               ("MODEL", 18, False), ("PRIORITY", 8, True), ("WEIGHT", 6, True),
+               ("DONE", 17, True), ("ITEMS/S", 8, True))
 
 
 def job_lines(jobs: Iterable[JobStatus]) -> list[Line]:
-    """The jobs not finished, in the order the controller serves them: the highest priority
-    first, then by weight (the heaviest first) and id."""
+    """The jobs not finished, pool by pool in the order the controller serves them (each
+    pool's jobs share only that pool): the highest priority first, then by weight (the
+    heaviest first) and id; under a job that waits, what it waits for."""
     running = sorted((j for j in jobs if not j.finished),
-                     key=lambda j: (-j.priority, -j.weight, j.job_id))
+                     key=lambda j: (j.pool or "", -j.priority, -j.weight, j.job_id))
     lines = [Line(row(JOB_COLUMNS), Style.HEADING)]
     for j in running:
         total = "?" if j.total_items is None else str(j.total_items)
         rate = "-" if j.rate_items_per_s is None else f"{j.rate_items_per_s:.1f}"
         model = model_ref(j.model, j.model_version) if j.model else "-"
-        cells = (j.job_id, j.state.lower(), model, str(j.priority), f"{j.weight:g}",
-                 f"{j.done_items}/{total}", rate)
+        cells = (j.job_id, j.pool or "?", j.state.lower(), model, str(j.priority),
+                 f"{j.weight:g}", f"{j.done_items}/{total}", rate)
         lines.append(Line(row((text, width, right) for text, (_, width, right)
                               in zip(cells, JOB_COLUMNS, strict=True)), Style.ROW))
+        if j.reason:
+            lines.append(Line(f"  {j.reason}", Style.ROW))
     if not running:
         lines.append(Line("(no job is running)", Style.ROW))
     return lines

@@ -7,6 +7,8 @@ topic too, keyed by the job's id: it is no submission, whatever id it names.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from inferstream.config import Config
 from inferstream.jobs.output import open_job_partition
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
@@ -49,22 +51,31 @@ def first_submission(config: Config, job_id: str, codec: Codec,
         consumer.close()
 
 
+class Submission(NamedTuple):
+    """What a job record on the jobs topic says of its job; both None where the record
+    cannot be read (the controller rejects it, keyed by its id)."""
+
+    #: `NAME:VERSION` where pinned
+    model: str | None
+    pool: str | None
+
+
 def recent_submissions(config: Config, codec: Codec, since_ms: int,
-                       clients: KafkaClients = REAL_CLIENTS) -> dict[str, str | None]:
-    """Job id -> model (`NAME:VERSION` where pinned) of every job record on the jobs topic
-    since `since_ms` (None where the record cannot be read: the controller rejects it,
-    keyed by its id)."""
+                       clients: KafkaClients = REAL_CLIENTS) -> dict[str, Submission]:
+    """Job id -> model and pool of every job record on the jobs topic since `since_ms`."""
     consumer = reader_consumer(config, clients)
-    found: dict[str, str | None] = {}
+    found: dict[str, Submission] = {}
     try:
         partitions = assign_since(consumer, config.topic("jobs"), since_ms)
         for record in PartitionReader(consumer, partitions, timeout_s=30):
             try:
                 job = read_record(codec, record.value, Job)
-                found[job["job_id"]] = model_ref(job["model"], job["model_version"])
+                found[job["job_id"]] = Submission(
+                    model_ref(job["model"], job["model_version"]), job["pool"])
             except SchemaError:
                 if record.key and not _is_cancel(codec, record.value):
-                    found.setdefault(record.key.decode("utf-8", "replace"), None)
+                    found.setdefault(record.key.decode("utf-8", "replace"),
+                                     Submission(None, None))
     finally:
         consumer.close()
     return found

@@ -367,8 +367,8 @@ def test_top_jobs_lists_the_running_jobs_beside_the_workers(
         _, printed, _ = cli("top", "--once", "--json", "--jobs", "--sysinfo-url", app.url)
     assert code == 0
     rows = out.split("\nJOB ", 1)[1].splitlines()[1:]
-    assert [row.split()[:5] for row in rows] == [
-        ["20261205-200000-000000bb", "accepted", "sim:ms=0", "2", "3"],
-        ["20261205-200000-000000aa", "progress", "sim:ms=0", "0", "1"]]
+    assert [row.split()[:6] for row in rows] == [
+        ["20261205-200000-000000bb", "?", "accepted", "sim:ms=0", "2", "3"],
+        ["20261205-200000-000000aa", "?", "progress", "sim:ms=0", "0", "1"]]
     assert [(j["job_id"], j["priority"]) for j in json.loads(printed)["jobs"]] == [
         ("20261205-200000-000000aa", 0), ("20261205-200000-000000bb", 2)]

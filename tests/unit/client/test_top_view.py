@@ -129,9 +129,9 @@ def test_jobs_run_in_the_order_the_controller_serves_them_with_their_shares() ->
     lines = plain_text(render(snapshot(WORKERS), url="u", now_ms=NOW_MS, jobs=jobs))
     table = lines.split("JOB ", 1)[1].splitlines()[1:]
     assert [row.split() for row in table] == [
-        ["j-urgent", "progress", "sim:ms=2", "5", "1", "100/500", "-"],
-        ["j-batch", "progress", "sim:ms=2", "0", "1", "2500/100000", "812.0"],
-        ["j-light", "accepted", "sim:ms=2", "0", "0.5", "0/?", "-"]]
+        ["j-urgent", "?", "progress", "sim:ms=2", "5", "1", "100/500", "-"],
+        ["j-batch", "?", "progress", "sim:ms=2", "0", "1", "2500/100000", "812.0"],
+        ["j-light", "?", "accepted", "sim:ms=2", "0", "0.5", "0/?", "-"]]
     assert "JOB " not in plain_text(render(snapshot(WORKERS), url="u", now_ms=NOW_MS))
 
 
