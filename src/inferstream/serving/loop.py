@@ -370,7 +370,16 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
                                             self.worker.commit_partition)
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
-        await self.worker.source.on_assignment()
+        """The source looks at the new assignment, then the partitions are taken, whatever
+        the source's look raised: the revoke left the worker rebalancing, which only the
+        take ends, and aiokafka logs a listener's error and goes on, so a stream member whose
+        partition count failed (a TLS file read mid-rotation) held no partition, and retook
+        none, until the next rebalance."""
+        try:
+            await self.worker.source.on_assignment()
+        except Exception as exc:
+            log.warning("the %s source's look at the new assignment failed, its partitions "
+                        "taken all the same: %r", self.worker.source.role, exc)
         await self.worker.ownership.acquire(set(assigned))
 
 
