@@ -197,7 +197,8 @@ class JobBook:
         self.pools.record_decline(declined["worker"], task_ref(task), declined["served_models"])
         if self.waits.holds(state.job_id, declined["task_id"]):
             return  # an earlier attempt's: the one held goes out when a worker may serve it
-        current = self.deadlines.attempt(state.job_id, declined["task_id"])
+        current = (self.deadlines.attempt(state.job_id, declined["task_id"])
+                   or state.failed.get(declined["task_id"]))
         if (current is not None and declined["attempt"] < current) or (
                 declined["task_id"] in state.held):
             return  # superseded (a worker that had not read its control): a later one is out

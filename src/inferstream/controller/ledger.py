@@ -83,6 +83,9 @@ class JobState:
     #: its tasks taken back for a job of a higher priority and not issued again since, each
     #: with the attempt it goes out as (an ISSUED task entry in the ledger each)
     held: dict[int, int] = field(default_factory=dict)
+    #: its tasks failed out of attempts (`migration`), each with the attempt it was failed
+    #: as: until that failure is read back, a decline of an attempt before it is superseded
+    failed: dict[int, int] = field(default_factory=dict)
 
     @property
     def job_id(self) -> str:
@@ -155,7 +158,7 @@ class JobState:
         inputs (an inline job's items: its ledger entry stays as long as the ledger)."""
         self.status = status
         done, self.done, self.expansion = self.done | set(self.held), set(), None
-        self.held = {}
+        self.held, self.failed = {}, {}
         if self.job["inputs"] or self.job["inline_items"]:
             self.job = Job(**{**self.job, "inputs": [], "inline_items": []})
             self.job_bytes = None

@@ -55,17 +55,19 @@ class Migration:
                                 TaskControlReason.MIGRATED)
                 continue
             if late.partition is None:
-                self._fail(task, home, late.reason, out)
+                self._fail(state, task, home, late.reason, out)
                 continue
             again = self.issuer.again(state, task, late.partition, out, now, why=late.reason,
                                       kind="migrated")
             out.control(home, task["job_id"], task["task_id"], again["attempt"],
                         TaskControlReason.MIGRATED)
 
-    def _fail(self, task: Task, home: int, why: str, out: Outbox) -> None:
+    def _fail(self, state: JobState, task: Task, home: int, why: str, out: Outbox) -> None:
         """Fail the items of `task`, out of attempts, as an attempt of its own: its late
         worker may still commit the attempt it holds (its job goes on), and the results
-        topic holds no (job, task, attempt) twice; the workers skip that one if not begun."""
+        topic holds no (job, task, attempt) twice; the workers skip that one if not begun.
+        The job remembers it (`JobState.failed`): a decline of the late attempt, read before
+        the failure, issued the failure's attempt as a task too."""
         reason = f"task {task['task_id']} {why}"
         log.warning("job %s: %s: its items fail", task["job_id"], reason)
         failed = failed_result(Task(**{**task, "attempt": task["attempt"] + 1}), reason)
@@ -73,3 +75,4 @@ class Migration:
                 encode_result(self.codec, failed))
         out.control(home, task["job_id"], task["task_id"], failed["attempt"],
                     TaskControlReason.MIGRATED)
+        state.failed[task["task_id"]] = failed["attempt"]

@@ -245,3 +245,24 @@ def test_a_decline_of_an_attempt_superseded_since_issues_nothing(make_book: Make
     book.tick(out, now_ms() + 61_000)
     assert tasks(book, out) == []
     assert book.pools.declined["w3"] == {MODEL}  # what it said of itself is kept
+
+
+def test_a_decline_of_the_attempt_failed_out_of_attempts_issues_nothing(
+        make_book: MakeBook) -> None:
+    """A late task out of attempts is failed as its next attempt (2); its partition then
+    moves to a worker of another model that has not read the task control yet, which
+    declines attempt 1 before the controller reads its failure back. Issued again for that
+    decline, attempt 2 went out as a task besides the failure: a second (job, task, 2) on the
+    results topic once a worker committed it."""
+    book = make_book(make_config(migration_floor_s=1.0, max_attempts=1), SIM_SPEEDS)
+    _, (task,) = accepted(book, make_job(items=2))
+    late = book.outbox()
+    book.tick(late, now_ms() + 60_000)
+    assert [(r["task_id"], r["attempt"]) for _, r in written(
+        late, book.topics.results, TaskResult)] == [(0, 2)]
+
+    out = book.outbox()
+    book.on_declined(declined_by(task, "w3", served="resnet50"), out)
+    book.tick(out, now_ms() + 61_000)
+    assert tasks(book, out) == []
+    assert written(out, book.topics.results, TaskResult) == []
