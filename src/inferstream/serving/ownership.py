@@ -189,17 +189,30 @@ class Ownership:
         task.add_done_callback(self._retakes.discard)
 
     async def _retake(self, tp: TopicPartition) -> None:
+        """Take `tp` back (`retake_later`). A take back that raises (its position not found
+        while a broker restarts) is dropped and tried again later, as a rebalance's is
+        (`acquire`): it ended this task with an error no one read, the partition held but
+        never sought to where it starts."""
+        failed = False
         try:
             await asyncio.sleep(self.retake_after_s)
             async with self._lock:
                 if self.rebalancing or not self.assigned(tp) or self.active(tp) is not None:
                     return
                 await self._drop(tp)
-                await self._own(tp)
-                if self.active(tp) is not None:  # _own gives up on a stop or a revoke
-                    log.info("retook partition=%d", tp.partition)
+                try:
+                    await self._own(tp)
+                except Exception as exc:
+                    log.warning("cannot take partition %s back now, again later: %r", tp, exc)
+                    await self._drop(tp)
+                    failed = True
+                else:
+                    if self.active(tp) is not None:  # _own gives up on a stop or a revoke
+                        log.info("retook partition=%d", tp.partition)
         finally:
             self._retaking.discard(tp)
+        if failed:
+            self.retake_later(tp)
 
     async def _own(self, tp: TopicPartition) -> None:
         """Start the partition's producer, then seek to its committed offset; retries while
