@@ -86,10 +86,12 @@ def inline_names(entry: str) -> Iterator[tuple[str, str]]:
     """(item name, local path) of each file that input `entry` stands for: a file, a
     folder's files, a `file://` URI's file, or the files an `@LIST` file names (a line
     relative to the current folder); InputError for an http(s) URI, which only a worker
-    fetches (these were read as relative paths, `cannot read /here/http:/...`)."""
+    fetches (these were read as relative paths, `cannot read /here/http:/...`). A list's
+    lines are items as the inputs are: a URI in one is sent, or refused, as one given alone."""
     if entry.startswith("@"):
-        names = _list_names(os.path.abspath(entry[1:]))
-        yield from ((os.path.abspath(name), os.path.abspath(name)) for name in names)
+        for name in _list_names(os.path.abspath(entry[1:])):
+            yield (name, _file_uri_path(name)) if "://" in name else (
+                os.path.abspath(name), os.path.abspath(name))
     elif "://" in entry:
         yield entry, _file_uri_path(entry)
     else:

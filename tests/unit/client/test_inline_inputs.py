@@ -60,6 +60,21 @@ def test_an_inline_list_file_and_file_uri_send_the_files_they_name(
         (uri, b"1")]
 
 
+def test_the_uris_a_list_file_names_are_sent_inline_as_the_uris_given_alone(
+        client: Client, clients: MemoryKafkaClients, tmp_path: Path) -> None:
+    """A list's lines are items as the inputs are (docs/cli.md): a `file://` URI in one was
+    read as a relative path (`cannot read /here/file:/data/a.jpg`), and an http URI too,
+    where either given alone is sent, or refused, as what it is."""
+    (tmp_path / "one.jpg").write_bytes(b"1")
+    uri = f"file://{tmp_path / 'one.jpg'}"
+    (tmp_path / "uris.txt").write_text(f"{uri}\n")
+    (tmp_path / "http.txt").write_text("http://example.invalid/a.jpg\n")
+    client.submit(MODEL, [f"@{tmp_path / 'uris.txt'}"], inline=True)
+    assert sent_items(clients) == [(uri, b"1")]
+    with pytest.raises(InputError, match=r"^http://example\.invalid/a\.jpg is no local file"):
+        client.submit(MODEL, [f"@{tmp_path / 'http.txt'}"], inline=True)
+
+
 @pytest.mark.parametrize(("entry", "message"), [
     ("http://example.invalid/a.jpg", "http://example.invalid/a.jpg is no local file to send "
      "inline: submit it without --inline (inline=False), the workers fetch it"),
