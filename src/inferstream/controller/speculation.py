@@ -88,6 +88,8 @@ class RecentTimes:
         return statistics.median(seen or every) if seen or every else None
 
     def forget(self, worker: str) -> None:
+        """Drop `worker`'s times, smoothed speeds and last result's time (a worker gone:
+        each process has an id of its own, so they grew with every restart)."""
         for figures in (self._times, self._smoothed, self.last_ms):
             figures.pop(worker, None)
 
@@ -142,7 +144,8 @@ class Speculation:
         self._slow_since: dict[tuple[str | None, str], int] = {}
 
     def forget(self, worker: str) -> None:
-        """Drop what is known of `worker` (gone: `Deadlines.forget_gone`)."""
+        """Drop what is known of `worker`, its recent times and since when its tasks ran slow
+        (a worker gone an hour: `Deadlines.forget_gone`)."""
         self.recent.forget(worker)
         for key in [k for k in self._slow_since if k[0] == worker]:
             del self._slow_since[key]

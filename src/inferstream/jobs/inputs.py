@@ -26,6 +26,8 @@ def walk_files(root: str, unreadable: Unreadable) -> Iterator[str]:
 
 
 def _walk(folder: str, walked: set[str], unreadable: Unreadable) -> Iterator[str]:
+    """`walk_files` of `folder`, unless its real folder is in `walked` (which it joins).
+    Hidden folders are walked as before (only hidden files are left out)."""
     real = os.path.realpath(folder)
     if real in walked:
         return
