@@ -128,7 +128,9 @@ def test_samples_are_keyed_by_worker_id_and_calibrated_before_the_first_task(
     calibration = first["calibration"]
     assert calibration is not None and calibration["model"] == "sim:ms=10"
     assert calibration["batch_size"] == 4
-    assert 40 <= calibration["items_per_s"] <= 100.5  # sim:ms=10 sleeps 10 ms per item
+    # sim:ms=10 sleeps 10 ms an item, so no faster than 100 items/s; how much slower is the
+    # host's load (31.7 under helpers' suites), no outcome of the code's (a timing)
+    assert 0 < calibration["items_per_s"] <= 100.5
     assert all(s["calibration"] == calibration for _, s in found)
     assert first["served_models"] == ["sim:ms=10"] and first["device"] == "cpu"
     assert first["accelerator"] is None and first["gpu_memory_bytes"] is None
