@@ -24,6 +24,10 @@ LARGE_MESSAGE_BYTES = 16 * 1024 * 1024
 #: The configs of the topics whose records may be that large (jobs, tasks, results, dlq, and
 #: the controller's ledger, whose entry of a job carries the whole job record).
 LARGE_TOPIC_CONFIGS = {"max.message.bytes": str(LARGE_MESSAGE_BYTES)}
+#: The configs that are limits inferstream needs at least: a topic that allows more (it took
+#: the default of brokers set above 16 MiB) is as good, where it was shown as a MISMATCH and
+#: made `topics create` exit 1 on an upgraded cluster whose older ledger had no setting.
+LOWER_BOUNDS = frozenset({"max.message.bytes"})
 
 
 @dataclass(frozen=True)
@@ -249,7 +253,12 @@ def _differences(spec: TopicSpec, meta: object, configs: dict[str, object], conf
     for key, want in spec.all_configs().items():
         entry = configs.get(key)
         have = getattr(entry, "value", None)
-        if have != want:
+        if key in LOWER_BOUNDS and have is not None and have.isdecimal():
+            if int(have) < int(want):
+                found.append(f"{key}={have} (expected at least {want}; raise it: kafka-configs "
+                             f"--alter --entity-type topics --entity-name {spec.name} "
+                             f"--add-config {key}={want})")
+        elif have != want:
             found.append(f"{key}={have} (expected {want})")
     return found
 

@@ -40,7 +40,29 @@ def test_a_ledger_of_kafkas_default_record_size_is_a_mismatch() -> None:
 
     report = ensure_topics(CONFIG, clients=MemoryKafkaClients(broker))
     assert report.mismatched == {
-        "t.controller-ledger": ["max.message.bytes=1048588 (expected 16777216)"]}
+        "t.controller-ledger": ["max.message.bytes=1048588 (expected at least 16777216; raise "
+                                "it: kafka-configs --alter --entity-type topics --entity-name "
+                                "t.controller-ledger --add-config max.message.bytes=16777216)"]}
+
+
+def test_a_topic_that_takes_larger_records_than_needed_is_no_mismatch() -> None:
+    """A ledger that an earlier `topics create` made without the setting, on brokers that
+    allow records above 16 MiB, takes every record inferstream writes: `topics create` of
+    an upgrade reports no MISMATCH for it and exits 0."""
+    broker = MemoryBroker()
+    broker.create_topic("t.controller-ledger", 4, {"cleanup.policy": "compact",
+                                                   "max.message.bytes": str(32 * 1024 * 1024)})
+    broker.create_topic("t.dlq", 4, {"max.message.bytes": str(16 * 1024 * 1024 - 1)})
+    broker.create_topics(topic_specs(CONFIG))
+
+    report = ensure_topics(CONFIG, clients=MemoryKafkaClients(broker))
+    rows = {row.topic: row for row in describe_topics(CONFIG, clients=MemoryKafkaClients(broker))}
+
+    assert report.mismatched == {
+        "t.dlq": ["max.message.bytes=16777215 (expected at least 16777216; raise it: kafka-configs "
+                  "--alter --entity-type topics --entity-name t.dlq --add-config "
+                  "max.message.bytes=16777216)"]}
+    assert not rows["t.controller-ledger"].problems
 
 
 def test_jobs_with_more_partitions_than_results_and_ledger_is_a_mismatch() -> None:
