@@ -101,12 +101,19 @@ class Source(ABC):
 
 
 async def partition_counts(config: Config, clients: KafkaClients, topics: Sequence[str],
-                           timeout_s: float = 30) -> dict[str, int]:
+                           timeout_s: float = 30, start_timeout_s: float | None = None
+                           ) -> dict[str, int]:
     """Partitions of each topic, asked through one short-lived plain producer (waiting up
-    to `timeout_s` for each)."""
+    to `timeout_s` for each); KafkaSetupError where one is not found, or where the probe
+    does not start within `start_timeout_s` (None: its own bootstrap's time, up to a request
+    timeout for each bootstrap broker, 40 s of a hung one that a rebalance waited out)."""
     probe = clients.aio_producer(aiokafka_kwargs(config, AIOKafkaProducer))
-    await probe.start()
     try:
+        try:
+            await asyncio.wait_for(probe.start(), start_timeout_s)
+        except TimeoutError as exc:
+            raise KafkaSetupError(f"no broker answered within {start_timeout_s:g} s for the "
+                                  f"partition counts of {', '.join(topics)}") from exc
         counts = {}
         for topic in topics:
             try:

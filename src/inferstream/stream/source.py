@@ -51,7 +51,8 @@ from inferstream.stream.formats import (
 
 log = logging.getLogger(__name__)
 
-#: Seconds a rebalance waits for each topic's partition count (`StreamSource.on_assignment`).
+#: Seconds a rebalance waits for the probe's start and for each topic's partition count
+#: (`StreamSource.on_assignment`).
 RECOUNT_TIMEOUT_S = 5.0
 #: What a record too large for its topic leaves out (`StreamSource._output`): a dead
 #: letter's copy of the input's value; then also the input's key (and an output's copy of the
@@ -129,7 +130,7 @@ class StreamSource(Source):
         go, as docs/stream.md says, for every member alike."""
         try:
             counts = await partition_counts(self.config, self.clients, self.outputs,
-                                            RECOUNT_TIMEOUT_S)
+                                            RECOUNT_TIMEOUT_S, RECOUNT_TIMEOUT_S)
         except (KafkaSetupError, KafkaError) as exc:  # the probe's start: unreachable
             log.warning("stream group=%s: partition counts not read again, %s kept: %r",
                         self.group_id, self.partitions, exc)
