@@ -196,8 +196,8 @@ def job_arg(text: str) -> str:
 
 
 def status_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("job", nargs="?", type=job_arg,
-                        help="job id (default: every job submitted in the last day)")
+    parser.add_argument("job", nargs="*", type=job_arg,
+                        help="job ids (default: every job submitted in the last day)")
     parser.add_argument("--json", action="store_true", help="print JSON (default: off)")
 
 
@@ -210,12 +210,13 @@ def status(args: argparse.Namespace, config: Config) -> int:
 def run_status(args: argparse.Namespace, client: Client) -> int:
     from inferstream.client.listing import recent_jobs
 
-    if args.job is not None:
-        statuses = [client.job(args.job).progress()]  # UnknownJobError for an unknown id
+    if args.job:  # UnknownJobError for an unknown id
+        statuses = [client.job(job_id).progress() for job_id in dict.fromkeys(args.job)]
     else:
         statuses = recent_jobs(client.config, client.codec, clients=client.clients)
-    if args.json:
-        print_json([s.as_dict() for s in statuses] if args.job is None else statuses[0].as_dict())
+    if args.json:  # one job's object, else a list (of the jobs given, or every recent one)
+        one = len(args.job) == 1
+        print_json(statuses[0].as_dict() if one else [s.as_dict() for s in statuses])
         return 0
     for s in statuses:
         print(_status_line(s))

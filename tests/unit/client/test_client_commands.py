@@ -102,6 +102,21 @@ def test_status_lists_jobs_submitted_but_not_yet_accepted(clients: MemoryKafkaCl
     assert code == 0 and "submitted" in out
 
 
+def test_status_of_several_jobs_shows_each_in_the_order_given(clients: MemoryKafkaClients,
+                                                              cli: Cli) -> None:
+    """`status A B` was "unrecognized arguments": one job at a time, or every recent one."""
+    first, second = submit(clients), submit(clients)
+    code, out, _ = cli("status", second.job_id, first.job_id, second.job_id)
+    assert code == 0
+    assert [line.split()[0] for line in out.splitlines()] == [second.job_id, first.job_id]
+    code, out, _ = cli("status", first.job_id, second.job_id, "--json")
+    assert [job["job_id"] for job in json.loads(out)] == [first.job_id, second.job_id]
+    code, out, _ = cli("status", first.job_id, "--json")
+    assert json.loads(out)["job_id"] == first.job_id  # one job: its object, as before
+    code, out, err = cli("status", first.job_id, new_job_id())
+    assert (code, out) == (2, "") and "no job" in err
+
+
 def test_results_of_an_unknown_or_unaccepted_job_is_an_error(clients: MemoryKafkaClients,
                                                              cli: Cli) -> None:
     code, out, err = cli("results", new_job_id())
