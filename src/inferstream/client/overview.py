@@ -130,10 +130,18 @@ COLUMNS = (
     Column("ITEMS/S", 8, lambda w, _: f"{w['items_per_s']:.1f}", right=True),
     Column("P95", 6, lambda w, _: latency(w["latency_seconds_p95"]), right=True),
     Column("SHARE", 5, lambda w, _: fraction(w["share"]), right=True),
-    Column("PARTITIONS", 10, lambda w, _: partitions(w["assigned_partitions"])),
+    Column("PARTITIONS", 10, lambda w, _: held(w)),
     Column("HEALTH", 7, lambda w, _: w["health"].value),
     Column("LAST SEEN", 9, lambda w, now: ago(w["last_seen"], now), right=True),
 )
+
+
+def held(worker: WorkerInfo) -> str:
+    """The partitions a worker holds, as its last sample said; none for a GONE one (its
+    partitions are others' by now: they showed under two workers until it was forgotten)."""
+    if worker["health"] == WorkerHealth.GONE:
+        return "-"
+    return partitions(worker["assigned_partitions"])
 
 
 def fit(text: str, width: int, right: bool = False) -> str:

@@ -82,6 +82,20 @@ def test_one_row_per_worker_sorted_by_pool_then_name() -> None:
     assert lines[4].split()[-3:] == ["STALE", "1m", "ago"]
 
 
+def test_a_gone_worker_shows_no_partitions_a_stale_one_its_last() -> None:
+    """A GONE worker's partitions are others' by then: they showed under two workers until
+    the app forgot it (600 s)."""
+    workers = [info("w-gone", health="GONE", assigned_partitions=[0, 1],
+                    last_seen=NOW_MS - 120_000),
+               info("w-live", assigned_partitions=[0, 1]),
+               info("w-stale", health="STALE", assigned_partitions=[2])]
+    lines = plain_text(render(snapshot(workers), url="u", now_ms=NOW_MS)).splitlines()
+    cells = {line.split()[0]: line.split() for line in lines if line.startswith("w-")}
+    assert cells["w-gone"][-4:] == ["-", "GONE", "2m", "ago"]
+    assert cells["w-live"][-4:] == ["0-1", "HEALTHY", "2s", "ago"]
+    assert cells["w-stale"][-4:] == ["2", "STALE", "2s", "ago"]
+
+
 def test_totals_follow_the_rows() -> None:
     lines = plain_text(render(snapshot(WORKERS), url="u", now_ms=NOW_MS)).splitlines()
     start = lines.index(next(line for line in lines if line.startswith("POOL  ")))
