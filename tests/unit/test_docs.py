@@ -70,14 +70,8 @@ def test_every_link_lands_on_a_file_and_heading(document: Path) -> None:
 
 def test_the_configuration_page_names_every_setting() -> None:
     page = text("docs/configuration.md")
-    for section, cls in (("", Config), *SECTIONS.items()):
-        for field in dataclasses.fields(cls):
-            if field.name in SECTIONS:
-                continue
-            flag = field.metadata.get("flag") or "--" + field.name.replace("_", "-")
-            env = f"INFERSTREAM_{section.upper() + '_' if section else ''}{field.name.upper()}"
-            row = f"| `{field.name}` | `{flag}` | `{env}` |"
-            assert row in page, f"docs/configuration.md lacks {row}"
+    for row in _settings():
+        assert row in page, f"docs/configuration.md lacks {row}"
 
 
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.relative_to(REPO).as_posix())

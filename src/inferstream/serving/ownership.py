@@ -107,18 +107,23 @@ class Ownership:
         whose take failed, dropped."""
         gate = asyncio.Semaphore(TAKE_AT_ONCE)
 
-        async def take(tp: TopicPartition) -> None:
+        async def taken(tp: TopicPartition) -> bool:
             async with gate:
                 await self._drop(tp)
-                await self._own(tp)
-        outcomes = await asyncio.gather(*(take(tp) for tp in new), return_exceptions=True)
-        failed = []
-        for tp, outcome in zip(new, outcomes, strict=True):
-            if isinstance(outcome, Exception):
-                log.warning("cannot take partition %s now, again later: %r", tp, outcome)
-                await self._drop(tp)
-                failed.append(tp)
-        return failed
+                return await self._take(tp)
+        outcomes = await asyncio.gather(*(taken(tp) for tp in new))
+        return [tp for tp, ok in zip(new, outcomes, strict=True) if not ok]
+
+    async def _take(self, tp: TopicPartition) -> bool:
+        """`_own(tp)`; False, the partition dropped, where that raised (its position not
+        found in time while a broker restarts): the caller takes it back later."""
+        try:
+            await self._own(tp)
+        except Exception as exc:
+            log.warning("cannot take partition %s now, again later: %r", tp, exc)
+            await self._drop(tp)
+            return False
+        return True
 
     async def release(self, partitions: set[TopicPartition], grace_s: float,
                       commit: Callable[[PartitionCommitter], Awaitable[None]],
@@ -200,15 +205,9 @@ class Ownership:
                 if self.rebalancing or not self.assigned(tp) or self.active(tp) is not None:
                     return
                 await self._drop(tp)
-                try:
-                    await self._own(tp)
-                except Exception as exc:
-                    log.warning("cannot take partition %s back now, again later: %r", tp, exc)
-                    await self._drop(tp)
-                    failed = True
-                else:
-                    if self.active(tp) is not None:  # _own gives up on a stop or a revoke
-                        log.info("retook partition=%d", tp.partition)
+                failed = not await self._take(tp)
+                if not failed and self.active(tp) is not None:  # _own gives up on a stop
+                    log.info("retook partition=%d", tp.partition)  # or a revoke
         finally:
             self._retaking.discard(tp)
         if failed:
