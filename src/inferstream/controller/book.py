@@ -25,6 +25,7 @@ from inferstream.controller.ledger import JobState, LedgerCodec
 from inferstream.controller.migration import Migration
 from inferstream.controller.outbox import ControllerTopics, Outbox
 from inferstream.controller.pacing import AHEAD_LARGEST_TASKS, Pacing
+from inferstream.controller.refused import RefusedJobs
 from inferstream.controller.sizing import choose_task_size, sized
 from inferstream.controller.versions import NO_VERSIONS, JobVersions, ServedVersions
 from inferstream.controller.waiting import NOBODY_STARTING, ModelWaits, Starting
@@ -91,10 +92,11 @@ class JobBook:
                                 self.versions)
         self.migration = Migration(config, codec, self.issuer, self.waits)
         self.backlog = Backlog(config, policy, self.deadlines, partitions)
+        self.refused = RefusedJobs(self.topics, int(options.retain_finished_s * 1000))
 
     def outbox(self) -> Outbox:
         """An empty outbox for one round."""
-        return Outbox(self.topics, self.codec, self.partitions)
+        return Outbox(self.topics, self.codec, self.partitions, self.refused.letter_bytes)
 
     # -- records ----------------------------------------------------------------------------
     def on_job(self, job: Job, partition: int, out: Outbox) -> None:
@@ -107,13 +109,14 @@ class JobBook:
                                 self.options.max_chunk_size)
         state = JobState(sized(job, size), partition)
         self.jobs[state.job_id] = state
-        reason = rejection_reason(job, self.partitions, self.config.task_topic(job["pool"]))
+        reason = (rejection_reason(job, self.partitions, self.config.task_topic(job["pool"]))
+                  or self.refused.reason(state.job_id))
         if reason is None and cursor(state).finished:
             reason = cursor(state).error or "empty input: the job names no items"
         versioned = reason is None and self.versions.choose(state)
         reason = reason or state.failure
         if reason is not None:
-            state.status = LedgerStatus.REJECTED
+            state.end(LedgerStatus.REJECTED)  # its entry without its inputs
             out.event(state.event(JobEventType.REJECTED, reason), partition)
             out.ledger(*self.ledger.job_entry(state), partition)
             log.info("job %s rejected: %s", state.job_id, reason)
@@ -134,11 +137,7 @@ class JobBook:
         job_id = _job_id_of(key)
         if job_id is None or job_id in self.jobs:
             return
-        out.event(JobEvent(
-            job_id=job_id, type=JobEventType.REJECTED, timestamp=now_ms(), model=None,
-            model_version=None, reason=f"the job record could not be read: {reason}",
-            total_items=None, total_tasks=None, done_items=0, ok_items=0, error_items=0,
-            rate_items_per_s=None, home_partition=partition, priority=0, weight=1.0), partition)
+        out.event(_unreadable(job_id, partition, reason), partition)
         log.info("job %s rejected: its record could not be read (%s)", job_id, reason)
 
     def on_cancel(self, control: TaskControl, partition: int, out: Outbox) -> None:
@@ -191,7 +190,7 @@ class JobBook:
         else its items failed (see `declines`)."""
         state = self.jobs.get(declined["job_id"])
         if (state is None or state.status != LedgerStatus.ACTIVE
-                or declined["task_id"] in state.done):
+                or declined["task_id"] in state.done or self.refused.reason(state.job_id)):
             return
         task = read_record(self.codec, declined["task"], Task)
         self.pools.record_decline(declined["worker"], task_ref(task), declined["served_models"])
@@ -211,6 +210,8 @@ class JobBook:
         not fully issued (but waiting for a worker of their model), held tasks issued again
         or failed, late tasks moved, progress and completion events; a job whose tasks
         cannot be written (its `failure`) ends FAILED with the reason."""
+        for state in self.refused.failing(self.jobs.values(), now):
+            self._end(state, LedgerStatus.FAILED, out)  # before more of it is written
         self.waits.release(out, now, self.jobs)
         more = [state for state in self.jobs.values()
                 if state.status == LedgerStatus.ACTIVE
@@ -359,6 +360,15 @@ _ENDINGS = {
     # the reason is the job's `failure`
     LedgerStatus.FAILED: (JobEventType.FAILED, None, TaskControlReason.FINISHED),
 }
+
+
+def _unreadable(job_id: str, partition: int, reason: str) -> JobEvent:
+    """The REJECTED event of a job whose record on `partition` could not be read."""
+    return JobEvent(
+        job_id=job_id, type=JobEventType.REJECTED, timestamp=now_ms(), model=None,
+        model_version=None, reason=f"the job record could not be read: {reason}",
+        total_items=None, total_tasks=None, done_items=0, ok_items=0, error_items=0,
+        rate_items_per_s=None, home_partition=partition, priority=0, weight=1.0)
 
 
 def _job_id_of(key: bytes | None) -> str | None:

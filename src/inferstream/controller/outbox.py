@@ -7,6 +7,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
 
@@ -15,9 +16,10 @@ from inferstream.controller.hooks import Tally
 from inferstream.kafka.clients import Message, Outgoing, SyncConsumer
 from inferstream.kafka.deadletters import dead_letter
 from inferstream.kafka.errors import KafkaSetupError
+from inferstream.kafka.limits import RECORD_HEADROOM, record_bytes, size_text
 from inferstream.kafka.preflight import absent
 from inferstream.kafka.settings import partition_for
-from inferstream.kafka.topics import partition_count_problem
+from inferstream.kafka.topics import LARGE_MESSAGE_BYTES, partition_count_problem
 from inferstream.schemas import Codec
 from inferstream.schemas.records import JobEvent, TaskControl, TaskControlReason, now_ms
 
@@ -120,6 +122,9 @@ class Outbox:
     topics: ControllerTopics
     codec: Codec
     partitions: Callable[[str], int]
+    #: the most bytes a dead letter's record may take: a larger one goes without the
+    #: unreadable record's value (`refused`)
+    letter_bytes: int = LARGE_MESSAGE_BYTES - RECORD_HEADROOM
     records: dict[int, list[Outgoing]] = field(default_factory=dict)
     #: what the records decide, by home partition, for the metrics (see `hooks`)
     tallies: dict[int, Tally] = field(default_factory=dict)
@@ -165,11 +170,21 @@ class Outbox:
 
     def dead_letter(self, message: Message, reason: str) -> None:
         """The unreadable record, with where it came from, to the dead-letter topic, in the
-        transaction of the partition it was read from."""
+        transaction of the partition it was read from; without its value (and then its key)
+        where the dead letter would take more than `letter_bytes`, which the cluster would
+        refuse in every attempt of that transaction."""
         kind, timestamp_ms = message.timestamp()
-        self.append(message.partition() or 0, dead_letter(
-            self.codec, self.topics.dlq, self.partitions(self.topics.dlq),
+        letter = partial(
+            dead_letter, self.codec, self.topics.dlq, self.partitions(self.topics.dlq),
             topic=message.topic() or "", partition=message.partition() or 0,
-            offset=message.offset() or 0, reason=reason, value=message.value(),
-            consumer="controller", key=message.key(),
-            origin_timestamp_ms=timestamp_ms if kind != TIMESTAMP_NOT_AVAILABLE else None))
+            offset=message.offset() or 0, consumer="controller",
+            origin_timestamp_ms=timestamp_ms if kind != TIMESTAMP_NOT_AVAILABLE else None)
+        record = letter(reason=reason, value=message.value(), key=message.key())
+        size = record_bytes(record)
+        for left_out, key in (("value", message.key()), ("key and value", None)):
+            if record_bytes(record) <= self.letter_bytes:
+                break
+            record = letter(reason=f"{reason}; the record's {left_out} left out: its dead "
+                            f"letter takes {size_text(size)}, more than a record of "
+                            f"{self.topics.dlq} may", value=None, key=key)
+        self.append(message.partition() or 0, record)

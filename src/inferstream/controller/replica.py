@@ -27,7 +27,7 @@ from inferstream.controller.outbox import Outbox, PartitionCounts
 from inferstream.controller.outputs import OutputFiles
 from inferstream.controller.refusals import check_allowed, refusal, topic_refused
 from inferstream.controller.replay import LedgerStandby, read_ledger
-from inferstream.controller.transactions import PartitionProducers
+from inferstream.controller.transactions import PartitionProducers, TransactionRecords
 from inferstream.controller.versions import NO_VERSIONS, ServedVersions
 from inferstream.controller.waiting import NOBODY_STARTING, Starting
 from inferstream.kafka.clients import (
@@ -231,12 +231,14 @@ class Controller:
         return committed
 
     def _commit_one(self, index: int, producer: SyncProducer, records: list[Outgoing]) -> bool:
-        """Write `records` with the consumed offsets of `index`; on failure, roll back."""
+        """Write `records` with the consumed offsets of `index`; on failure, roll back (the
+        jobs of records the cluster refused for good end in the round redone: `refused`)."""
         timeout = self.options.commit_timeout_s
+        writer = TransactionRecords(producer)
         try:
             producer.begin_transaction()
             for record in records:
-                self._produce(producer, record)
+                writer.produce(record)
             positions = [tp for tp in self._consumer.position(self._home(index))
                          if tp.offset >= 0]
             if positions:
@@ -250,6 +252,8 @@ class Controller:
                               transactional_id=self.producers.transactional_id(index))
             if refused is not None:
                 raise refused from exc
+            if isinstance(exc, KafkaException):  # a stuck producer is not asked
+                self.book.refused.note(writer.refused(), self.book.jobs, now_ms())
             self._recover(index, producer, exc)
             return False
 
@@ -262,16 +266,6 @@ class Controller:
         """`call(*args, timeout_s)`, given up on (StuckCallError) `call_grace_s` after that."""
         call_with_deadline(call, *args, timeout_s,
                            deadline_s=timeout_s + self.options.call_grace_s)
-
-    @staticmethod
-    def _produce(producer: SyncProducer, record: Outgoing) -> None:
-        while True:
-            try:
-                producer.produce(record.topic, record.value, record.key,
-                                 partition=record.partition)
-                return
-            except BufferError:  # the local queue is full: let deliveries drain it
-                producer.poll(0.1)
 
     def _recover(self, index: int, producer: SyncProducer,
                  exc: KafkaException | StuckCallError) -> None:

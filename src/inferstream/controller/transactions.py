@@ -10,6 +10,8 @@ too, but a transaction that a dead replica left open would then block the new ow
 read_committed replay of the ledger until `transaction.timeout.ms` and the broker's abort
 check had both passed (a minute or more by default). Offsets are still sent with the
 consumer group metadata, so the broker also refuses a commit from a stale generation.
+`TransactionRecords` writes one transaction's records and notes those the cluster refuses
+whatever the attempt (`refused`).
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 from confluent_kafka import KafkaError, KafkaException
 
-from inferstream.kafka.clients import SyncProducer
+from inferstream.kafka.clients import Outgoing, SyncProducer
 from inferstream.kafka.stuck_calls import let_go
 
 log = logging.getLogger(__name__)
@@ -110,3 +113,46 @@ class PartitionProducers:
                             exc)
                 self.stop.wait(min(attempt, 5))
         return None
+
+
+#: librdkafka's errors for a record that no attempt gets written: over its topic's
+#: `max.message.bytes` (the broker's) or the producer's `message.max.bytes` (librdkafka's own,
+#: raised by `produce`), or a record the broker holds invalid
+REFUSED_RECORD = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_RECORD})
+
+
+class TransactionRecords:
+    """Produces the records of one transaction of `producer`, noting those the cluster
+    refused for good (`REFUSED_RECORD`): from `produce` itself or from their delivery
+    reports."""
+
+    def __init__(self, producer: SyncProducer) -> None:
+        self.producer = producer
+        self._refused: list[tuple[Outgoing, str]] = []
+
+    def produce(self, record: Outgoing) -> None:
+        while True:
+            try:
+                self.producer.produce(record.topic, record.value, record.key,
+                                      partition=record.partition,
+                                      on_delivery=partial(self._delivered, record))
+                return
+            except BufferError:  # the local queue is full: let deliveries drain it
+                self.producer.poll(0.1)
+            except KafkaException as exc:
+                self._delivered(record, exc.args[0], None)
+                raise
+
+    def _delivered(self, record: Outgoing, error: KafkaError | None, _message: object) -> None:
+        if error is not None and error.code() in REFUSED_RECORD:
+            self._refused.append((record, str(error.name())))
+
+    def refused(self) -> list[tuple[Outgoing, str]]:
+        """The records refused for good, each with its error's name, once the transaction
+        failed: the delivery reports waiting are served first (a transaction may fail at
+        `send_offsets_to_transaction`, in an erroneous state, before they are)."""
+        try:
+            self.producer.poll(0)
+        except KafkaException as exc:  # a fatal producer says so in every call
+            log.debug("delivery reports not served: %s", exc)
+        return list(self._refused)

@@ -326,7 +326,7 @@ def test_an_output_file_is_due_once_completed_and_recorded_when_written(
 
 
 DECISIONS = ("book", "issuing", "migration", "deadlines", "pacing", "declines", "ledger",
-             "expansion", "admission", "sizing", "placement", "outbox", "waiting")
+             "expansion", "admission", "sizing", "placement", "outbox", "waiting", "refused")
 
 
 @pytest.mark.parametrize("module", DECISIONS)

@@ -5,6 +5,11 @@ read_committed readers until the commit); delivery callbacks run in `poll` and `
 A fenced producer learns it at its next call to the transaction coordinator
 (`send_offsets_to_transaction`, `commit_transaction`, `abort_transaction`), with a fatal
 `_FENCED` error that every later transactional call repeats, as librdkafka does.
+
+A record larger than the producer's `message.max.bytes` (where set) is refused by `produce`
+itself, and one larger than its topic's `max.message.bytes` (where the topic sets one) by the
+broker: its delivery fails with MSG_SIZE_TOO_LARGE, and so does the transaction that holds
+it (an abortable error, until `abort_transaction`), as with librdkafka and Kafka.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ class MemoryProducer:
         self.epoch: int | None = None
         self.in_transaction = False
         self._fatal: KafkaError | None = None
+        #: what failed the open transaction, which must be aborted (a record refused)
+        self._abortable: KafkaError | None = None
         self._deliveries: list[tuple[DeliveryCallback, KafkaError | None, MemoryMessage]] = []
         self._spread = itertools.count()
 
@@ -59,19 +66,36 @@ class MemoryProducer:
         callback = on_delivery or kwargs.get("callback")
         if self.transactional_id is not None and not self.in_transaction:
             raise _state_error("produce outside a transaction")
+        size = len(key or b"") + len(value or b"")
+        if size > int(self.settings.get("message.max.bytes", size)):
+            raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE,
+                                            "Broker: Message size too large"))
         with kafka_errors():
             if partition < 0:
                 partition = self._partition(topic, key)
             self._broker.partition_count(topic)
         message = MemoryMessage(topic, partition, -1, key, value)
-        error = None
+        error = self._refused(topic, size)
         try:
-            offset = self._append(topic, partition, key, value)
-            message = MemoryMessage(topic, partition, offset, key, value)
+            if error is None:
+                offset = self._append(topic, partition, key, value)
+                message = MemoryMessage(topic, partition, offset, key, value)
         except FencedError as exc:  # the produce request fails; the next call raises it
             error = self._fatal = kafka_error(exc)
         if callback is not None:
             self._deliveries.append((callback, error, message))
+
+    def _refused(self, topic: str, size: int) -> KafkaError | None:
+        """The broker's refusal of a record of `size` bytes over its topic's limit; one in a
+        transaction fails the transaction too."""
+        limit = self._broker.topic_configs(topic).get("max.message.bytes")
+        if limit is None or size <= int(limit):
+            return None
+        error = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, f"ProduceRequest for {topic} failed: "
+                           "Broker: Message size too large", txn_requires_abort=True)
+        if self.transactional_id is not None:
+            self._abortable = self._abortable or error
+        return error
 
     def _partition(self, topic: str, key: bytes | None) -> int:
         """librdkafka's murmur2_random: murmur2 of the key, spread when there is none."""
@@ -117,10 +141,13 @@ class MemoryProducer:
         epoch = self.epoch
         self._guarded(lambda: self._broker.begin(tid, epoch, self.transaction_timeout_s))
         self.in_transaction = True
+        self._abortable = None
 
     def send_offsets_to_transaction(self, positions: list[TopicPartition],
                                     group_metadata: GroupMetadata, timeout: float = -1) -> None:
         tid, epoch = self._open_transaction()
+        if self._abortable is not None:  # librdkafka's words for a transaction failed before
+            raise _state_error("Failed to commit offsets to transaction: Erroneous state")
         offsets = {(tp.topic, tp.partition): tp.offset for tp in positions if tp.offset >= 0}
         # like the broker: metadata of a consumer outside any group is not checked
         member = ((group_metadata.member_id, group_metadata.generation)
@@ -131,12 +158,15 @@ class MemoryProducer:
     def commit_transaction(self, timeout: float = -1) -> None:
         tid, epoch = self._open_transaction()
         self.flush()
+        if self._abortable is not None:
+            raise KafkaException(self._abortable)
         self._coordinated("commit", lambda: self._end(tid, epoch, commit=True))
 
     def abort_transaction(self, timeout: float = -1) -> None:
         tid, epoch = self._open_transaction()
         self._deliveries.clear()
         self._coordinated("abort", lambda: self._end(tid, epoch, commit=False))
+        self._abortable = None
 
     def _end(self, tid: str, epoch: int, commit: bool) -> None:
         self._broker.end_transaction(tid, epoch, commit)
