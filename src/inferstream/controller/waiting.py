@@ -32,7 +32,7 @@ from inferstream.controller.ledger import JobState
 from inferstream.controller.outbox import Outbox
 from inferstream.controller.versions import JobVersions
 from inferstream.schemas import Codec
-from inferstream.schemas.records import LedgerStatus, Task, task_ref
+from inferstream.schemas.records import LedgerStatus, Task, TaskControlReason, task_ref
 
 log = logging.getLogger(__name__)
 
@@ -100,9 +100,22 @@ class ModelWaits:
         if self.hold(task, now):
             self.issuer.deadlines.done(state.job_id, task["task_id"])  # held here, late nowhere
         else:
-            out.append(state.partition, unserved(self.pools, self.config, self.codec, task,
-                                                 self.partitions))
+            self._fail(state, task, out)
         return None
+
+    def _fail(self, state: JobState, task: Task, out: Outbox) -> None:
+        """Fail the items of `task`, which no live worker of its pool serves, as an attempt
+        of its own, its next, as `migration` fails a task out of attempts: the attempt it
+        was may still be on a task partition (one an earlier owner of the job issued), which
+        a worker back later would run and commit, a second (job, task, attempt) on the
+        results topic. Workers are told to skip it, and a decline of it read before the
+        failure is superseded (`JobState.failed`)."""
+        failing = Task(**{**task, "attempt": task["attempt"] + 1})
+        out.append(state.partition, unserved(self.pools, self.config, self.codec, failing,
+                                             self.partitions))
+        out.control(state.partition, task["job_id"], task["task_id"], failing["attempt"],
+                    TaskControlReason.MIGRATED)
+        state.failed[task["task_id"]] = failing["attempt"]
 
     def hold(self, task: Task, now: int) -> bool:
         """Hold `task`, which no live worker of its pool may serve, if its job may wait for
@@ -190,8 +203,7 @@ class ModelWaits:
                 wait.reason, state.changed = reason, True
             return
         for task in wait.held.values():
-            out.append(state.partition, unserved(self.pools, self.config, self.codec, task,
-                                                 self.partitions))
+            self._fail(state, task, out)
         wait.held.clear()
         wait.gave_up, wait.reason, state.changed = True, None, True
 

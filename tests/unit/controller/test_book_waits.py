@@ -266,3 +266,31 @@ def test_a_decline_of_the_attempt_failed_out_of_attempts_issues_nothing(
     book.tick(out, now_ms() + 61_000)
     assert tasks(book, out) == []
     assert written(out, book.topics.results, TaskResult) == []
+
+
+def test_an_adopted_task_failed_for_want_of_a_worker_fails_as_an_attempt_of_its_own() -> None:
+    """The pool's workers are all away (restarting) when a replica takes a job over: its
+    outstanding task 0, issued as attempt 1 and still on its partition, is late with no
+    live worker, held `model_wait_s`, and failed. Failed as attempt 1, a worker back later
+    ran the attempt 1 it found on its partition and committed a second (job, 0, 1) on the
+    results topic: the failure is attempt 2, and workers are told to skip attempt 1."""
+    config = make_config(model_wait_s=60, migration_floor_s=1.0)
+    pool: dict[str, list[int]] = {"w1": [0, 1], "w2": [2, 3]}
+    first = live_book(config, pool, WorkerAnnouncements(config), SPEEDS)
+    out, (task0, task1) = accepted(first, make_job(items=4, model=LITE0))
+    done = first.outbox()
+    first.on_result(result_of(task1, worker="w2"), done)
+    pool.clear()
+    second = live_book(config, pool, WorkerAnnouncements(config), SPEEDS)
+    second.adopt(ledger_records(out, done), now_ms())
+    now = now_ms() + 60_000
+    held = second.outbox()
+    second.tick(held, now)
+    assert failed_items(second, held) == [] and tasks(second, held) == []
+
+    over = second.outbox()
+    second.tick(over, now + 61_000)
+    ((_, failed),) = written(over, second.topics.results, TaskResult)
+    assert task0["attempt"] == 1 and (failed["task_id"], failed["attempt"]) == (0, 2)
+    assert [(c["task_id"], c["attempt"], c["reason"]) for c in controls(second, over)] == [
+        (0, 2, TaskControlReason.MIGRATED)]
