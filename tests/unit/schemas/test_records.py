@@ -161,3 +161,20 @@ def test_a_sample_is_its_publisher_fields_and_one_group_per_kind_of_reading() ->
               rec.PerformanceFields, rec.QueueFields, rec.SoftwareFields, rec.ExtraFields]
     fields = [name for group in groups for name in typing.get_type_hints(group)]
     assert sorted(fields) == sorted(typing.get_type_hints(rec.SysInfoSample))
+
+
+def test_an_item_error_naming_a_path_that_is_not_utf8_is_written() -> None:
+    """A job may name a file whose name is not UTF-8 by its file:// URI (`item_name`); a
+    worker opens it as a path with surrogates, and the reason of its error (a missing file)
+    names that path. Avro's strings hold no surrogate: the task's result could not be
+    encoded, which killed the worker's batch loop of the model and held the task's partition
+    for ever. The reason keeps the path with the surrogates escaped."""
+    codec = Codec(None)
+    path = "/data/caf\udce9.jpg"  # caf<0xE9>.jpg, Latin-1, as os.fsdecode reads it
+    item = rec.TaskItem(index=0, name="file:///data/caf%E9.jpg", data=None)
+    result = rec.TaskResult(
+        job_id="j", task_id=0, attempt=1, worker="w", model="m", model_version=None,
+        items=[rec.error_item(item, f"missing file: {path}")], started_at=0, finished_at=0,
+        decode_seconds=0.0, inference_seconds=0.0)
+    (written,) = rec.read_record(codec, rec.encode_result(codec, result), rec.TaskResult)["items"]
+    assert written["error"] == "missing file: /data/caf\\udce9.jpg"

@@ -127,9 +127,14 @@ def ok_item(item: TaskItem, top_k: list[Prediction] | None = None, *,
 
 def error_item(item: TaskItem, reason: str) -> ItemResult:
     """An item's failure, for `reason` in one line (`single_line`): every output format, CSV
-    and JSON lines included, keeps one line an item."""
+    and JSON lines included, keeps one line an item. Surrogates in it (a path that is not
+    UTF-8, which a worker opens from its `file://` URI, `models.items.file_uri_path`) are
+    escaped: Avro's strings hold none, and a result that could not be encoded left its task
+    unanswered and stopped the worker's batch loop of the model."""
     if reason.splitlines() != [reason]:
         reason = single_line(reason)
+    if not reason.isascii():
+        reason = reason.encode("utf-8", "backslashreplace").decode("utf-8")
     return {"index": item["index"], "name": item["name"], "status": ItemStatus.ERROR,
             "top_k": [], "embedding": None, "tensors": [], "error": reason}
 
