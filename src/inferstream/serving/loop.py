@@ -26,6 +26,7 @@ from aiokafka.errors import (
 )
 
 from inferstream.config import Config
+from inferstream.errors import InferstreamError
 from inferstream.kafka.clients import (
     REAL_CLIENTS,
     AsyncConsumer,
@@ -60,7 +61,7 @@ from inferstream.serving.ownership import GroupOwner, Ownership
 from inferstream.serving.pipeline import TaskRun
 from inferstream.serving.samples import SysInfoPublisher
 from inferstream.serving.served import ServedModels
-from inferstream.serving.source import Source, WorkerContext, partition_counts
+from inferstream.serving.source import Source, WorkerContext, answer, partition_counts
 
 log = logging.getLogger(__name__)
 
@@ -244,10 +245,13 @@ class Worker:
             self._fetching = False
 
     def _stop_if_refused(self) -> None:
-        """A partition's producer was refused its transactional id: stop in words."""
+        """A partition's producer was refused its transactional id, or a model's batch loop
+        broke (`ServedModels.broken`): stop in words."""
         if self.ownership.refused_id is not None:
             raise not_authorized(self.config, self.source.role,
                                  f"use transactional id {self.ownership.refused_id}")
+        if self.served.broken is not None:
+            raise InferstreamError(self.served.broken)
 
     def _busy(self) -> bool:
         return self.served.items_in_flight > 0 or any(
@@ -284,7 +288,7 @@ class Worker:
         if self.source.render_on_thread(pending.run):
             self._spawn(self._render_on_thread(committer, pending))
             return
-        committer.finish(pending, self.source.render(pending.run, pending.record))
+        committer.finish(pending, answer(self.source, pending.run, pending.record))
         self._schedule_commit(committer)
 
     async def _render_on_thread(self, committer: PartitionCommitter,
@@ -292,7 +296,7 @@ class Worker:
         """`_done`'s render of a large result, off the loop: a 32 MiB result held it for
         1.5-4 s, a 254 MiB one 13 s, past the group's session timeout."""
         assert pending.run is not None  # noqa: S101 - called by its run
-        outgoing = await asyncio.to_thread(self.source.render, pending.run, pending.record)
+        outgoing = await asyncio.to_thread(answer, self.source, pending.run, pending.record)
         committer.finish(pending, outgoing)
         self._schedule_commit(committer)
 

@@ -64,6 +64,9 @@ class ServedModels:
         self._loading: dict[str, asyncio.Future[BatchingPipeline]] = {}
         self._unloadable: dict[str, str] = {}
         self._waiting: set[asyncio.Task[None]] = set()
+        #: why a model's batch loop ended with an error (a fault of the code): the worker
+        #: stops on it, in words (`loop.Worker`), for its supervisor to start it again
+        self.broken: str | None = None
         #: the pool's policy's batch size, by model name (`limit_batch`)
         self._batch_sizes: dict[str, int | None] = {}
         for model in models:
@@ -299,8 +302,20 @@ class ServedModels:
                 self.watch.run(), name="repository-watch")
 
     def _start(self, name: str) -> None:
-        self._loops[name] = asyncio.get_running_loop().create_task(
+        loop = asyncio.get_running_loop().create_task(
             self.pipelines[name].run_forever(), name=f"batch-loop-{name}")
+        loop.add_done_callback(self._ended)
+        self._loops[name] = loop
+
+    def _ended(self, loop: asyncio.Task[None]) -> None:
+        """A batch loop runs until cancelled: one that raised (its exception was lost, and
+        the model's tasks after it never ran) is logged and breaks the worker (`broken`)."""
+        if loop.cancelled() or loop.exception() is None:
+            return
+        exc = loop.exception()
+        log.error("%s ended: %r", loop.get_name(), exc, exc_info=exc)
+        self.broken = self.broken or (f"{loop.get_name()} ended: {exc!r}; the worker stops "
+                                      "(its tasks in flight go to the next owner)")
 
     def close(self) -> None:
         if self._watching is not None:

@@ -7,13 +7,14 @@ task results; `stream.source.StreamSource` reads any topic and writes one output
 input record. A record goes:
 
     consumed -> `Source.admit` (a Task for the pipeline, or the records that answer it at once)
-    -> the pipeline of the task's model -> `Source.render` (the records that answer it)
-    -> committed with its offset -> `Source.after_commit`
+    -> the pipeline of the task's model -> `Source.render` (the records that answer it;
+    `answer`) -> committed with its offset -> `Source.after_commit`
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,11 +26,13 @@ from inferstream.config import Config
 from inferstream.kafka.clients import KafkaClients, Outgoing, Record
 from inferstream.kafka.errors import KafkaSetupError
 from inferstream.kafka.settings import aiokafka_kwargs
-from inferstream.schemas.records import Task
+from inferstream.schemas.records import Task, error_item
 from inferstream.serving.committers.base import PendingTask
 from inferstream.serving.hooks import WorkerHooks
 from inferstream.serving.pipeline import TaskRun
 from inferstream.serving.served import ServedModels
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,21 @@ class Source(ABC):
 
     def after_commit(self, committed: Sequence[PendingTask]) -> None:  # noqa: B027 - as stop
         """`committed` (in offset order) were committed with the records that answer them."""
+
+
+def answer(source: Source, run: TaskRun, record: Record) -> list[Outgoing]:
+    """The records that answer `record` (`source.render`). Where render raises, a fault of
+    the code, not of the task (a value its schema cannot hold), the run's items fail with the
+    reason and are rendered again: left to raise, it ended the worker's batch loop of the
+    model, whose later tasks then never ran and whose partitions' commits held for good."""
+    try:
+        return source.render(run, record)
+    except Exception as exc:  # any: the task is answered whatever it was
+        reason = f"its result could not be written ({type(exc).__name__}: {exc})"
+        log.error("%s[%d] offset %d: %s; its items fail with that reason", record.topic,
+                  record.partition, record.offset, reason, exc_info=exc)
+    run.outcomes = [error_item(item, reason) for item in run.task["items"]]
+    return source.render(run, record)
 
 
 async def partition_counts(config: Config, clients: KafkaClients, topics: Sequence[str],
