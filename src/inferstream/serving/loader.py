@@ -71,6 +71,8 @@ def model_loader(settings: WorkerConfig, device: str,
             torch_threads=threads.torch_threads, cache_dir=settings.compile_cache_dir,
             background=compiled if settings.compile_background == "on" else None)
         log.info("%s", report.describe())
+        if isinstance(model, RepositoryModel) and report.precision:
+            model.check_prepared(report.precision)
         decoding = prepare_device_decode(model, settings.decode_on_device,
                                          threads.decode_threads, options.max_batch)
         if decoding:

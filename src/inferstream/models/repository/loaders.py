@@ -84,7 +84,7 @@ def _exported_again(file: Path, weights: dict[str, torch.Tensor],
     """An ExportedModule unpickled: its file vetted and loaded again, with the weights it was
     pickled with (in the precision and memory format the worker gave them)."""
     vet_export_archive(file)
-    module = _read_export(file).module(check_guards=False)
+    module = constants_as_buffers(_read_export(file).module(check_guards=False))
     for name, tensor in weights.items():
         owner, _, leaf = name.rpartition(".")
         holder = module.get_submodule(owner)
@@ -176,9 +176,26 @@ def _load_exported(version: ModelVersion) -> Program:
         raise RepositoryError(version.file, f"its batch dimension is fixed at {batch}: export "
                               "it with dynamic_shapes=({0: torch.export.Dim('batch')},)")
     # check_guards=False: the guards would be code the file carries, exec'd (archive.py).
-    module: torch.nn.Module = program.module(check_guards=False)
+    module = constants_as_buffers(program.module(check_guards=False))
     return Program(ExportedModule(module, version.file),
                    max_batch=_largest_batch(program, batch))
+
+
+def constants_as_buffers(module: torch.nn.Module) -> torch.nn.Module:
+    """`module` (a torch.export program's) with its tensor constants registered as buffers
+    (not persistent), so that `.to()` moves and converts them with the weights, as the worker
+    does to the model's device and precision. A constant is a plain tensor attribute of the
+    exported module or a tensor its forward made (`torch.tensor([...])`); its module keeps
+    it as a plain attribute, which `.to()` leaves alone, and the model failed in half
+    precision (`expected m1 and m2 to have the same dtype`) and on a GPU (`Expected all
+    tensors to be on the same device`) after its check on the CPU had passed."""
+    for owner in module.modules():
+        constants = [(name, value) for name, value in vars(owner).items()
+                     if isinstance(value, torch.Tensor)]
+        for name, value in constants:
+            delattr(owner, name)
+            owner.register_buffer(name, value, persistent=False)
+    return module
 
 
 def _read_export(file: Path) -> torch.export.ExportedProgram:

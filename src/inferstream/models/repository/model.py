@@ -78,6 +78,8 @@ class RepositoryModel(TorchModel):
         bounds = [n for n in (card.serving.max_batch, program.max_batch) if n is not None]
         #: the most items per batch it serves, where its card or program bounds them
         self.batch_limit = min(bounds) if bounds else None
+        #: why its batches stay contiguous (None: channels-last may apply), as `check` found
+        self.contiguous_only: str | None = None
 
     def settings(self) -> dict[str, Any]:
         """The worker settings this model sets for itself: its card's [serving] keys, and
@@ -88,7 +90,7 @@ class RepositoryModel(TorchModel):
                  "precision": serving.precision, "channels_last": serving.channels_last}
         if self.handler:
             given.update(compile="off", precision="fp32", channels_last="off")
-        elif len(self.input_shape) != 3:
+        elif len(self.input_shape) != 3 or self.contiguous_only:
             given["channels_last"] = "off"
         if self.scripted:
             given["compile"] = "off"
@@ -122,10 +124,51 @@ class RepositoryModel(TorchModel):
         handler's preprocess, the forward pass or a handler's predict, the reading of its
         output) and the batch's size."""
         item = self._checked_item()
+        largest = self._check_sizes(item)
+        if not self.handler:
+            self.contiguous_only = self._channels_last_failure(collate([item] * largest))
+
+    def _check_sizes(self, item: torch.Tensor) -> int:
+        """Synthetic batches of `item` run (`check_sizes`); the largest one's size."""
         passed = 0
         for size in check_sizes(self.batch_limit):
             self._check_batch(collate([item] * size), passed)
             passed = size
+        return passed
+
+    def check_prepared(self, precision: str) -> None:
+        """`check` again, through the forward pass the worker prepared (its precision,
+        channels-last, compiled): RepositoryError where the model fails there, as one that
+        its own dtype ran can in half precision. A worker never serves a model that fails
+        every item."""
+        try:
+            self._check_sizes(self._checked_item())
+        except RepositoryError as exc:
+            hint = "; it passed in its own dtype: set [serving] precision = \"fp32\" in its " \
+                "card" if precision != "fp32" else ""
+            raise RepositoryError(self.file, f"in {precision}, the precision it would serve "
+                                  f"in: {exc.reason}{hint}") from None
+
+    def _channels_last_failure(self, batch: torch.Tensor) -> str | None:
+        """Why the module fails a channels-last batch that passed contiguous (a `.view` of a
+        convolution's output: `view size is not compatible with input tensor's size and
+        stride`), None where it runs one or the batch is no image batch; the module is left
+        contiguous. Channels-last only makes the forward pass faster: such a model serves
+        contiguous."""
+        if batch.dim() != 4:
+            return None
+        self.module.to(memory_format=torch.channels_last)
+        try:
+            inputs = self.to_inputs(batch).contiguous(memory_format=torch.channels_last)
+            with torch.inference_mode():
+                self._read_output(self.forward(inputs), len(batch))
+        except Exception as exc:  # the model's own code raises anything
+            log.info("model %s:%s serves contiguous batches: it fails on channels-last ones "
+                     "(%s)", self.name, self.version, error_line(exc))
+            return error_line(exc)
+        finally:
+            self.module.to(memory_format=torch.contiguous_format)
+        return None
 
     def _check_batch(self, batch: torch.Tensor, passed: int) -> None:
         """One synthetic batch run and its output read; `passed`: the largest batch that
