@@ -57,8 +57,20 @@ class LoadedModel(ABC):
 
     def predict_items(self, items: Sequence[torch.Tensor], top_k: int) -> list[ItemOutput | str]:
         """The output of each of `preprocess`'s outputs, or why the item is bad (a str: where
-        the last of its decoding happens in the batch, `models.device_decode`)."""
-        return list(self.predict(collate(items, self.device), top_k))
+        the last of its decoding happens in the batch, `models.device_decode`). Items of one
+        shape and dtype run in one batch: a handler's preprocess may make items of several
+        (a text's length), which no batch stacks."""
+        groups: dict[tuple[tuple[int, ...], torch.dtype], list[int]] = {}
+        for index, item in enumerate(items):
+            groups.setdefault((tuple(item.shape), item.dtype), []).append(index)
+        if len(groups) == 1:
+            return list(self.predict(collate(items, self.device), top_k))
+        outputs: list[ItemOutput | str] = [""] * len(items)
+        for indexes in groups.values():
+            batch = collate([items[i] for i in indexes], self.device)
+            for index, output in zip(indexes, self.predict(batch, top_k), strict=True):
+                outputs[index] = output
+        return outputs
 
     def synthetic_item(self) -> torch.Tensor:
         """One preprocessed item of the model's input shape, for calibration (ModelError

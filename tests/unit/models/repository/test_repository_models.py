@@ -338,3 +338,42 @@ def test_a_model_saved_in_float64_passes_its_check_and_serves(
         for answer, vector in zip(got, direct, strict=True):
             assert isinstance(answer, Embedding)
             assert answer.vector == pytest.approx(vector.tolist(), abs=1e-5)
+
+
+LENGTHS = """
+import torch
+
+
+class Handler:
+    def __init__(self):
+        self.batches = []
+
+    def preprocess(self, data):
+        return torch.tensor([float(b) for b in data])
+
+    def predict(self, batch):
+        self.batches.append(list(batch.shape))
+        return batch.sum(1, keepdim=True)
+
+
+def load(version_dir, device):
+    return Handler()
+"""
+
+
+def test_a_handlers_items_of_several_shapes_run_in_a_batch_per_shape(
+        make_repository: MakeRepository) -> None:
+    """A handler whose preprocess makes a tensor of a text's length: a batch of items of
+    several lengths failed to stack (`cannot collate shapes (2,) and (3,)`), logged as a
+    failed forward pass, and ran again in halves down to single items."""
+    card = TENSOR_CARD.replace(f"[{FEATURES}]", "[3]") + "[output]\nkind = \"embedding\"\n"
+    root = make_repository("texts", card, {"1/model.py": LENGTHS})
+    model = load(root, "texts", allow_python=True)
+    handler = model.module.handler
+    handler.batches.clear()  # the check's
+    items = [model.preprocess(data) for data in (b"\x01\x02", b"\x01\x01\x01", b"\x05\x05",
+                                                 b"\x00\x00\x07")]
+    answers = model.predict_items(items, top_k=1)
+    assert answers == [Embedding((3.0,)), Embedding((3.0,)), Embedding((10.0,)),
+                       Embedding((7.0,))]
+    assert handler.batches == [[2, 2], [2, 3]]
