@@ -94,8 +94,9 @@ class OutputReader:
         name, values = outputs[0]
         if values.dim() != 2:
             width = "classes" if self.spec.kind == "classification" else "dim"
-            raise OutputMismatchError(f"output {name} of a {self.spec.kind} model has shape "
-                                      f"{list(values.shape)}; expected [batch, {width}]")
+            article = "an" if self.spec.kind == "embedding" else "a"
+            raise OutputMismatchError(f"output {name} of {article} {self.spec.kind} model has "
+                                      f"shape {list(values.shape)}; expected [batch, {width}]")
         if self.spec.kind == "embedding":
             return self.embeddings(values)
         return self.classes(values, top_k)

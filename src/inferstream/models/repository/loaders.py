@@ -173,8 +173,13 @@ def _load_exported(version: ModelVersion) -> Program:
     value = placeholder.meta.get("val")
     batch = value.shape[0] if isinstance(value, torch.Tensor) and value.dim() else None
     if isinstance(batch, int):
+        # torch.export fixes a dimension of 1 however it is marked, and says it did: "You
+        # marked batch as dynamic but your code specialized it to be a constant (1)".
+        example = " and an example batch of 2 items or more (torch.export fixes a batch of 1)" \
+            if batch == 1 else ""
         raise RepositoryError(version.file, f"its batch dimension is fixed at {batch}: export "
-                              "it with dynamic_shapes=({0: torch.export.Dim('batch')},)")
+                              f"it with dynamic_shapes=({{0: torch.export.Dim('batch')}},)"
+                              f"{example}")
     # check_guards=False: the guards would be code the file carries, exec'd (archive.py).
     module = constants_as_buffers(program.module(check_guards=False))
     return Program(ExportedModule(module, version.file),

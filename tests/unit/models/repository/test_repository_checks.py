@@ -188,7 +188,7 @@ BROKEN: list[tuple[str, Broken, str, str]] = [
      "with output.tensor"),
     ("output not 2-D", layout(TENSOR_FEATURES_CARD + "tensor = \"features\"\n",
                               {"1/model.pt2": b"t"}),
-     "m/1/model.pt2", "output features of a embedding model has shape [1, 4, 2]; expected "
+     "m/1/model.pt2", "output features of an embedding model has shape [1, 4, 2]; expected "
      "[batch, dim] (a synthetic batch of 1)"),
     ("input the model refuses", layout(TENSOR_FEATURES_CARD.replace("[6]", "[5]") +
                                        "tensor = \"logits\"\n", {"1/model.pt2": b"t"}),

@@ -133,3 +133,17 @@ def test_a_model_that_fails_in_the_workers_precision_is_refused_at_load(
     assert line.endswith('set [serving] precision = "fp32" in its card')
     assert "\n" not in line
 
+
+def test_a_program_exported_for_a_batch_of_1_is_refused_saying_how_to_export_it(
+        make_repository: MakeRepository) -> None:
+    """The line said to export with a batch Dim, which torch.export refuses for the example
+    batch of 1 the file was exported with (`your code specialized it to be a constant (1)`)."""
+    module = Projection().eval()
+    root = make_repository("projection", TENSOR_OUTPUT_CARD, {
+        "1/model.pt2": export(module, torch.rand(1, FEATURES), dynamic=False)})
+    with pytest.raises(RepositoryError) as refused:
+        served(root, "projection")
+    assert str(refused.value) == (
+        f"{root}/projection/1/model.pt2: its batch dimension is fixed at 1: export it with "
+        "dynamic_shapes=({0: torch.export.Dim('batch')},) and an example batch of 2 items or "
+        "more (torch.export fixes a batch of 1)")
