@@ -20,6 +20,7 @@ from inferstream.client.stalls import QUIET_S, StallWatch
 from inferstream.client.submission import absolute, check_submission, read_inline, whoami
 from inferstream.client.submitted import first_submission, job_submitted
 from inferstream.config import Config
+from inferstream.errors import ConfigError
 from inferstream.jobs.errors import (
     InlineTooLargeError,
     InvalidJobError,
@@ -30,6 +31,7 @@ from inferstream.jobs.errors import (
     JobRejectedError,
     JobTimeoutError,
     UnknownJobError,
+    short_repr,
 )
 from inferstream.jobs.ids import new_job_id
 from inferstream.jobs.output import job_results, open_job_partition, output_lines
@@ -247,6 +249,9 @@ class Client:
 
     def __init__(self, config: Config, codec: Codec | None = None,
                  clients: KafkaClients = REAL_CLIENTS) -> None:
+        if not isinstance(config, Config):  # was an AttributeError from deep inside
+            raise ConfigError("Client needs a Config, as inferstream.config.load_config() "
+                              f"makes (the environment, a file or flags), got {short_repr(config)}")
         self.config = config
         self.codec = codec or Codec.for_config(config)
         self.clients = clients

@@ -9,13 +9,15 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from inferstream.config.core import TOPIC_SAFE
-from inferstream.jobs.errors import InlineTooLargeError, InputError, InvalidJobError
+from inferstream.jobs.errors import InlineTooLargeError, InputError, InvalidJobError, short_repr
 from inferstream.jobs.ids import check_job_id
 from inferstream.jobs.inputs import list_names, walk_files
 from inferstream.jobs.options import check_job_options
 from inferstream.kafka.topics import LARGE_MESSAGE_BYTES
 from inferstream.models.items import file_uri_path, item_name
 from inferstream.schemas.records import InlineItem
+
+INPUTS_RULE = "a list of paths (str or pathlib.Path) or URIs (for one, a list of one)"
 
 
 def check_submission(model: object, inputs: object, pool: object, output_path: object,
@@ -25,10 +27,14 @@ def check_submission(model: object, inputs: object, pool: object, output_path: o
     model, pool or path of another type would fail in Python's words."""
     if not isinstance(model, str) or not model:
         raise InvalidJobError("model", model, "a model's name, NAME or NAME:VERSION")
-    if isinstance(inputs, str | bytes | bytearray) or not isinstance(inputs, list | tuple) \
-            or not all(_is_name(entry) for entry in inputs):
-        raise InvalidJobError("inputs", inputs, "a list of paths (str or pathlib.Path) or "
-                              "URIs (for one, a list of one)")
+    if isinstance(inputs, str | bytes | bytearray) or not isinstance(inputs, list | tuple):
+        raise InvalidJobError("inputs", inputs, INPUTS_RULE, shown=(
+            f"{short_repr(inputs)} (an iterator: pass a list of it, list(...))"
+            if isinstance(inputs, Iterator) else None))
+    wrong = next((i for i, entry in enumerate(inputs) if not _is_name(entry)), None)
+    if wrong is not None:  # which entry: the list may be long
+        raise InvalidJobError("inputs", inputs, INPUTS_RULE,
+                              shown=f"inputs[{wrong}] = {short_repr(inputs[wrong])}")
     if pool is not None and not (isinstance(pool, str) and TOPIC_SAFE.fullmatch(pool)):
         raise InvalidJobError("pool", pool, "a pool's name: letters, digits, '.', '_', '-'")
     if output_path is not None and not _is_name(output_path):

@@ -1,6 +1,23 @@
 """Errors about jobs: what a client or the controller finds wrong with one, and how one ended."""
 
+import re
+import reprlib
+
 from inferstream.errors import InferstreamError
+
+#: How an argument refused shows in its error: a few entries of a list, a long value cut in
+#: its middle (a list of 100,000 paths with one wrong entry was shown whole, and a numpy
+#: array in the inputs over many lines).
+_SHORT = reprlib.Repr()  # its limits as keywords need Python 3.12
+_SHORT.maxlevel, _SHORT.maxlong = 2, 60
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxset = _SHORT.maxdict = 5
+_SHORT.maxstring = _SHORT.maxother = 160
+_LINE_BREAKS = re.compile(r"\s*\n\s*")
+
+
+def short_repr(value: object) -> str:
+    """`repr(value)` on one line of bounded length, for an error's message."""
+    return _LINE_BREAKS.sub(" ", _SHORT.repr(value))
 
 
 class JobRejectedError(InferstreamError):
@@ -96,10 +113,12 @@ class JobNotAcceptedError(InferstreamError):
 
 
 class InvalidJobError(InferstreamError):
-    """A job cannot be submitted as asked; `option` names the offending argument."""
+    """A job cannot be submitted as asked; `option` names the offending argument, `value` is
+    what was given. The message shows `shown` for it, by default its `short_repr`."""
 
-    def __init__(self, option: str, value: object, rule: str) -> None:
-        super().__init__(f"{option} must be {rule}, got {value!r}")
+    def __init__(self, option: str, value: object, rule: str, shown: str | None = None
+                 ) -> None:
+        super().__init__(f"{option} must be {rule}, got {shown or short_repr(value)}")
         self.option = option
         self.value = value
         self.rule = rule

@@ -1,0 +1,67 @@
+"""The Python SDK as a data scientist meets it: arguments of the wrong kind (a numpy array, a
+generator, a long list with one wrong entry, an address instead of a Config) refused in one
+short line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from inferstream.client.client import Client
+from inferstream.errors import ConfigError
+from inferstream.jobs.errors import InvalidJobError
+from inferstream.testing import MemoryKafkaClients
+from tests.unit.support.memory import CODEC, MODEL, make_config
+
+
+@pytest.fixture
+def client(clients: MemoryKafkaClients) -> Client:
+    return Client(make_config(), CODEC, clients)
+
+
+class Array:
+    """What a numpy array's repr looks like: many lines."""
+
+    def __repr__(self) -> str:
+        return "array([[0, 0, 0],\n       [0, 0, 0]],\n      dtype=uint8)" + " " * 500
+
+
+@pytest.mark.parametrize(("inputs", "shown"), [
+    ([f"photos/{i}.png" for i in range(100_000)] + [None],
+     "got inputs[100000] = None"),
+    (["photos/a.png", Array()],
+     "got inputs[1] = array([[0, 0, 0], [0, 0, 0]], dtype=uint8)"),
+    ((str(path) for path in [Path("a.png")]),
+     "got <generator object"),
+])
+def test_inputs_of_the_wrong_kind_are_refused_in_one_short_line_naming_the_entry(
+        client: Client, inputs: object, shown: str) -> None:
+    """The message held the whole list (megabytes for 100,000 paths), or a numpy array's
+    repr over many lines."""
+    with pytest.raises(InvalidJobError) as raised:
+        client.submit(MODEL, inputs)  # type: ignore[arg-type]
+    message = str(raised.value)
+    assert "\n" not in message
+    assert len(message) < 400
+    assert message.startswith("inputs must be a list of paths (str or pathlib.Path) or URIs "
+                              "(for one, a list of one), " + shown)
+    assert raised.value.option == "inputs"
+    assert raised.value.value is inputs
+
+
+def test_a_generator_of_inputs_is_told_to_be_made_a_list(client: Client) -> None:
+    with pytest.raises(InvalidJobError, match=r"\(an iterator: pass a list of it, "
+                                              r"list\(\.\.\.\)\)$"):
+        client.submit(MODEL, iter(["a.png"]))  # type: ignore[arg-type]
+
+
+def test_client_of_something_else_than_a_config_is_a_config_error() -> None:
+    """An address, or None, failed deep inside: 'str' object has no attribute
+    'schema_registry_url'."""
+    for wrong in ("localhost:9092", None):
+        with pytest.raises(ConfigError) as raised:
+            Client(wrong)  # type: ignore[arg-type]
+        assert str(raised.value) == (
+            "Client needs a Config, as inferstream.config.load_config() makes (the "
+            f"environment, a file or flags), got {wrong!r}")
