@@ -81,8 +81,13 @@ def worker_consumer_kwargs(config: Config, group_id: str, client_id: str,
     return kwargs
 
 
-#: librdkafka's own log lines go through Python logging under this name.
+#: librdkafka's own log lines go through Python logging under this name. A program that set
+#: up no logging (a script or notebook using the SDK) shows none of them: Python's last-resort
+#: handler printed each connection retry to stderr, some 65 lines "FAIL ... Connection
+#: refused" for one SDK call with no broker answering, before the one error that says so.
+#: Where logging is set up, they go to its handlers as any library's lines.
 LIBRDKAFKA_LOG = logging.getLogger("inferstream.librdkafka")
+LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
 
 
 def producer_config(config: Config, **extra: Any) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """The Python SDK as a data scientist meets it: arguments of the wrong kind (a numpy array, a
 generator, a long list with one wrong entry, an address instead of a Config) refused in one
-short line."""
+short line, and librdkafka's retries kept off the stderr of a script that set up no logging."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from inferstream.client.client import Client
 from inferstream.errors import ConfigError
 from inferstream.jobs.errors import InvalidJobError
+from inferstream.kafka.settings import LIBRDKAFKA_LOG
 from inferstream.testing import MemoryKafkaClients
 from tests.unit.support.memory import CODEC, MODEL, make_config
 
@@ -65,3 +67,20 @@ def test_client_of_something_else_than_a_config_is_a_config_error() -> None:
         assert str(raised.value) == (
             "Client needs a Config, as inferstream.config.load_config() makes (the "
             f"environment, a file or flags), got {wrong!r}")
+
+
+def test_librdkafka_lines_are_not_printed_where_no_logging_is_set_up(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A script that set up no logging printed each of librdkafka's connection retries to
+    stderr through Python's last-resort handler; inferstream's own lines still show."""
+    heard: list[str] = []
+
+    class Heard(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            heard.append(record.getMessage())
+
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])  # no logging set up
+    monkeypatch.setattr(logging, "lastResort", Heard())
+    LIBRDKAFKA_LOG.error("FAIL [rdkafka#consumer-1] Connect to ipv4#127.0.0.1:1 failed")
+    logging.getLogger("inferstream.client.client").error("an own line")
+    assert heard == ["an own line"]
