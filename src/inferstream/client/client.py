@@ -123,6 +123,9 @@ class Job:
         self.model = model
         self._status = JobStatus(job_id, SUBMITTED, model=model)
 
+    def __repr__(self) -> str:
+        return f"Job(job_id={self.job_id!r}, pool={self.pool!r}, model={self.model!r})"
+
     def events(self, follow: bool = True, timeout_s: float | None = None,
                on_idle: Callable[[], None] | None = None) -> Iterator[JobStatus]:
         """This job's events in order; with `follow`, waits for new ones until final,

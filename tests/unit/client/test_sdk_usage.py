@@ -1,16 +1,21 @@
 """The Python SDK as a data scientist meets it: arguments of the wrong kind (a numpy array, a
 generator, a long list with one wrong entry, an address instead of a Config) refused in one
-short line, and librdkafka's retries kept off the stderr of a script that set up no logging."""
+short line, librdkafka's retries kept off the stderr of a script that set up no logging, a
+`Job` that shows what it is, and every error docs/cli.md tells a caller to catch importable
+from `inferstream.client`."""
 
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import inferstream.client
 from inferstream.client.client import Client
-from inferstream.errors import ConfigError
+from inferstream.errors import ConfigError, InferstreamError
 from inferstream.jobs.errors import InvalidJobError
 from inferstream.kafka.settings import LIBRDKAFKA_LOG
 from inferstream.testing import MemoryKafkaClients
@@ -84,3 +89,45 @@ def test_librdkafka_lines_are_not_printed_where_no_logging_is_set_up(
     LIBRDKAFKA_LOG.error("FAIL [rdkafka#consumer-1] Connect to ipv4#127.0.0.1:1 failed")
     logging.getLogger("inferstream.client.client").error("an own line")
     assert heard == ["an own line"]
+
+
+def test_a_job_shows_its_id_pool_and_model(client: Client) -> None:
+    job = client.submit(MODEL, ["photos"])
+    assert repr(job) == f"Job(job_id={job.job_id!r}, pool='default', model='sim:ms=0')"
+
+
+def test_every_error_the_docs_tell_a_caller_to_catch_is_importable_from_the_client() -> None:
+    """They were in three modules of their own, which the docs did not name."""
+    sdk = (Path(__file__).parents[3] / "docs" / "cli.md").read_text().split(
+        "## The Python SDK")[1]
+    named = set(re.findall(r"`([A-Z][A-Za-z]*Error)`", sdk))
+    assert {"JobFailedError", "KafkaSetupError", "InvalidJobError"} <= named
+    assert named <= set(inferstream.client.__all__)
+    for name in inferstream.client.__all__:
+        exported = getattr(inferstream.client, name)
+        assert exported.__name__ == name
+        if name.endswith("Error"):
+            assert issubclass(exported, InferstreamError)
+
+
+def test_ctrl_c_in_wait_ends_the_wait_not_the_job_and_closes_what_it_read_with(
+        client: Client, clients: MemoryKafkaClients, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As docs/cli.md says: nothing is sent (no cancel), and no consumer is left open."""
+    opened: list[Any] = []
+    consumer = clients.consumer
+
+    def recorded(conf: dict[str, Any]) -> Any:
+        opened.append(consumer(conf))
+        return opened[-1]
+
+    monkeypatch.setattr(clients, "consumer", recorded)
+    job = client.submit(MODEL, ["photos"])
+
+    def interrupted(_line: str) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        job.wait(on_notice=interrupted, quiet_s=0.0)
+    assert opened and all(each._closed for each in opened)
+    assert [record.key for record in clients.broker.records(make_config().topic("jobs"))] == [
+        job.job_id.encode()]
