@@ -36,6 +36,11 @@ log = logging.getLogger(__name__)
 
 #: The most task models `find` remembers its answer for (tasks name a handful).
 _MOST_FOUND = 256
+#: How long a model that failed to load on demand is declined before a task of it tries its
+#: load again (`clock` seconds): the failure may pass (CUDA out of memory while another model
+#: was loaded, a weights file being copied), and the worker declined the model until it was
+#: restarted.
+RETRY_LOAD_S = 300.0
 
 
 class ServedModels:
@@ -62,7 +67,8 @@ class ServedModels:
         self._found: dict[str, str | None] = {}
         self._loops: dict[str, asyncio.Task[None]] = {}
         self._loading: dict[str, asyncio.Future[BatchingPipeline]] = {}
-        self._unloadable: dict[str, str] = {}
+        #: why each model that failed to load on demand cannot load, and when it failed
+        self._unloadable: dict[str, tuple[str, float]] = {}
         self._waiting: set[asyncio.Task[None]] = set()
         #: why a model's batch loop ended with an error (a fault of the code): the worker
         #: stops on it, in words (`loop.Worker`), for its supervisor to start it again
@@ -141,7 +147,11 @@ class ServedModels:
             get_model_spec(task_model)
         except ModelError as exc:
             return str(exc)
-        return self._unloadable.get(task_model)
+        failed = self._unloadable.get(task_model)
+        if failed is not None and self.clock() - failed[1] >= RETRY_LOAD_S:
+            del self._unloadable[task_model]  # its next task tries again
+            return None
+        return None if failed is None else failed[0]
 
     def submit(self, run: TaskRun) -> None:
         """Run `run` on the pipeline of its task's model, loading the model first where it
@@ -186,12 +196,12 @@ class ServedModels:
             model = await asyncio.get_running_loop().run_in_executor(None, self.loader,
                                                                      task_model)
         except ModelError as exc:
-            self._unloadable[task_model] = f"cannot load {task_model}: {exc}"
+            self._unloadable[task_model] = (f"cannot load {task_model}: {exc}", self.clock())
             raise
         except Exception as exc:  # refused as a ModelError is, its traceback logged once
             log.exception("loading model %s on demand failed", task_model)
             error = ModelError(f"{type(exc).__name__}: {exc}")
-            self._unloadable[task_model] = f"cannot load {task_model}: {error}"
+            self._unloadable[task_model] = (f"cannot load {task_model}: {error}", self.clock())
             raise error from exc
         self._evict()
         return self.add(model)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from inferstream.config import WorkerConfig
-from inferstream.models import LoadedModel, load_model
+from inferstream.models import LoadedModel, ModelError, load_model
+from inferstream.schemas.records import ItemStatus
 from inferstream.serving.hooks import WorkerHooks
 from inferstream.serving.pipeline import TaskRun
-from inferstream.serving.served import ServedModels
+from inferstream.serving.served import RETRY_LOAD_S, ServedModels
 
 
 def task(task_id: int, model: str) -> Any:
@@ -50,3 +52,44 @@ def test_a_model_that_fails_to_load_with_any_error_refuses_its_tasks() -> None:
     assert sorted(run.task["task_id"] for run in done) == [0, 1]
     assert all("CUDA out of memory" in (run.refusal or "") for run in done)
     assert loads == ["resnet50"]  # the two waited for the same load
+
+
+def test_a_model_that_failed_to_load_is_tried_again_after_a_while() -> None:
+    """A failed load on demand is remembered `RETRY_LOAD_S` (its tasks declined at once
+    meanwhile), then a task of the model tries the load again: a failure that passed (the
+    memory another model held) no longer has the worker decline the model until restarted."""
+    loads: list[str] = []
+    now = [1000.0]
+
+    def loader(name: str) -> LoadedModel:
+        loads.append(name)
+        if len(loads) == 1:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return load_model("sim:ms=0")
+
+    async def scenario() -> list[TaskRun]:
+        served = ServedModels(WorkerConfig(load_on_demand=True), [load_model("sim:ms=1")],
+                              WorkerHooks(), loader, clock=lambda: now[0])
+        done: list[TaskRun] = []
+        served.start()
+        try:
+            with contextlib.suppress(ModelError):
+                await served.load("resnet50")
+            assert "CUDA out of memory" in (served.refusal("resnet50") or "")
+            now[0] += RETRY_LOAD_S - 1
+            assert served.refusal("resnet50") is not None
+            now[0] += 1
+            assert served.refusal("resnet50") is None
+            served.submit(TaskRun(task(2, "resnet50"), on_done=done.append))
+            for _ in range(200):
+                if done:
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            served.close()
+        return done
+
+    done = asyncio.run(scenario())
+    assert len(loads) == 2
+    assert [run.refusal for run in done] == [None]
+    assert done[0].outcomes[0] is not None and done[0].outcomes[0]["status"] == ItemStatus.OK
