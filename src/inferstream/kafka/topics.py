@@ -28,6 +28,16 @@ LARGE_TOPIC_CONFIGS = {"max.message.bytes": str(LARGE_MESSAGE_BYTES)}
 #: the default of brokers set above 16 MiB) is as good, where it was shown as a MISMATCH and
 #: made `topics create` exit 1 on an upgraded cluster whose older ledger had no setting.
 LOWER_BOUNDS = frozenset({"max.message.bytes"})
+#: How often a compacted topic starts a new segment. The broker compacts only closed segments,
+#: and at its defaults (`segment.ms` 7 days, `segment.bytes` 1 GiB) the open one kept every
+#: record of a week: the policy topic, which every worker, stream member and controller reads
+#: from its start when it starts, held a week of rewrites of a few dozen keys (1 MB an hour
+#: with 7 workers), and the sysinfo app's changelogs, which a replica restores whole at each
+#: rebalance, 25 MB an hour (a replica on a starved host restored them for over 20 minutes).
+COMPACTED_SEGMENT_MS = 600_000
+#: The configs that are limits inferstream needs at most (a topic that rolls sooner is as
+#: good).
+UPPER_BOUNDS = frozenset({"segment.ms"})
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,8 @@ class TopicSpec:
 
     def all_configs(self) -> dict[str, str]:
         configs = {"cleanup.policy": "compact" if self.compacted else "delete"}
+        if self.compacted:
+            configs["segment.ms"] = str(COMPACTED_SEGMENT_MS)
         configs.update(self.configs)
         return configs
 
@@ -251,16 +263,25 @@ def _differences(spec: TopicSpec, meta: object, configs: dict[str, object], conf
         if replicas != config.replication_factor:
             found.append(f"replication factor {replicas} != expected {config.replication_factor}")
     for key, want in spec.all_configs().items():
-        entry = configs.get(key)
-        have = getattr(entry, "value", None)
-        if key in LOWER_BOUNDS and have is not None and have.isdecimal():
-            if int(have) < int(want):
-                found.append(f"{key}={have} (expected at least {want}; raise it: kafka-configs "
-                             f"--alter --entity-type topics --entity-name {spec.name} "
-                             f"--add-config {key}={want})")
+        have = getattr(configs.get(key), "value", None)
+        if key in LOWER_BOUNDS | UPPER_BOUNDS and have is not None and have.isdecimal():
+            problem = _out_of_bound(spec.name, key, int(have), int(want))
+            if problem:
+                found.append(problem)
         elif have != want:
             found.append(f"{key}={have} (expected {want})")
     return found
+
+
+def _out_of_bound(topic: str, key: str, have: int, want: int) -> str | None:
+    """What is wrong with a setting that inferstream needs at least (`LOWER_BOUNDS`) or at
+    most (`UPPER_BOUNDS`) `want` of, with the command that fixes it; None where it is within."""
+    lower = key in LOWER_BOUNDS
+    if (have >= want) if lower else (have <= want):
+        return None
+    return (f"{key}={have} (expected {'at least' if lower else 'at most'} {want}; "
+            f"{'raise' if lower else 'lower'} it: kafka-configs --alter --entity-type topics "
+            f"--entity-name {topic} --add-config {key}={want})")
 
 
 @dataclass(frozen=True)

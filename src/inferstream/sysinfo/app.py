@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 
 AGGREGATES_TABLE = "sysinfo-aggregates"
 WORKERS_TABLE = "sysinfo-workers"
+#: How long the fleet topic keeps a record: its owner reads each one once, as it comes.
+FLEET_RETENTION_MS = 3_600_000
 #: Any key of the one-partition workers table: where requests for the whole fleet go.
 FLEET_KEY = "fleet"
 
@@ -136,7 +138,7 @@ class SysinfoApp:
                                "key_serializer": "raw", "value_serializer": "raw"}
         self.sysinfo_topic = self.app.topic(config.topic("sysinfo"), **raw)
         self.fleet_topic = self.app.topic(config.topic("sysinfo-fleet"), partitions=1,
-                                          internal=True, retention=3600.0, **raw)
+                                          internal=True, retention=FLEET_RETENTION_MS / 1000, **raw)
         self.policy_topic = self.app.topic(config.topic("policy"), **raw)
         self.dlq_topic = self.app.topic(config.topic("dlq"), **raw)
         tables: dict[str, Any] = {"key_type": str}  # keys and values are JSON
@@ -185,8 +187,12 @@ class SysinfoApp:
         host with faust-streaming 0.11). Topics that exist are left as they are."""
         from inferstream.kafka.topics import TopicSpec, admin_client, create_missing
 
+        # The broker deletes only closed segments: at its default roll (7 days, or 1 GiB) the
+        # hour of retention kept every record of the week. The changelogs are compacted, and
+        # roll as every compacted topic does (`COMPACTED_SEGMENT_MS`).
         specs = [TopicSpec(self.fleet_topic.get_topic_name(), 1,
-                           configs={"retention.ms": str(3_600_000)})]
+                           configs={"retention.ms": str(FLEET_RETENTION_MS),
+                                    "segment.ms": str(FLEET_RETENTION_MS // 6)})]
         for table, partitions in ((self.aggregates, self.topology.sysinfo_partitions),
                                   (self.workers, 1)):
             specs.append(TopicSpec(table.changelog_topic.get_topic_name(), partitions,

@@ -18,7 +18,8 @@ CONFIG = Config(topic_prefix="t.", partitions=4, task_partitions=4)
 def test_a_ledger_made_without_compaction_is_shown_as_it_is() -> None:
     broker = MemoryBroker()
     broker.create_topic("t.controller-ledger", 4, {"cleanup.policy": "delete",
-                                                   "max.message.bytes": str(16 * 1024 * 1024)})
+                                                   "max.message.bytes": str(16 * 1024 * 1024),
+                                                   "segment.ms": "600000"})
     broker.create_topics(topic_specs(CONFIG))  # the others as `topics create` makes them
 
     rows = {row.topic: row for row in describe_topics(CONFIG, clients=MemoryKafkaClients(broker))}
@@ -35,7 +36,8 @@ def test_a_ledger_of_kafkas_default_record_size_is_a_mismatch() -> None:
     1 MiB) is shown to differ, so that an operator raises it before an inline job of more
     stalls its partition."""
     broker = MemoryBroker()
-    broker.create_topic("t.controller-ledger", 4, {"cleanup.policy": "compact"})
+    broker.create_topic("t.controller-ledger", 4, {"cleanup.policy": "compact",
+                                                   "segment.ms": "600000"})
     broker.create_topics(topic_specs(CONFIG))
 
     report = ensure_topics(CONFIG, clients=MemoryKafkaClients(broker))
@@ -51,7 +53,8 @@ def test_a_topic_that_takes_larger_records_than_needed_is_no_mismatch() -> None:
     an upgrade reports no MISMATCH for it and exits 0."""
     broker = MemoryBroker()
     broker.create_topic("t.controller-ledger", 4, {"cleanup.policy": "compact",
-                                                   "max.message.bytes": str(32 * 1024 * 1024)})
+                                                   "max.message.bytes": str(32 * 1024 * 1024),
+                                                   "segment.ms": "600000"})
     broker.create_topic("t.dlq", 4, {"max.message.bytes": str(16 * 1024 * 1024 - 1)})
     broker.create_topics(topic_specs(CONFIG))
 
@@ -63,6 +66,23 @@ def test_a_topic_that_takes_larger_records_than_needed_is_no_mismatch() -> None:
                   "--alter --entity-type topics --entity-name t.dlq --add-config "
                   "max.message.bytes=16777216)"]}
     assert not rows["t.controller-ledger"].problems
+
+
+def test_a_compacted_topic_rolled_at_kafkas_default_is_a_mismatch() -> None:
+    """A policy topic that an earlier `topics create` made with Kafka's default roll (7 days)
+    is never compacted in its open segment: `topics describe` says so, with the command that
+    lowers it; one that rolls sooner than needed is no mismatch."""
+    broker = MemoryBroker()
+    broker.create_topic("t.policy", 1, {"cleanup.policy": "compact"})
+    broker.create_topic("t.task-control", 1, {"cleanup.policy": "compact", "segment.ms": "60000"})
+    broker.create_topics(topic_specs(CONFIG))
+
+    report = ensure_topics(CONFIG, clients=MemoryKafkaClients(broker))
+
+    assert report.mismatched == {
+        "t.policy": ["segment.ms=604800000 (expected at most 600000; lower it: kafka-configs "
+                     "--alter --entity-type topics --entity-name t.policy --add-config "
+                     "segment.ms=600000)"]}
 
 
 def test_jobs_with_more_partitions_than_results_and_ledger_is_a_mismatch() -> None:

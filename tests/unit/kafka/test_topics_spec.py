@@ -89,3 +89,16 @@ def test_the_ledger_takes_the_entry_of_any_job_the_jobs_topic_takes() -> None:
     specs = by_short_name(config, topic_specs(config))
     limit = int(specs["jobs"].all_configs()["max.message.bytes"])
     assert int(specs["controller-ledger"].all_configs().get("max.message.bytes", 0)) >= limit
+
+
+def test_compacted_topics_roll_their_segment_every_10_minutes() -> None:
+    """The broker compacts only closed segments: at its default roll (7 days) the policy
+    topic, which every worker reads from its start, kept a week of rewrites of a few keys."""
+    config = Config()
+    specs = by_short_name(config, topic_specs(config, ("gpu",)))
+    for name, spec in specs.items():
+        roll = spec.all_configs().get("segment.ms")
+        if name in COMPACTED:
+            assert roll is not None and int(roll) <= 600_000, name
+        else:
+            assert roll is None, name

@@ -173,7 +173,7 @@ class MemoryAdmin:
         for resource in resources:
             future: Future[Any] = Future()
             configs = {"cleanup.policy": "delete", "max.message.bytes": "1048588",  # Kafka's
-                       **self._broker.topic_configs(resource.name)}
+                       "segment.ms": "604800000", **self._broker.topic_configs(resource.name)}
             future.set_result({k: ConfigValue(k, v) for k, v in configs.items()})
             described[resource] = future
         return described
