@@ -62,13 +62,14 @@ def top(args: argparse.Namespace, config: Config) -> int:
 
 def _job_reader(config: Config) -> Callable[[], list[JobStatus]]:
     """Reads the running jobs; the cluster and the topics they are read from checked first,
-    as `status` checks them: a broker that does not answer, or a topic this principal may
-    not describe, is one line (exit 2), not librdkafka's log and a traceback."""
+    as `status` checks them: a TLS file that cannot be read, a broker that does not answer,
+    or a topic this principal may not describe, is one line (exit 2), not librdkafka's log
+    and a traceback."""
     from inferstream.client.client import Client
     from inferstream.client.listing import recent_jobs
-    from inferstream.kafka.preflight import check_cluster
+    from inferstream.kafka.preflight import Needs, preflight
 
-    check_cluster(config, config.topics("jobs", "job-events"), role="client")
+    preflight(config, Needs(topics=config.topics("jobs", "job-events"), role="client"))
     client = Client(config)  # its codec, as `status` reads the events
     return lambda: recent_jobs(config, client.codec, since_s=JOBS_SINCE_S,
                                clients=client.clients)

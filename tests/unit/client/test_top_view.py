@@ -199,3 +199,16 @@ def test_jobs_from_a_broker_that_does_not_answer_is_one_line(
     assert captured.out == ""
     assert captured.err.count("\n") == 1 and "Traceback" not in captured.err
     assert captured.err.startswith("inferstream: error: no Kafka broker answered at 127.0.0.1:1")
+
+
+def test_jobs_with_a_missing_ssl_cafile_names_it_in_one_line(
+        fake: FakeSysInfo, tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """As every other command says it: not librdkafka's "ssl.ca.location failed: BIO lib"
+    in a traceback (exit 1) when `top --jobs` builds its reader."""
+    cafile = tmp_path / "missing-ca.pem"
+    assert main(["top", "--once", "--jobs", "--sysinfo-url", fake.url, "--bootstrap-servers",
+                 "127.0.0.1:1", "--security-protocol", "SSL", "--ssl-cafile",
+                 str(cafile)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"inferstream: error: ssl_cafile {cafile}: cannot read it " \
+                           "(No such file or directory)\n"
