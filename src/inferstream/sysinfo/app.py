@@ -43,6 +43,7 @@ from inferstream.leftovers import claim
 from inferstream.policy.entries import policy_key
 from inferstream.schemas import Codec
 from inferstream.schemas.records import PolicyEntry, PolicyKind, WorkerHealth, now_ms, plain_record
+from inferstream.sysinfo.acl_stop import quiet_refusals, refusal, refused_by_acl
 from inferstream.sysinfo.aggregates import ModelAggregate, aggregate_key
 from inferstream.sysinfo.faust_stop import bound_faust_stop
 from inferstream.sysinfo.fleet import Fleet, record_of
@@ -165,15 +166,20 @@ class SysinfoApp:
 
     def run(self) -> int:
         """Run the replica until SIGTERM or SIGINT (drain, leave the group, exit 0) or, in
-        bounded mode, until no sample came for `idle_exit_s`; returns the exit status."""
+        bounded mode, until no sample came for `idle_exit_s`; returns the exit status.
+        AuthorizationError (one line) where the cluster refused it an ACL meanwhile."""
         self.declare_internal_topics()
         bound_faust_stop(self.config.sysinfo_app_id(), self.config.connect_timeout_s)
         worker = faust.Worker(self.app, quiet=True, redirect_stdouts=False,
                               override_logging=False)
         worker.spinner = None  # it writes terminal escapes into logs that are no terminal
         try:
-            worker.execute_from_commandline()
+            with quiet_refusals():
+                worker.execute_from_commandline()
         except SystemExit as exc:  # mode ends every run with SystemExit(status)
+            refused = refusal(self.config, worker.crash_reason)
+            if refused is not None:
+                raise refused from worker.crash_reason
             return int(exc.code or 0)
         finally:
             self.remove_datadir()
@@ -303,7 +309,11 @@ class SysinfoApp:
     async def _tick(self) -> None:
         try:
             await self.tick()
-        except Exception:  # the next round rewrites everything; the app goes on
+        except Exception as exc:  # the next round rewrites everything; the app goes on
+            refused = refused_by_acl(exc)
+            if refused is not None:  # ... unless no round can: stop in words (`run`)
+                await self.app.crash(refused)
+                return
             log.exception("policy round failed")
             self.fleet.hysteresis.forget()
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from inferstream.config import Config
 from inferstream.kafka.errors import KafkaSetupError
-from inferstream.kafka.preflight import Needs
+from inferstream.kafka.preflight import Needs, check_groups
 from inferstream.supervise.child import note_running
 
 if TYPE_CHECKING:
@@ -37,6 +37,9 @@ def run(args: argparse.Namespace, config: Config) -> int:
 
     Fleet(config.sysinfo, {}).check_strategies()  # a wrong name fails before any connection
     topology = probe(config)
+    # A restarted replica's consumer, refused its group at the join, would wait for ever in
+    # silence (Faust asks it for nothing before an assignment): one line instead.
+    check_groups(config, (config.sysinfo_app_id(),), role="sysinfo")
     note_running()  # Faust's worker retries the cluster from here on
     _quiet_libraries()
     app = SysinfoApp(config, topology, SysinfoMetrics(CollectorRegistry()))
@@ -45,12 +48,18 @@ def run(args: argparse.Namespace, config: Config) -> int:
 
 def probe(config: Config) -> Topology:
     """The partition counts of the topics the app needs; KafkaSetupError (one line) when the
-    broker does not answer or a topic is missing."""
-    from inferstream.kafka.preflight import absent, cluster_metadata
+    broker does not answer, a topic is missing or this principal may not describe it (a
+    restarted replica's ACL removed: not "does not exist")."""
+    from inferstream.kafka.preflight import absent, cluster_metadata, forbidden, plural
+    from inferstream.kafka.refusals import not_authorized
     from inferstream.sysinfo.app import Topology
 
     names = {name: config.topic(name) for name in ("sysinfo", "policy", "dlq")}
     metadata = cluster_metadata(config, tuple(names.values()))
+    hidden = forbidden(metadata.topics, names.values())
+    if hidden:
+        raise not_authorized(config, "sysinfo",
+                             f"describe {plural(hidden, 'topic')} {', '.join(hidden)}")
     missing = absent(metadata.topics, names.values())
     if missing:
         raise KafkaSetupError(f"topic {missing[0]} does not exist: run "
