@@ -17,7 +17,8 @@ What each role does on the cluster, as read from its code:
 - client: submit and cancel write jobs; status, results and the check that a job was
   submitted read jobs, events and results; submit checks each pool's task topic and counts
   the pool's workers (describe).
-- admin: `topics create|describe` creates the topics and compares their configs.
+- admin: `topics create|describe` creates the topics and compares their configs (lowering
+  an older compacted topic's `segment.ms`).
 
 The readers outside any group (followers, replays, job output) still name a group,
 `Config.reader_group`, whose coordinator librdkafka looks up: Describe on it.
@@ -41,7 +42,8 @@ _RESOURCE_FLAGS = {"topic": "--topic", "group": "--group",
                    "transactional-id": "--transactional-id", "cluster": "--cluster"}
 #: kafka-acls.sh's name of each operation
 _OPERATION_NAMES = {"read": "Read", "write": "Write", "describe": "Describe",
-                    "create": "Create", "describe-configs": "DescribeConfigs"}
+                    "create": "Create", "describe-configs": "DescribeConfigs",
+                    "alter-configs": "AlterConfigs"}
 
 
 @dataclass(frozen=True)
@@ -173,7 +175,7 @@ def _client(config: Config, pools: tuple[str, ...]) -> list[Binding]:
 
 
 def _admin(config: Config, _pools: tuple[str, ...]) -> list[Binding]:
-    operations = ("describe", "create", "describe-configs")
+    operations = ("describe", "create", "describe-configs", "alter-configs")
     if config.topic_prefix:
         return [Binding("admin", "topic", config.topic_prefix, operation, "prefixed")
                 for operation in operations]

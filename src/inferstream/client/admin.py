@@ -80,6 +80,8 @@ def topics(args: argparse.Namespace, config: Config) -> int:
             print(f"created  {name}")
         for name in report.existing:
             print(f"exists   {name}")
+        for name, changes in report.altered.items():
+            print(f"altered  {name}: {'; '.join(changes)}")
         for name, problems in report.mismatched.items():
             print(f"MISMATCH {name}: {'; '.join(problems)}", file=sys.stderr)
         return 0 if report.ok else 1

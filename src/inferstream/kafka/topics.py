@@ -9,7 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 
 from inferstream.config import Config
 from inferstream.kafka.clients import REAL_CLIENTS, KafkaClients
@@ -113,6 +119,8 @@ class TopicReport:
 
     created: list[str] = field(default_factory=list)
     existing: list[str] = field(default_factory=list)
+    #: settings of existing topics brought within their bound, as `key=old -> new`
+    altered: dict[str, list[str]] = field(default_factory=dict)
     mismatched: dict[str, list[str]] = field(default_factory=dict)
 
     @property
@@ -133,8 +141,46 @@ def ensure_topics(
         raise not_authorized(config, "admin", f"{exc.what} topic {exc.topic}") from exc
     present = [s for s in specs if s.name in existing]
     report.existing.extend(s.name for s in present)
-    report.mismatched.update(describe_mismatches(admin, present, config, timeout_s))
+    report.altered.update(lower_upper_bounds(admin, present, config, timeout_s))
+    for name, problems in describe_mismatches(admin, present, config, timeout_s).items():
+        # (a broker may describe a setting altered a moment ago as it was)
+        done = {change.partition("=")[0] for change in report.altered.get(name, ())}
+        left = [problem for problem in problems if problem.partition("=")[0] not in done]
+        if left:
+            report.mismatched[name] = left
     return report
+
+
+def lower_upper_bounds(admin: AdminClient, specs: list[TopicSpec], config: Config,
+                       timeout_s: float) -> dict[str, list[str]]:
+    """Set each existing topic's `UPPER_BOUNDS` settings above their spec's to it (a
+    compacted topic an earlier release made rolled a segment a week); the changes made, by
+    topic. One the cluster refuses (no AlterConfigs ACL) stays a mismatch, whose line says
+    how to make it."""
+    actual = _described(admin, specs, config, timeout_s)[1]
+    changes: dict[str, dict[str, tuple[str, str]]] = {}
+    for spec in specs:
+        for key, want in spec.all_configs().items():
+            have = getattr(actual.get(spec.name, {}).get(key), "value", None)
+            if key in UPPER_BOUNDS and have is not None and have.isdecimal() \
+                    and int(have) > int(want):
+                changes.setdefault(spec.name, {})[key] = (have, want)
+    if not changes:
+        return {}
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, name, incremental_configs=[
+        ConfigEntry(key, want, incremental_operation=AlterConfigOpType.SET)
+        for key, (_, want) in keys.items()]) for name, keys in changes.items()]
+    altered: dict[str, list[str]] = {}
+    for resource, future in admin.incremental_alter_configs(
+            resources, request_timeout=timeout_s).items():
+        try:
+            future.result(timeout=timeout_s)
+        except (KafkaException, TimeoutError) as exc:
+            log.warning("cannot alter topic %s (%s): see its MISMATCH line", resource.name, exc)
+            continue
+        altered[resource.name] = [f"{key}={have} -> {want}"
+                                  for key, (have, want) in changes[resource.name].items()]
+    return altered
 
 
 def create_missing(admin: AdminClient, specs: list[TopicSpec], replication_factor: int | None,

@@ -68,17 +68,41 @@ def test_a_topic_that_takes_larger_records_than_needed_is_no_mismatch() -> None:
     assert not rows["t.controller-ledger"].problems
 
 
-def test_a_compacted_topic_rolled_at_kafkas_default_is_a_mismatch() -> None:
+def test_a_compacted_topic_rolled_at_kafkas_default_is_lowered_by_topics_create() -> None:
     """A policy topic that an earlier `topics create` made with Kafka's default roll (7 days)
-    is never compacted in its open segment: `topics describe` says so, with the command that
-    lowers it; one that rolls sooner than needed is no mismatch."""
+    is never compacted in its open segment: `topics describe` says so, and `topics create`
+    lowers it (an upgraded cluster's topics Job would otherwise fail on it); one that rolls
+    sooner than needed is left as it is."""
     broker = MemoryBroker()
     broker.create_topic("t.policy", 1, {"cleanup.policy": "compact"})
     broker.create_topic("t.task-control", 1, {"cleanup.policy": "compact", "segment.ms": "60000"})
     broker.create_topics(topic_specs(CONFIG))
+    clients = MemoryKafkaClients(broker)
 
-    report = ensure_topics(CONFIG, clients=MemoryKafkaClients(broker))
+    rows = {row.topic: row for row in describe_topics(CONFIG, clients=clients)}
+    report = ensure_topics(CONFIG, clients=clients)
 
+    assert rows["t.policy"].problems == [
+        "segment.ms=604800000 (expected at most 600000; lower it: kafka-configs --alter "
+        "--entity-type topics --entity-name t.policy --add-config segment.ms=600000)"]
+    assert not rows["t.task-control"].problems
+    assert report.altered == {"t.policy": ["segment.ms=604800000 -> 600000"]}
+    assert report.ok and broker.topic_configs("t.policy")["segment.ms"] == "600000"
+    assert broker.topic_configs("t.task-control")["segment.ms"] == "60000"
+    assert all(not row.problems for row in describe_topics(CONFIG, clients=clients))
+
+
+def test_a_roll_the_cluster_refuses_to_lower_stays_a_mismatch_with_its_command() -> None:
+    broker = MemoryBroker()
+    broker.create_topic("t.policy", 1, {"cleanup.policy": "compact"})
+    broker.create_topics(topic_specs(CONFIG))
+    clients = MemoryKafkaClients(broker)
+    admin = clients.admin
+    clients.admin = lambda settings: admin({**settings, "refuse_alter": True})  # no ACL
+
+    report = ensure_topics(CONFIG, clients=clients)
+
+    assert report.altered == {}
     assert report.mismatched == {
         "t.policy": ["segment.ms=604800000 (expected at most 600000; lower it: kafka-configs "
                      "--alter --entity-type topics --entity-name t.policy --add-config "

@@ -179,6 +179,26 @@ class MemoryAdmin:
         return described
 
 
+    def incremental_alter_configs(self, resources: list[Any], **_: Any
+                                  ) -> dict[Any, Future[None]]:
+        """ConfigResource-shaped objects (`name`, `incremental_configs` of entries with
+        `name` and `value`: SET only) to futures; `refuse_alter` makes them fail as an ACL
+        would."""
+        altered: dict[Any, Future[None]] = {}
+        for resource in resources:
+            future: Future[None] = Future()
+            if self.settings.get("refuse_alter"):
+                future.set_exception(KafkaException(KafkaError(
+                    KafkaError.TOPIC_AUTHORIZATION_FAILED)))
+            else:
+                broker = self._broker
+                with broker._lock:  # noqa: SLF001 - the broker's topic settings, as Kafka's
+                    broker._configs.setdefault(resource.name, {}).update(  # noqa: SLF001
+                        {entry.name: entry.value for entry in resource.incremental_configs})
+                future.set_result(None)
+            altered[resource] = future
+        return altered
+
     def describe_consumer_groups(self, group_ids: list[str], **_: Any
                                  ) -> dict[str, Future[Any]]:
         """Group ids to futures of a ConsumerGroupDescription-shaped object: `.members`,
