@@ -72,11 +72,16 @@ class RefusedJobs:
     def failing(self, states: Iterable[JobState], now: int) -> list[JobState]:
         """The active jobs of `states` whose records were refused, their `failure` the
         reason, to end now, before anything more of them is written (a job taken over from
-        the ledger); the jobs refused more than `keep_ms` before `now` (ms) forgotten."""
-        for job_id in [j for j, (_, at) in self._jobs.items() if now - at > self.keep_ms]:
-            del self._jobs[job_id]
+        the ledger); the others refused more than `keep_ms` before `now` (ms) forgotten. A
+        job still active is never forgotten: its record would be refused again, and the
+        partition rolled back for ever, where `keep_ms` (`retain_finished_s`) is shorter
+        than the rollback and the round redone."""
         ending = [state for state in states if state.status == LedgerStatus.ACTIVE
                   and state.job_id in self._jobs]
+        active = {state.job_id for state in ending}
+        for job_id in [j for j, (_, at) in self._jobs.items()
+                       if now - at > self.keep_ms and j not in active]:
+            del self._jobs[job_id]
         for state in ending:
             state.failure = self._jobs[state.job_id][0]
             log.info("job %s failed: %s", state.job_id, state.failure)

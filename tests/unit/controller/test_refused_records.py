@@ -14,7 +14,14 @@ from inferstream.controller.refused import RefusedJobs
 from inferstream.controller.replica import Controller
 from inferstream.kafka.clients import Outgoing
 from inferstream.kafka.topics import LARGE_MESSAGE_BYTES, topic_specs
-from inferstream.schemas.records import DeadLetter, InlineItem, Job, JobEventType, read_record
+from inferstream.schemas.records import (
+    DeadLetter,
+    InlineItem,
+    Job,
+    JobEventType,
+    LedgerStatus,
+    read_record,
+)
 from inferstream.serving.loop import Worker
 from inferstream.testing import MemoryBroker
 from tests.unit.support.memory import CODEC, MODEL, make_config
@@ -121,4 +128,20 @@ def test_a_refused_record_names_the_job_its_key_names() -> None:
     active = JobState(job_record_of("a/b"), 0)
     assert refused.failing([active], now=6000) == [active]
     assert active.failure == refused.reason("a/b")
+    active.end(LedgerStatus.FAILED)
     assert refused.failing([active], now=6001) == [] and refused.reason("a/b") is None
+
+
+def test_a_refused_job_is_not_forgotten_while_it_is_active() -> None:
+    """With `retain_finished_s` shorter than the rollback and the round redone (0 is
+    allowed), the refusal was forgotten before the job ended: its record was written and
+    refused again, the partition rolled back for ever. A job still active is kept."""
+    config = make_config()
+    refused = RefusedJobs(ControllerTopics.of(config), keep_ms=0)
+    refused.note([(Outgoing(config.topic("tasks"), 0, b"a/3", b"x"), "MSG_SIZE_TOO_LARGE")],
+                 {"a"}, now=5000)
+    active = JobState(job_record_of("a"), 0)
+    assert refused.failing([active], now=5001) == [active]
+    assert active.failure == refused.reason("a")
+    active.end(LedgerStatus.FAILED)
+    assert refused.failing([active], now=5002) == [] and refused.reason("a") is None
