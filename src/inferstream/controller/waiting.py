@@ -109,7 +109,10 @@ class ModelWaits:
         was may still be on a task partition (one an earlier owner of the job issued), which
         a worker back later would run and commit, a second (job, task, attempt) on the
         results topic. Workers are told to skip it, and a decline of it read before the
-        failure is superseded (`JobState.failed`)."""
+        failure is superseded (`JobState.failed`). The task is late nowhere after it: found
+        late out of attempts before its failure was read back (in the same round, say),
+        `migration` failed it as that same attempt again, a second (job, task, attempt)."""
+        self.issuer.deadlines.done(state.job_id, task["task_id"])
         failing = Task(**{**task, "attempt": task["attempt"] + 1})
         out.append(state.partition, unserved(self.pools, self.config, self.codec, failing,
                                              self.partitions))

@@ -294,3 +294,27 @@ def test_an_adopted_task_failed_for_want_of_a_worker_fails_as_an_attempt_of_its_
     assert task0["attempt"] == 1 and (failed["task_id"], failed["attempt"]) == (0, 2)
     assert [(c["task_id"], c["attempt"], c["reason"]) for c in controls(second, over)] == [
         (0, 2, TaskControlReason.MIGRATED)]
+
+
+def test_a_task_failed_for_want_of_a_worker_is_not_failed_again_as_late() -> None:
+    """Task 0 goes out again as attempt 2 (of 2) after a decline; its worker declines that
+    too, late, and no live worker serves the model: its items fail as attempt 3. The same
+    round found it late out of attempts, where it was still waited for, and `migration`
+    failed it as attempt 3 too: a second (job, 0, 3) on the results topic."""
+    config = make_config(model_wait_s=0, migration_floor_s=1.0, max_attempts=2)
+    pool: dict[str, list[int]] = {"w1": [0, 1], "w2": [2, 3]}
+    book = live_book(config, pool, WorkerAnnouncements(config), SPEEDS)
+    _, (first, _) = accepted(book, make_job(items=4, model=LITE0))
+    now = now_ms()
+    out = book.outbox()
+    book.on_declined(declined_by(first, "w1"), out)
+    book.tick(out, now)
+    ((_, again),) = tasks(book, out)
+    assert again["attempt"] == 2
+
+    late = book.outbox()
+    book.on_declined(declined_by(again, "w2"), late)
+    book.tick(late, now + 120_000)
+    assert [(r["task_id"], r["attempt"]) for _, r in written(
+        late, book.topics.results, TaskResult)] == [(0, 3)]
+    assert [(c["task_id"], c["attempt"]) for c in controls(book, late)] == [(0, 3)]
