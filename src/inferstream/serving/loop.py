@@ -286,7 +286,9 @@ class Worker:
         takes long: `Source.render_on_thread`), and commit."""
         assert pending.run is not None  # noqa: S101 - called by its run
         if self.source.render_on_thread(pending.run):
-            self._spawn(self._render_on_thread(committer, pending))
+            record = pending.record
+            self.served.watched(self._spawn(self._render_on_thread(committer, pending), name=(
+                f"render of {record.topic}[{record.partition}]@{record.offset}")))
             return
         committer.finish(pending, answer(self.source, pending.run, pending.record))
         self._schedule_commit(committer)
@@ -304,10 +306,12 @@ class Worker:
     def _schedule_commit(self, committer: PartitionCommitter) -> None:
         self._spawn(self.commit_partition(committer))
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(work)
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str | None = None
+               ) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(work, name=name)
         self._commit_tasks.add(task)
         task.add_done_callback(self._commit_tasks.discard)
+        return task
 
     async def commit_partition(self, committer: PartitionCommitter) -> None:
         """Commit what is ready in `committer`; a lost partition is retaken if still ours."""

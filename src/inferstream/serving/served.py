@@ -160,7 +160,8 @@ class ServedModels:
         if pipeline is not None:
             pipeline.submit(run)
             return
-        waiting = asyncio.get_running_loop().create_task(self._load_then_submit(run))
+        waiting = self.watched(asyncio.get_running_loop().create_task(
+            self._load_then_submit(run), name=f"load of {task_ref(run.task)}"))
         self._waiting.add(waiting)
         waiting.add_done_callback(self._waiting.discard)
 
@@ -312,14 +313,20 @@ class ServedModels:
                 self.watch.run(), name="repository-watch")
 
     def _start(self, name: str) -> None:
-        loop = asyncio.get_running_loop().create_task(
-            self.pipelines[name].run_forever(), name=f"batch-loop-{name}")
-        loop.add_done_callback(self._ended)
-        self._loops[name] = loop
+        self._loops[name] = self.watched(asyncio.get_running_loop().create_task(
+            self.pipelines[name].run_forever(), name=f"batch-loop-{name}"))
+
+    def watched(self, task: asyncio.Task[None]) -> asyncio.Task[None]:
+        """`task`, which ends cancelled or without an error: a batch loop, a load on demand
+        and the tasks it answers (a refusal's render), a render on a thread (`loop.Worker`).
+        One that raised breaks the worker (`_ended`): its exception was lost, and the task
+        it answered, and every later one of its partition, waited for ever."""
+        task.add_done_callback(self._ended)
+        return task
 
     def _ended(self, loop: asyncio.Task[None]) -> None:
-        """A batch loop runs until cancelled: one that raised (its exception was lost, and
-        the model's tasks after it never ran) is logged and breaks the worker (`broken`)."""
+        """A `watched` task that raised (a fault of the code: a render that raised again
+        once its items were failed, say) is logged and breaks the worker (`broken`)."""
         if loop.cancelled() or loop.exception() is None:
             return
         exc = loop.exception()

@@ -67,3 +67,21 @@ def test_a_batch_loop_that_raises_stops_the_worker_in_words(
     with pytest.raises(InferstreamError, match=r"batch-loop-sim:ms=1 ended: ValueError"):
         running.wait_for(lambda: False, timeout_s=20)
     assert b"c" not in {r.key for r in broker.records(OUT, read_committed=True)}
+
+
+class UnwritableOnThread(Unwritable):
+    """Unwritable, its results rendered on a thread (as large ones are)."""
+
+    def render_on_thread(self, run: TaskRun) -> bool:
+        return True
+
+
+def test_a_render_on_a_thread_that_raises_stops_the_worker_in_words(
+        broker: MemoryBroker, clients: MemoryKafkaClients, running: Running) -> None:
+    """A large result is rendered on a thread: where even its failed items' render raised,
+    the exception was lost with the thread's task (the worker went on, the record never
+    answered and its partition's commits held for good). The worker stops in words."""
+    _produce(broker, [b"a", b"b", b"c"])
+    running.workers(_worker(UnwritableOnThread(b"b", always=True), clients))
+    with pytest.raises(InferstreamError, match=r"render of .*@1 ended: ValueError"):
+        running.wait_for(lambda: False, timeout_s=20)

@@ -93,3 +93,33 @@ def test_a_model_that_failed_to_load_is_tried_again_after_a_while() -> None:
     assert len(loads) == 2
     assert [run.refusal for run in done] == [None]
     assert done[0].outcomes[0] is not None and done[0].outcomes[0]["status"] == ItemStatus.OK
+
+
+def test_a_refused_task_whose_answer_raises_breaks_the_worker() -> None:
+    """A task refused for its model's failed load is answered from the load's own task (its
+    decline rendered there): where that raised, the exception was lost with the task, which
+    was never answered, and its partition's commits held for good. It breaks the worker, as
+    a batch loop that raises does (`broken`: the worker stops in words)."""
+
+    def loader(name: str) -> LoadedModel:
+        raise ModelError(f"no weights for {name}")
+
+    def answer(run: TaskRun) -> None:
+        raise ValueError("surrogates not allowed")
+
+    async def scenario() -> str | None:
+        served = ServedModels(WorkerConfig(load_on_demand=True), [load_model("sim:ms=0")],
+                              WorkerHooks(), loader)
+        served.start()
+        try:
+            served.submit(TaskRun(task(0, "resnet50"), on_done=answer))
+            for _ in range(200):
+                if served.broken is not None:
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            served.close()
+        return served.broken
+
+    broken = asyncio.run(scenario())
+    assert broken is not None and broken.startswith("load of resnet50 ended: ValueError")
