@@ -72,7 +72,7 @@ def model_loader(settings: WorkerConfig, device: str,
             background=compiled if settings.compile_background == "on" else None)
         log.info("%s", report.describe())
         if isinstance(model, RepositoryModel) and report.precision:
-            model.check_prepared(report.precision)
+            model.check_prepared(report.precision, options.max_batch)
         decoding = prepare_device_decode(model, settings.decode_on_device,
                                          threads.decode_threads, options.max_batch)
         if decoding:

@@ -128,21 +128,24 @@ class RepositoryModel(TorchModel):
         if not self.handler:
             self.contiguous_only = self._channels_last_failure(collate([item] * largest))
 
-    def _check_sizes(self, item: torch.Tensor) -> int:
-        """Synthetic batches of `item` run (`check_sizes`); the largest one's size."""
+    def _check_sizes(self, item: torch.Tensor, limit: int | None = None) -> int:
+        """Synthetic batches of `item` run (`check_sizes`, none over `limit` either); the
+        largest one's size."""
+        bounds = [n for n in (self.batch_limit, limit) if n is not None]
         passed = 0
-        for size in check_sizes(self.batch_limit):
+        for size in check_sizes(min(bounds) if bounds else None):
             self._check_batch(collate([item] * size), passed)
             passed = size
         return passed
 
-    def check_prepared(self, precision: str) -> None:
+    def check_prepared(self, precision: str, max_batch: int) -> None:
         """`check` again, through the forward pass the worker prepared (its precision,
         channels-last, compiled): RepositoryError where the model fails there, as one that
         its own dtype ran can in half precision. A worker never serves a model that fails
-        every item."""
+        every item. No batch is over the worker's `max_batch`: a compiled forward pass takes
+        no more (`models.package_build`)."""
         try:
-            self._check_sizes(self._checked_item())
+            self._check_sizes(self._checked_item(), max_batch)
         except RepositoryError as exc:
             hint = "; it passed in its own dtype: set [serving] precision = \"fp32\" in its " \
                 "card" if precision != "fp32" else ""

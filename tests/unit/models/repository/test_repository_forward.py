@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from inferstream.config import WorkerConfig
+from inferstream.models.forward import ForwardReport
 from inferstream.models.outputs import Tensors
 from inferstream.models.repository import RepositoryError
 from inferstream.models.repository.model import RepositoryModel
@@ -147,3 +148,32 @@ def test_a_program_exported_for_a_batch_of_1_is_refused_saying_how_to_export_it(
         f"{root}/projection/1/model.pt2: its batch dimension is fixed at 1: export it with "
         "dynamic_shapes=({0: torch.export.Dim('batch')},) and an example batch of 2 items or "
         "more (torch.export fixes a batch of 1)")
+
+
+def test_a_model_compiled_for_the_workers_max_batch_is_checked_within_it(
+        make_repository: MakeRepository, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compiled forward pass takes batches up to the worker's max_batch, which its package
+    was built for (`package_build`: a batch Dim of max `max_batch`, a batch of 1 alone for
+    1). The check of the prepared forward ran batches of up to 8 whatever the worker's
+    max_batch: with --max-batch 1 and the package compiled at load (compile_background off,
+    or read from the cache at a restart) a model it served fine was refused, as the real
+    package answered a batch of 2 with one row (`output has shape [1, 2], not one row per
+    item of a batch of 2`). The compiled forward pass here refuses a larger batch."""
+    def compiled_for(model: RepositoryModel, max_batch: int, **_: object) -> ForwardReport:
+        eager = model.forward
+
+        def forward(batch: torch.Tensor) -> torch.Tensor:
+            if len(batch) > max_batch:  # beyond what its package was built for
+                raise RuntimeError(f"batch of {len(batch)}: the package takes {max_batch}")
+            return eager(batch)
+        model.forward = forward
+        return ForwardReport(model.name, "fp32", False, True, "compiled")
+
+    monkeypatch.setattr("inferstream.serving.loader.prepare_forward", compiled_for)
+    root = make_repository("projection", TENSOR_OUTPUT_CARD,
+                           {"1/model.pt2": export(Projection().eval(), torch.rand(2, FEATURES))})
+    for max_batch in (4, 1):
+        config = WorkerConfig(model_repository=f"file://{root}", max_batch=max_batch)
+        model = model_loader(config, "cpu")("projection")
+        assert len(model.predict_items([model.synthetic_item()] * max_batch, top_k=1)) \
+            == max_batch
