@@ -27,6 +27,7 @@ from inferstream.schemas.records import (
     Task,
     TaskDeclined,
     TaskResult,
+    encodable,
     encode_result,
     now_ms,
     read_record,
@@ -148,7 +149,7 @@ class TaskSource(Source):
             job_id=task["job_id"], task_id=task["task_id"], attempt=task["attempt"],
             worker=worker.worker_id, model=task["model"],
             served_models=worker.served.references,
-            reason=f"worker {worker.worker_id} {reason}",
+            reason=encodable(f"worker {worker.worker_id} {reason}"),  # a path in it
             task=self.codec.encode("Task", task), declined_at=now_ms())
         return self._result(task, self.codec.encode("TaskDeclined", declined))
 

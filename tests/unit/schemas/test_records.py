@@ -178,3 +178,24 @@ def test_an_item_error_naming_a_path_that_is_not_utf8_is_written() -> None:
         decode_seconds=0.0, inference_seconds=0.0)
     (written,) = rec.read_record(codec, rec.encode_result(codec, result), rec.TaskResult)["items"]
     assert written["error"] == "missing file: /data/caf\\udce9.jpg"
+
+
+def test_a_decline_whose_reason_names_a_path_that_is_not_utf8_is_written() -> None:
+    """A worker declines a task whose model could not load with the load's error, which may
+    name a path that is not UTF-8 (a repository on such a folder): its surrogates escaped, as
+    an item's error's are, the decline is encoded where it could not be."""
+    from inferstream.config import Config
+    from inferstream.serving.source import WorkerContext
+    from inferstream.worker.source import TaskSource
+    from tests.unit.support.memory import CODEC
+
+    source = TaskSource(Config(), CODEC)
+    served = type("Served", (), {"references": ["sim:ms=0"]})()
+    hooks = type("Hooks", (), {"after_decline": lambda self, model: None})()
+    source._worker = WorkerContext("w", hooks, served, {"inferstream.results": 1})
+    task = rec.Task(job_id="j", task_id=0, attempt=1, pool="default", model="m",
+                    model_version=None, top_k=1, items=[], issued_at=0, deadline_ms=None,
+                    home_partition=None)
+    outgoing = source._declined(task, "cannot load m: no file /models/caf\udce9/1")
+    declined = rec.read_record(CODEC, outgoing.value, rec.TaskDeclined)
+    assert declined["reason"] == "worker w cannot load m: no file /models/caf\\udce9/1"

@@ -133,10 +133,17 @@ def error_item(item: TaskItem, reason: str) -> ItemResult:
     unanswered and stopped the worker's batch loop of the model."""
     if reason.splitlines() != [reason]:
         reason = single_line(reason)
-    if not reason.isascii():
-        reason = reason.encode("utf-8", "backslashreplace").decode("utf-8")
+    reason = encodable(reason)
     return {"index": item["index"], "name": item["name"], "status": ItemStatus.ERROR,
             "top_k": [], "embedding": None, "tensors": [], "error": reason}
+
+
+def encodable(text: str) -> str:
+    """`text` with its surrogates (a path that is not UTF-8, as Python decodes it) escaped,
+    `\\udce9`: Avro's strings hold none, and a record holding one could not be encoded."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def single_line(text: str) -> str:
