@@ -44,8 +44,9 @@ def expected_names(kafka: str, prefix: str) -> list[str]:
 
 
 def report(out: str) -> dict[str, str]:
-    """`created  NAME` / `exists   NAME` lines as {NAME: state}."""
-    rows = [line.split() for line in out.splitlines() if line.strip()]
+    """`created  NAME` / `exists   NAME` lines as {NAME: state} (`altered` lines after them
+    say what `create` changed)."""
+    rows = [line.split() for line in out.splitlines() if line.startswith(("created", "exists"))]
     return {name: state for state, name in rows}
 
 

@@ -76,6 +76,7 @@ def test_a_compacted_topic_rolled_at_kafkas_default_is_lowered_by_topics_create(
     broker = MemoryBroker()
     broker.create_topic("t.policy", 1, {"cleanup.policy": "compact"})
     broker.create_topic("t.task-control", 1, {"cleanup.policy": "compact", "segment.ms": "60000"})
+    broker.create_topic("t.workers", 1, {"cleanup.policy": "delete"})  # not compacted: as it is
     broker.create_topics(topic_specs(CONFIG))
     clients = MemoryKafkaClients(broker)
 
@@ -87,9 +88,15 @@ def test_a_compacted_topic_rolled_at_kafkas_default_is_lowered_by_topics_create(
         "--entity-type topics --entity-name t.policy --add-config segment.ms=600000)"]
     assert not rows["t.task-control"].problems
     assert report.altered == {"t.policy": ["segment.ms=604800000 -> 600000"]}
-    assert report.ok and broker.topic_configs("t.policy")["segment.ms"] == "600000"
+    assert broker.topic_configs("t.policy")["segment.ms"] == "600000"
     assert broker.topic_configs("t.task-control")["segment.ms"] == "60000"
-    assert all(not row.problems for row in describe_topics(CONFIG, clients=clients))
+    assert "segment.ms" not in broker.topic_configs("t.workers")
+    assert report.mismatched == {"t.workers": [
+        "cleanup.policy=delete (expected compact)",
+        "segment.ms=604800000 (expected at most 600000; lower it: kafka-configs --alter "
+        "--entity-type topics --entity-name t.workers --add-config segment.ms=600000)"]}
+    assert all(not row.problems for row in describe_topics(CONFIG, clients=clients)
+               if row.topic != "t.workers")
 
 
 def test_a_roll_the_cluster_refuses_to_lower_stays_a_mismatch_with_its_command() -> None:
