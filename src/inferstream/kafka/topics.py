@@ -141,9 +141,10 @@ def ensure_topics(
         raise not_authorized(config, "admin", f"{exc.what} topic {exc.topic}") from exc
     present = [s for s in specs if s.name in existing]
     report.existing.extend(s.name for s in present)
-    report.altered.update(lower_upper_bounds(admin, present, config, timeout_s))
-    for name, problems in describe_mismatches(admin, present, config, timeout_s).items():
-        # (a broker may describe a setting altered a moment ago as it was)
+    found, actual = _described(admin, present, config, timeout_s)
+    report.altered.update(lower_upper_bounds(admin, present, actual, timeout_s))
+    for name, problems in found.items():
+        # (described before `lower_upper_bounds` altered them)
         done = {change.partition("=")[0] for change in report.altered.get(name, ())}
         left = [problem for problem in problems if problem.partition("=")[0] not in done]
         if left:
@@ -151,13 +152,14 @@ def ensure_topics(
     return report
 
 
-def lower_upper_bounds(admin: AdminClient, specs: list[TopicSpec], config: Config,
-                       timeout_s: float) -> dict[str, list[str]]:
+def lower_upper_bounds(admin: AdminClient, specs: list[TopicSpec],
+                       actual: Mapping[str, dict[str, object]], timeout_s: float
+                       ) -> dict[str, list[str]]:
     """Set each existing compacted topic's `UPPER_BOUNDS` settings above their spec's to it
     (a compacted topic an earlier release made rolled a segment a week); the changes made, by
-    topic. One the cluster refuses (no AlterConfigs ACL) stays a mismatch, whose line says
+    topic; `actual`: the topics' settings as described. One the cluster refuses (no
+    AlterConfigs ACL) stays a mismatch, whose line says
     how to make it."""
-    actual = _described(admin, specs, config, timeout_s)[1]
     changes: dict[str, dict[str, tuple[str, str]]] = {}
     for spec in specs:
         configs = actual.get(spec.name, {})
@@ -256,13 +258,6 @@ def wait_until_visible(admin: AdminClient, partitions: dict[str, int],
         if time.monotonic() > deadline:
             raise KafkaSetupError(f"created topics not visible after {timeout_s:g}s: {waiting}")
         time.sleep(0.1)
-
-
-def describe_mismatches(
-    admin: AdminClient, specs: list[TopicSpec], config: Config, timeout_s: float = 30.0
-) -> dict[str, list[str]]:
-    """For each existing topic, the human-readable differences from its spec."""
-    return _described(admin, specs, config, timeout_s)[0]
 
 
 def _described(admin: AdminClient, specs: list[TopicSpec], config: Config, timeout_s: float
