@@ -40,6 +40,9 @@ _UNREACHABLE = {KafkaError._TRANSPORT, KafkaError._TIMED_OUT,  # noqa: SLF001
                 KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}  # noqa: SLF001
 #: Seconds between two looks for a topic that the cluster does not show yet.
 TOPIC_RETRY_S = 0.25
+#: Seconds the first metadata request waits before the check looks at why no broker
+#: answered yet (a refusal ends it).
+ANSWER_SLICE_S = 0.5
 #: The reason in a librdkafka connection log line, without its thread and timing decoration.
 _REASON = re.compile(r"/bootstrap: (?P<reason>.+?)(?: \(after \d+ms in state \w+\))?$")
 #: A TLS alert of a broker that refused this client's certificate (none, expired, signed by
@@ -216,7 +219,7 @@ def cluster_metadata(config: Config, topics: tuple[str, ...] = (),
     captured = _CapturedLog()
     consumer = clients.consumer(consumer_config(config, None, logger=captured.logger))
     try:
-        metadata = listing(consumer, topics, config.connect_timeout_s)
+        metadata = _first_listing(consumer, topics, deadline, captured)
         while (_awaited(metadata.topics, topics)
                and time.monotonic() + TOPIC_RETRY_S < deadline):
             time.sleep(TOPIC_RETRY_S)
@@ -228,6 +231,28 @@ def cluster_metadata(config: Config, topics: tuple[str, ...] = (),
         consumer.close()  # also hands over librdkafka's log lines, with the reason
     raise KafkaSetupError(_cannot_reach(config, failure.args[0], captured.reason())
                           ) from failure
+
+
+def _first_listing(consumer: Any, topics: tuple[str, ...], deadline: float,
+                   captured: _CapturedLog) -> Any:
+    """`listing` once a broker answers, asked in slices of `ANSWER_SLICE_S` until
+    `deadline`: a broker that refused this client's credentials or certificate (librdkafka
+    logs why at once, and tries again for ever) ends the wait there, not at the deadline."""
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return listing(consumer, topics, max(0.1, min(ANSWER_SLICE_S, left)))
+        except KafkaException:
+            consumer.poll(0)  # serves librdkafka's log lines of the attempts so far
+            if left <= ANSWER_SLICE_S or _refused(captured.reason() or ""):
+                raise
+
+
+def _refused(reason: str) -> bool:
+    """Whether a broker answered and refused this client: its credentials or a
+    certificate, which trying again until the deadline would not change."""
+    return ("authentication" in reason.lower() or "certificate verify failed" in reason
+            or bool(_CERTIFICATE_REFUSED.search(reason)))
 
 
 def reachable_partitions(config: Config, client: Any, topic: str) -> list[int]:

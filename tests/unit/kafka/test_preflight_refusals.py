@@ -1,0 +1,54 @@
+"""The start-up check of the cluster ends its wait at a broker's refusal: a wrong password or
+certificate is said at once, not after connect_timeout_s (kafka.preflight)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from inferstream.config import Config
+from inferstream.kafka import preflight as checks
+from inferstream.kafka.errors import KafkaSetupError
+from inferstream.kafka.preflight import check_cluster
+from inferstream.testing import MemoryBroker, MemoryKafkaClients
+
+
+class RefusedConsumer:
+    """A consumer of a cluster that refuses its credentials: every metadata request times
+    out, and librdkafka's log (served by poll) says why."""
+
+    REASON = ("sasl_ssl://127.0.0.1:9093/bootstrap: SASL authentication error: Authentication "
+              "failed during authentication due to invalid credentials with SASL mechanism "
+              "SCRAM-SHA-512 (after 321ms in state AUTH_REQ)")
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.logger = settings["logger"]
+        self.waits: list[float] = []
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        self.waits.append(timeout)
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+
+    def poll(self, timeout: float) -> None:
+        self.logger.error("FAIL [thrd:sasl_ssl://127.0.0.1:9093/bootstrap]: %s", self.REASON)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_refused_credential_ends_the_wait_for_the_cluster_at_once() -> None:
+    consumers: list[RefusedConsumer] = []
+
+    class Clients(MemoryKafkaClients):
+        def consumer(self, settings: dict[str, Any]) -> Any:
+            consumers.append(RefusedConsumer(settings))
+            return consumers[-1]
+
+    config = Config(security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
+                    sasl_username="nobody", connect_timeout_s=60)
+    with pytest.raises(KafkaSetupError, match="did not accept the credentials of User:nobody"):
+        check_cluster(config, clients=Clients(MemoryBroker()))
+    # one short request, not one that waits out the 60 s of connect_timeout_s
+    assert consumers[0].waits == [checks.ANSWER_SLICE_S]
