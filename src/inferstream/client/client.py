@@ -354,7 +354,7 @@ class Client:
                 self._producer = self.clients.producer(producer_config(self.config))
             producer = self._producer
         try:
-            partitions = reachable_partitions(self.config, producer, topic)
+            partitions = reachable_partitions(self.config, producer, topic, self.clients)
         except KafkaSetupError:  # it holds nothing; kept, it retried until close() logged it all
             with self._producer_lock:
                 if self._producer is producer:

@@ -63,7 +63,7 @@ def open_job_partition(config: Config, topic: str, job_id: str,
     `connect_timeout_s` when no broker answers."""
     consumer = reader_consumer(config, clients, follow=follow)
     try:
-        partitions = reachable_partitions(config, consumer, topic)
+        partitions = reachable_partitions(config, consumer, topic, clients)
     except Exception:
         consumer.close()
         raise

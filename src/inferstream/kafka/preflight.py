@@ -255,14 +255,42 @@ def _refused(reason: str) -> bool:
             or bool(_CERTIFICATE_REFUSED.search(reason)))
 
 
-def reachable_partitions(config: Config, client: Any, topic: str) -> list[int]:
+def reachable_partitions(config: Config, client: Any, topic: str,
+                         clients: KafkaClients = REAL_CLIENTS) -> list[int]:
     """`topic_partitions` of `topic` within `connect_timeout_s`, asked through `client` (a
     consumer or producer); KafkaSetupError in the start-up check's words when no broker
-    answers: the SDK runs no start-up check, and raised librdkafka's error after 30 s."""
+    answers: the SDK runs no start-up check, and raised librdkafka's error after 30 s.
+    `client`'s log is not read here: where it has no answer at once, a consumer whose log is
+    read waits for one meanwhile (`_refusal`), so that a refusal is said at once too."""
+    deadline = time.monotonic() + config.connect_timeout_s
     try:
-        return topic_partitions(client, topic, timeout_s=config.connect_timeout_s)
+        return topic_partitions(client, topic,
+                                timeout_s=min(ANSWER_SLICE_S, config.connect_timeout_s))
+    except KafkaException as exc:
+        error = exc.args[0]  # not the exception: its frames would hold `client` in a cycle
+    reason = _refusal(config, clients, deadline)
+    if reason is not None:
+        raise KafkaSetupError(_cannot_reach(config, error, reason))
+    try:  # a broker answered the other consumer meanwhile, or none answered at all
+        return topic_partitions(client, topic, timeout_s=max(0.1, deadline - time.monotonic()))
     except KafkaException as exc:
         raise KafkaSetupError(_cannot_reach(config, exc.args[0], None)) from exc
+
+
+def _refusal(config: Config, clients: KafkaClients, deadline: float) -> str | None:
+    """Why a broker refused this client (its credentials or a certificate), by the log of a
+    consumer of its own that waits for an answer until `deadline`; None where a broker
+    answered it or none said no."""
+    captured = _CapturedLog()
+    consumer = clients.consumer(consumer_config(config, None, logger=captured.logger))
+    try:
+        _first_listing(consumer, (), deadline, captured)
+        return None
+    except KafkaException:
+        reason = captured.reason()
+        return reason if reason and _refused(reason) else None
+    finally:
+        consumer.close()
 
 
 def listing(consumer: Any, topics: tuple[str, ...], timeout_s: float) -> Any:

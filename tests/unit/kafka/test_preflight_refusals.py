@@ -38,17 +38,37 @@ class RefusedConsumer:
         pass
 
 
+class RefusingClients(MemoryKafkaClients):
+    """Clients of that cluster: each consumer made is kept in `consumers`."""
+
+    def __init__(self, consumers: list[RefusedConsumer]) -> None:
+        super().__init__(MemoryBroker())
+        self.consumers = consumers
+
+    def consumer(self, settings: dict[str, Any]) -> Any:
+        self.consumers.append(RefusedConsumer(settings))
+        return self.consumers[-1]
+
+
+CONFIG = Config(security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
+                sasl_username="nobody", connect_timeout_s=60)
+
+
 def test_a_refused_credential_ends_the_wait_for_the_cluster_at_once() -> None:
     consumers: list[RefusedConsumer] = []
-
-    class Clients(MemoryKafkaClients):
-        def consumer(self, settings: dict[str, Any]) -> Any:
-            consumers.append(RefusedConsumer(settings))
-            return consumers[-1]
-
-    config = Config(security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
-                    sasl_username="nobody", connect_timeout_s=60)
     with pytest.raises(KafkaSetupError, match="did not accept the credentials of User:nobody"):
-        check_cluster(config, clients=Clients(MemoryBroker()))
+        check_cluster(CONFIG, clients=RefusingClients(consumers))
     # one short request, not one that waits out the 60 s of connect_timeout_s
     assert consumers[0].waits == [checks.ANSWER_SLICE_S]
+
+
+def test_a_client_without_a_start_up_check_says_a_refused_credential_too() -> None:
+    """The SDK's producer logs nowhere it can read: a consumer of its own asks why no
+    broker answered, and the line names the credentials, not the bootstrap servers."""
+    producer = RefusedConsumer({"logger": None})  # no metadata, and no log read
+    consumers: list[RefusedConsumer] = []
+    with pytest.raises(KafkaSetupError, match="did not accept the credentials of User:nobody"):
+        checks.reachable_partitions(CONFIG, producer, "inferstream.jobs",
+                                    RefusingClients(consumers))
+    assert producer.waits == [checks.ANSWER_SLICE_S] and consumers[0].waits == [
+        checks.ANSWER_SLICE_S]
