@@ -46,7 +46,7 @@ def config_show(args: argparse.Namespace, config: Config) -> int:
 def config_check(config: Config, needs: Needs | None = None) -> int:
     """Every start-up check of every role, or of one role alone (its `needs`, which name
     it); a failure is an error (one line, exit 2)."""
-    from inferstream.kafka.preflight import preflight
+    from inferstream.kafka.preflight import check_registry, preflight
     from inferstream.kafka.topics import topic_specs
 
     if needs is None:
@@ -55,6 +55,8 @@ def config_check(config: Config, needs: Needs | None = None) -> int:
                       metrics_port=config.worker.metrics_port,
                       metrics_addr=config.worker.metrics_addr)
     preflight(config, needs)
+    if needs.role is None:  # every role: each asks the registry (preflight of a role does)
+        check_registry(config)
     whose = f"the {needs.role} role" if needs.role else "every role"
     print(f"ok: settings, cluster at {config.bootstrap_servers}, "
           f"{len(needs.topics) + len(needs.user_topics)} topics of {whose} under "

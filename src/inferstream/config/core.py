@@ -26,6 +26,9 @@ SECRET_FILES = {"sasl_password": "sasl_password_file",
                  "ssl_key_password": "ssl_key_password_file",
                  "http_token": "http_token_file",
                  "schema_registry_password": "schema_registry_password_file"}
+#: The TLS files of an https schema registry: its CA, and this client's certificate and key.
+REGISTRY_TLS_FILES = ("schema_registry_cafile", "schema_registry_certfile",
+                      "schema_registry_keyfile")
 #: What Kafka allows in a topic name.
 TOPIC_SAFE = re.compile(r"[A-Za-z0-9._-]+")
 
@@ -59,6 +62,14 @@ class Config:
     schema_registry_password_file: str | None = setting(
         None, "file holding schema_registry_password (read at start, one trailing newline "
         "stripped)")
+    schema_registry_cafile: str | None = setting(
+        None, "CA certificates (PEM) an https schema_registry_url's certificate is checked "
+        "against (none: the system's; ssl_cafile is for the brokers only)")
+    schema_registry_certfile: str | None = setting(
+        None, "client certificate (PEM) for a schema registry that asks for one (mTLS); with "
+        "schema_registry_keyfile")
+    schema_registry_keyfile: str | None = setting(
+        None, "private key (PEM, not encrypted) of schema_registry_certfile")
     sysinfo_url: str = setting("http://127.0.0.1:6066",
                                "HTTP API of the sysinfo app (inferstream top, SysInfoClient)")
     http_tls_certfile: str | None = setting(
@@ -285,6 +296,15 @@ def _validate_registry(config: Config) -> None:
         raise ConfigError("a schema registry password needs schema_registry_user")
     if has_password and config.schema_registry_url is None:
         raise ConfigError("schema_registry_user and its password need schema_registry_url")
+    if (config.schema_registry_certfile is None) != (config.schema_registry_keyfile is None):
+        raise ConfigError("schema_registry_certfile and schema_registry_keyfile go together: "
+                          "set both or neither")
+    tls = [name for name in REGISTRY_TLS_FILES if getattr(config, name) is not None]
+    url = config.schema_registry_url
+    if tls and (url is None or not url.lower().startswith("https://")):
+        raise ConfigError(f"{' and '.join(tls)} need{'s' if len(tls) == 1 else ''} an https:// "
+                          "schema_registry_url, "
+                          + ("which is not set" if url is None else f"got {url}"))
 
 
 def _validate_http(config: Config) -> None:

@@ -7,6 +7,7 @@ import functools
 import math
 import typing
 from dataclasses import field
+from pathlib import Path
 from typing import Any
 
 from inferstream.errors import ConfigError
@@ -36,6 +37,18 @@ def at_least(name: str, value: float | None, low: float) -> None:
     """ConfigError unless `value` is None or at least `low`."""
     if value is not None and value < low:
         raise ConfigError(f"{name} must be >= {low:g}, got {value:g}")
+
+
+def check_readable(name: str, path: str | None) -> None:
+    """ConfigError naming setting `name` and `path` when the file cannot be read (None: not
+    set), where a TLS library says only that some file could not be loaded (librdkafka's
+    "system lib", Python's "No such file or directory" without the name)."""
+    if path is None:
+        return
+    try:
+        Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{name} {path}: cannot read it ({exc.strerror})") from exc
 
 
 #: The longest duration a setting or flag may hold, in seconds: librdkafka takes its timeouts

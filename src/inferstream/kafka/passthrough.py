@@ -13,13 +13,13 @@ import inspect
 import logging
 import ssl
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka import Consumer, KafkaException, Producer
 
 from inferstream.config import Config
+from inferstream.config.fields import check_readable
 from inferstream.errors import ConfigError
 from inferstream.kafka.settings import consumer_config, producer_config
 
@@ -87,19 +87,11 @@ def check_pass_through(config: Config, *, librdkafka: bool, aiokafka: bool) -> l
 
 
 def _check_ssl_files(config: Config) -> None:
-    """ConfigError naming the setting and the path of an SSL file that cannot be read, where
-    both libraries said only that some file could not be loaded (librdkafka's "system lib",
-    Python's "No such file or directory" without the name)."""
+    """ConfigError naming the setting and the path of an SSL file that cannot be read."""
     if "SSL" not in config.security_protocol:
         return  # neither library reads them
     for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
-        path = getattr(config, name)
-        if path is None:
-            continue
-        try:
-            Path(path).read_bytes()
-        except OSError as exc:
-            raise ConfigError(f"{name} {path}: cannot read it ({exc.strerror})") from exc
+        check_readable(name, getattr(config, name))
 
 
 def _check_key(config: Config, key: str, value: str, where: str, *, librdkafka: bool) -> bool:

@@ -29,8 +29,8 @@ from inferstream.kafka.reader import topic_partitions
 from inferstream.kafka.refusals import not_authorized, principal
 from inferstream.kafka.settings import consumer_config
 from inferstream.kafka.topics import admin_client, copartitioned, partition_count_problem
-from inferstream.schemas.errors import SchemaRegistryError
-from inferstream.schemas.schema_registry import registry_client
+from inferstream.schemas.errors import SchemaRegistryError, SchemaRegistryTLSError
+from inferstream.schemas.schema_registry import SchemaRegistryClient, registry_client
 
 log = logging.getLogger(__name__)
 
@@ -82,23 +82,26 @@ def preflight(config: Config, needs: Needs, clients: KafkaClients = REAL_CLIENTS
         check_port_free(needs.metrics_port, needs.port_flag, needs.metrics_addr,
                         needs.addr_flag)
         HttpGuard.of(config).server_context()  # its certificate and key load and match
+    # the registry's TLS files load (ConfigError) before the cluster is asked anything
+    registry = registry_client(config) if needs.role is not None else None
     check_cluster(config, needs.topics, clients, needs.user_topics, needs.role)
     check_groups(config, needs.groups, clients, needs.role)
-    if needs.role is not None:
-        check_registry(config)
+    if registry is not None:
+        check_registry(config, registry)
 
 
-def check_registry(config: Config) -> None:
-    """SchemaRegistryError in one line when `config`'s schema registry does not answer or
-    refuses its credentials: at start, not at a role's first record."""
-    client = registry_client(config)
+def check_registry(config: Config, client: SchemaRegistryClient | None = None) -> None:
+    """SchemaRegistryError in one line when `config`'s schema registry (`client`, else one
+    built here) does not answer, refuses its credentials or fails the TLS handshake: at
+    start, not at a role's first record."""
+    client = client or registry_client(config)
     if client is None:
         return
     try:
         client.subjects()
     except SchemaRegistryError as exc:
-        if exc.status not in (None, 404):  # it refused something: the message says what
-            raise
+        if exc.status not in (None, 404) or isinstance(exc, SchemaRegistryTLSError):
+            raise  # it refused something, or TLS failed: the message says what to change
         raise SchemaRegistryError(  # no answer, or no registry at that URL
             f"{exc}: set --schema-registry-url (INFERSTREAM_SCHEMA_REGISTRY_URL) to a schema "
             "registry's URL", url=exc.url, status=exc.status) from exc

@@ -30,6 +30,7 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 from fastavro.validation import ValidationError, validate
 
 from inferstream.schemas.errors import SchemaError
+from inferstream.schemas.registry_tls import RegistryTls
 from inferstream.schemas.schema_registry import SchemaRegistryClient
 
 if TYPE_CHECKING:
@@ -108,14 +109,16 @@ class Codec:
     """Encodes and decodes inferstream records; parse once, share across threads.
 
     `registry_url` switches encoding to the Confluent wire format; `timeout_s` bounds each
-    registry request, `user` and `password` log in with basic auth. Registry answers are
-    cached for the codec's lifetime.
+    registry request, `user` and `password` log in with basic auth, `tls` checks an https
+    registry (its CA, this client's certificate). Registry answers are cached for the
+    codec's lifetime.
     """
 
     def __init__(self, registry_url: str | None = None, *, timeout_s: float = 10.0,
-                 user: str | None = None, password: str | None = None) -> None:
+                 user: str | None = None, password: str | None = None,
+                 tls: RegistryTls | None = None) -> None:
         self._registry = SchemaRegistryClient(
-            registry_url, timeout_s=timeout_s, user=user, password=password,
+            registry_url, timeout_s=timeout_s, user=user, password=password, tls=tls,
         ) if registry_url else None
         self._write_schemas: dict[str, Any] = {}
         self._read_schemas: dict[str, Any] = {}
@@ -132,9 +135,9 @@ class Codec:
     @classmethod
     def for_config(cls, config: Config) -> Codec:
         """The codec a process of `config` uses: its schema registry, if any, logged in as
-        schema_registry_user."""
+        schema_registry_user, checked with the schema_registry_*file settings."""
         return cls(config.schema_registry_url, user=config.schema_registry_user,
-                   password=config.schema_registry_password)
+                   password=config.schema_registry_password, tls=RegistryTls.of(config))
 
     def _add_current(self, name: str) -> None:
         schema = load_schema(name)

@@ -21,3 +21,8 @@ class SchemaRegistryError(SchemaError):
         super().__init__(message)
         self.url = url
         self.status = status
+
+
+class SchemaRegistryTLSError(SchemaRegistryError):
+    """The TLS handshake with an https registry failed: its certificate did not verify, or it
+    refused this client's. The message names what to change: a setting, or the URL's host."""

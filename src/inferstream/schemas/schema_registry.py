@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import base64
+import http.client
 import json
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
 from typing import TYPE_CHECKING, Any
 
-from inferstream.schemas.errors import SchemaError, SchemaRegistryError
+from inferstream.schemas.errors import SchemaError, SchemaRegistryError, SchemaRegistryTLSError
+from inferstream.schemas.registry_tls import RegistryTls
 
 if TYPE_CHECKING:
     from inferstream.config import Config
@@ -29,16 +32,20 @@ _REFUSALS = {
 class SchemaRegistryClient:
     """Registers schemas and fetches them by id; callers cache the answers.
 
-    With `user` and `password`, every request carries them in HTTP basic auth.
+    With `user` and `password`, every request carries them in HTTP basic auth. An https
+    registry's certificate is checked against `tls.cafile` (None: the system's CAs), and
+    `tls.certfile` is this client's certificate where the registry asks for one.
     """
 
     def __init__(self, url: str, *, timeout_s: float = 10.0, user: str | None = None,
-                 password: str | None = None) -> None:
+                 password: str | None = None, tls: RegistryTls | None = None) -> None:
         scheme = urllib.parse.urlsplit(url).scheme
         if scheme not in ("http", "https"):
             raise SchemaError(f"schema registry url must be http(s), got {url!r}")
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self._tls = tls or RegistryTls()
+        self._context = self._tls.context() if scheme == "https" else None
         self._authorization = None if user is None else "Basic " + base64.b64encode(
             f"{user}:{password or ''}".encode()).decode("ascii")
 
@@ -97,7 +104,8 @@ class SchemaRegistryClient:
             headers["Authorization"] = self._authorization
         request = urllib.request.Request(url, data=body, method=method, headers=headers)  # noqa: S310 - scheme checked in __init__
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310 - scheme checked in __init__
+            with urllib.request.urlopen(request, timeout=self.timeout_s,  # noqa: S310 - scheme checked in __init__
+                                        context=self._context) as response:
                 answer = json.loads(response.read())
         except urllib.error.HTTPError as exc:
             try:
@@ -110,9 +118,13 @@ class SchemaRegistryClient:
                 + (f": it {meaning}" if meaning else "") + (f" ({said})" if said else ""),
                 url=url, status=exc.code,
             ) from exc
-        except (urllib.error.URLError, OSError) as exc:
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+            refused = None if self._context is None else self._tls.refusal(self.url, reason)
+            if refused is not None:
+                raise SchemaRegistryTLSError(refused, url=url, status=None) from exc
             raise SchemaRegistryError(
-                f"schema registry {method} {url} failed: {getattr(exc, 'reason', exc)}",
+                f"schema registry {method} {url} failed: {self._failure(reason)}",
                 url=url, status=None
             ) from exc
         except json.JSONDecodeError as exc:
@@ -121,14 +133,27 @@ class SchemaRegistryClient:
             ) from exc
         return answer
 
+    def _failure(self, reason: object) -> str:
+        """Why a request got no answer, with a hint where the URL's scheme is not what the
+        registry speaks."""
+        said = str(reason) or type(reason).__name__
+        if self._context is not None and isinstance(reason, ssl.SSLError) and \
+                reason.reason == "WRONG_VERSION_NUMBER":
+            return f"{said}; it does not speak TLS: if it serves plain HTTP, use an http:// URL"
+        if self._context is None and isinstance(
+                reason, ConnectionResetError | http.client.BadStatusLine):
+            return f"{said}; if it serves HTTPS, use an https:// URL"
+        return said
+
 
 def registry_client(config: Config) -> SchemaRegistryClient | None:
-    """The client of `config`'s schema registry, logged in as schema_registry_user; None
-    without schema_registry_url."""
+    """The client of `config`'s schema registry, logged in as schema_registry_user, its TLS
+    from the schema_registry_*file settings; None without schema_registry_url."""
     if config.schema_registry_url is None:
         return None
     return SchemaRegistryClient(config.schema_registry_url, user=config.schema_registry_user,
-                                password=config.schema_registry_password)
+                                password=config.schema_registry_password,
+                                tls=RegistryTls.of(config))
 
 
 def _message(body: bytes) -> str:

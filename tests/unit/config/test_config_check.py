@@ -14,6 +14,8 @@ from inferstream.client.admin import CHECKED_ROLES
 from inferstream.commands import ROLE_NEEDS
 from inferstream.kafka import preflight
 from inferstream.kafka.preflight import Needs
+from tests.unit.support.fake_registry import https_registry
+from tests.unit.support.tls import Certificates
 
 
 @pytest.fixture
@@ -76,3 +78,20 @@ def test_a_flag_of_no_role_given_is_still_refused(
         main(argv)
     assert exit_.value.code == 2
     assert "unrecognized arguments: --model x" in capsys.readouterr().err
+
+
+def test_without_a_role_the_schema_registry_is_checked_too(
+        checked: list[Needs], certificates: Certificates,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """As each role's start-up check asks it: an https registry whose certificate the
+    system's CAs do not verify fails `config check` in one line, and passes with its CA."""
+    with https_registry(certificates.cert, certificates.key) as registry:
+        url = ["--schema-registry-url", registry.url]
+        assert main(["config", "check", *url]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"inferstream: error: the schema registry's certificate at "
+                              f"{registry.url} could not be verified")
+        assert len(err.splitlines()) == 1
+        assert main(["config", "check", *url, "--schema-registry-cafile",
+                     str(certificates.ca)]) == 0
+    assert registry.requests == ["GET /subjects"]

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 #: Avro's promotions: a writer's type (key) that a reader of each listed type reads.
@@ -242,8 +244,10 @@ class FakeRegistry:
 
 
 @contextmanager
-def serve_registry(fake: FakeRegistry) -> Iterator[FakeRegistry]:
-    """`fake` served on 127.0.0.1 from a thread (its `url` set) until the block ends."""
+def serve_registry(fake: FakeRegistry, tls: ssl.SSLContext | None = None
+                   ) -> Iterator[FakeRegistry]:
+    """`fake` served on 127.0.0.1 from a thread (its `url` set) until the block ends; with
+    `tls` (a server context), over HTTPS only."""
 
     class Handler(BaseHTTPRequestHandler):
         def _reply(self) -> None:
@@ -263,12 +267,31 @@ def serve_registry(fake: FakeRegistry) -> Iterator[FakeRegistry]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    if tls is not None:  # each handshake runs at accept: a refused one drops the connection
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
-    fake.url = f"http://127.0.0.1:{server.server_address[1]}{fake.prefix}"
+    scheme = "http" if tls is None else "https"
+    fake.url = f"{scheme}://127.0.0.1:{server.server_address[1]}{fake.prefix}"
     try:
         yield fake
     finally:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+@contextmanager
+def https_registry(cert: Path, key: Path, client_ca: Path | None = None,
+                   tls12: bool = False) -> Iterator[FakeRegistry]:
+    """The fake registry over HTTPS with `cert`; with `client_ca`, it asks every client for a
+    certificate that CA signed."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    if client_ca is not None:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(client_ca)
+    if tls12:
+        context.maximum_version = ssl.TLSVersion.TLSv1_2
+    with serve_registry(FakeRegistry(), context) as registry:
+        yield registry

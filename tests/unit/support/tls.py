@@ -1,5 +1,6 @@
-"""Certificates for the tests of the HTTP surfaces, made by `openssl` in a folder: a CA, a
-server certificate it signed for 127.0.0.1 and localhost, and a second CA nobody trusts."""
+"""Certificates for the tests of the HTTP surfaces and the schema registry, made by `openssl`
+in a folder: a CA, a server certificate it signed for 127.0.0.1 and localhost, a client
+certificate it signed for another name, and a second CA nobody trusts."""
 
 from __future__ import annotations
 
@@ -18,13 +19,17 @@ _EC = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
 
 @dataclass(frozen=True)
 class Certificates:
-    """PEM files: `ca` signed `cert` (key `key`); `other_ca` signed nothing here."""
+    """PEM files: `ca` signed `cert` (key `key`) and `client` (key `client_key`, for the
+    name client.invalid: a client certificate, or a server's for another host);
+    `other_ca` signed nothing here."""
 
     ca: Path
     cert: Path
     key: Path
     other_ca: Path
     other_key: Path
+    client: Path
+    client_key: Path
 
 
 def openssl(folder: Path, *args: str) -> None:
@@ -39,13 +44,17 @@ def make_certificates(folder: Path) -> Certificates:
     for name in ("ca", "other"):
         openssl(folder, "req", "-x509", *_EC, "-keyout", f"{name}.key", "-out",
                 f"{name}.pem", "-days", "2", "-subj", f"/CN=inferstream test {name}")
-    openssl(folder, "req", *_EC, "-keyout", "server.key", "-out", "server.csr", "-subj",
-            "/CN=localhost")
-    (folder / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    openssl(folder, "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "san.ext")
+    for name, names in (("server", "IP:127.0.0.1,DNS:localhost"),
+                        ("client", "DNS:client.invalid")):
+        openssl(folder, "req", *_EC, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj",
+                f"/CN=inferstream test {name}")
+        (folder / f"{name}.ext").write_text(f"subjectAltName={names}\n")
+        openssl(folder, "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey",
+                "ca.key", "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile",
+                f"{name}.ext")
     return Certificates(folder / "ca.pem", folder / "server.pem", folder / "server.key",
-                        folder / "other.pem", folder / "other.key")
+                        folder / "other.pem", folder / "other.key", folder / "client.pem",
+                        folder / "client.key")
 
 
 def fetch(url: str, token: str | None = None, cafile: Path | None = None
