@@ -9,6 +9,7 @@ defaults (written once, on the field) show through.
 from __future__ import annotations
 
 import argparse
+import atexit
 import dataclasses
 import logging
 import os
@@ -224,9 +225,11 @@ def _run(command: Command, args: argparse.Namespace, config: Config,
 
 def main(argv: Sequence[str] | None = None) -> int:
     from inferstream.commands import COMMANDS
-    from inferstream.garbage import tune_collector
+    from inferstream.garbage import spare_the_teardown, tune_collector
 
     tune_collector()
+    if argv is None:  # the program's own run, not a call from Python: it ends when this does
+        atexit.register(spare_the_teardown)
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(build_parser(), argv)
     try:

@@ -28,3 +28,14 @@ def tune_collector() -> None:
     CPython does by default (every 10 collections of the one below)."""
     _, middle, oldest = gc.get_threshold()
     gc.set_threshold(YOUNG_THRESHOLD, middle, oldest)
+
+
+def spare_the_teardown() -> None:
+    """As the program ends (an atexit callback, so after its threads were joined): move every
+    object to the collector's permanent generation, which the interpreter's teardown does
+    not scan. That teardown collects every generation, torch's modules and whatever else is
+    still alive: 1.3-2.6 s of an exit at a load of 10-20 on 2 cores, where a worker drained
+    within a second of its SIGTERM and its supervisor, or an orchestrator's grace, waited for
+    the rest (0.3-0.9 s with this). Nothing is lost: reference counting frees what it
+    frees, and the memory goes with the process."""
+    gc.freeze()
