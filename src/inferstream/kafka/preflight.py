@@ -238,17 +238,19 @@ def cluster_metadata(config: Config, topics: tuple[str, ...] = (),
 
 def _first_listing(consumer: Any, topics: tuple[str, ...], deadline: float,
                    captured: _CapturedLog) -> Any:
-    """`listing` once a broker answers, asked in slices of `ANSWER_SLICE_S` until
-    `deadline`: a broker that refused this client's credentials or certificate (librdkafka
-    logs why at once, and tries again for ever) ends the wait there, not at the deadline."""
-    while True:
-        left = deadline - time.monotonic()
-        try:
-            return listing(consumer, topics, max(0.1, min(ANSWER_SLICE_S, left)))
-        except KafkaException:
-            consumer.poll(0)  # serves librdkafka's log lines of the attempts so far
-            if left <= ANSWER_SLICE_S or _refused(captured.reason() or ""):
-                raise
+    """`listing` once a broker answers, by `deadline`. A broker that refused this client's
+    credentials or certificate (librdkafka logs why at once, and tries again for ever) is
+    said after a first request of `ANSWER_SLICE_S`, not at the deadline. One request then
+    waits the rest: a request given up is not answered later, so that requests of a slice
+    each would never see a broker that takes longer than a slice to answer (a loaded one)."""
+    try:
+        return listing(consumer, topics, max(0.1, min(ANSWER_SLICE_S,
+                                                      deadline - time.monotonic())))
+    except KafkaException:
+        consumer.poll(0)  # serves librdkafka's log lines of its attempts so far
+        if deadline - time.monotonic() < 0.1 or _refused(captured.reason() or ""):
+            raise
+    return listing(consumer, topics, max(0.1, deadline - time.monotonic()))
 
 
 def _refused(reason: str) -> bool:
@@ -264,14 +266,15 @@ def reachable_partitions(config: Config, client: Any, topic: str,
     consumer or producer); KafkaSetupError in the start-up check's words when no broker
     answers: the SDK runs no start-up check, and raised librdkafka's error after 30 s.
     `client`'s log is not read here: where it has no answer at once, a consumer whose log is
-    read waits for one meanwhile (`_refusal`), so that a refusal is said at once too."""
+    read asks too (`_refusal`), so that a refusal is said at once; else `client` waits the
+    rest of the time for an answer."""
     deadline = time.monotonic() + config.connect_timeout_s
     try:
         return topic_partitions(client, topic,
                                 timeout_s=min(ANSWER_SLICE_S, config.connect_timeout_s))
     except KafkaException as exc:
         error = exc.args[0]  # not the exception: its frames would hold `client` in a cycle
-    reason = _refusal(config, clients, deadline)
+    reason = _refusal(config, clients)
     if reason is not None:
         raise KafkaSetupError(_cannot_reach(config, error, reason))
     try:  # a broker answered the other consumer meanwhile, or none answered at all
@@ -280,16 +283,17 @@ def reachable_partitions(config: Config, client: Any, topic: str,
         raise KafkaSetupError(_cannot_reach(config, exc.args[0], None)) from exc
 
 
-def _refusal(config: Config, clients: KafkaClients, deadline: float) -> str | None:
+def _refusal(config: Config, clients: KafkaClients) -> str | None:
     """Why a broker refused this client (its credentials or a certificate), by the log of a
-    consumer of its own that waits for an answer until `deadline`; None where a broker
-    answered it or none said no."""
+    consumer of its own after one request of `ANSWER_SLICE_S`; None where a broker
+    answered it or none said no by then."""
     captured = _CapturedLog()
     consumer = clients.consumer(consumer_config(config, None, logger=captured.logger))
     try:
-        _first_listing(consumer, (), deadline, captured)
+        listing(consumer, (), ANSWER_SLICE_S)
         return None
     except KafkaException:
+        consumer.poll(0)  # serves librdkafka's log lines of its attempts so far
         reason = captured.reason()
         return reason if reason and _refused(reason) else None
     finally:

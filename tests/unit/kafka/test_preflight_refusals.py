@@ -72,3 +72,36 @@ def test_a_client_without_a_start_up_check_says_a_refused_credential_too() -> No
                                     RefusingClients(consumers))
     assert producer.waits == [checks.ANSWER_SLICE_S] and consumers[0].waits == [
         checks.ANSWER_SLICE_S]
+
+
+class SlowClients(MemoryKafkaClients):
+    """Clients of a loaded broker: a metadata request given less than a second is not
+    answered (and a request given up is not answered later)."""
+
+    def consumer(self, settings: dict[str, Any]) -> Any:
+        return _slow(super().consumer(settings))
+
+    def producer(self, settings: dict[str, Any]) -> Any:
+        return _slow(super().producer(settings))
+
+
+def _slow(client: Any) -> Any:
+    described = client.list_topics
+
+    def list_topics(topic: str | None = None, timeout: float = -1) -> Any:
+        if 0 <= timeout < 1.0:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        return described(topic, timeout=timeout)
+
+    client.list_topics = list_topics
+    return client
+
+
+def test_a_broker_slower_than_the_first_request_still_answers_within_the_timeout() -> None:
+    clients = SlowClients()
+    clients.broker.create_topic("inferstream.jobs", 3)
+    config = Config(connect_timeout_s=5)
+    check_cluster(config, ("inferstream.jobs",), clients)
+    producer = clients.producer({})
+    assert checks.reachable_partitions(config, producer, "inferstream.jobs",
+                                       clients) == [0, 1, 2]
