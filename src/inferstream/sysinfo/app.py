@@ -45,6 +45,7 @@ from inferstream.schemas import Codec
 from inferstream.schemas.records import PolicyEntry, PolicyKind, WorkerHealth, now_ms, plain_record
 from inferstream.sysinfo.acl_stop import quiet_refusals, refusal, refused_by_acl
 from inferstream.sysinfo.aggregates import ModelAggregate, aggregate_key
+from inferstream.sysinfo.faust_checks import ChecksSinceRebalance
 from inferstream.sysinfo.faust_stop import bound_faust_stop
 from inferstream.sysinfo.fleet import Fleet, record_of
 from inferstream.sysinfo.intake import read_sample
@@ -103,6 +104,13 @@ def faust_settings(config: Config, topology: Topology, datadir: str) -> dict[str
     return settings
 
 
+def faust_app(config: Config, topology: Topology, datadir: str) -> faust.App:
+    """The replica's faust.App, its stalled-stream checks counted from each rebalance."""
+    app = faust.App(**faust_settings(config, topology, datadir))
+    app.sensors.add(ChecksSinceRebalance())
+    return app
+
+
 def _credentials(config: Config) -> Any:
     if config.sasl_mechanism:
         context = config.aiokafka_config().get("ssl_context")
@@ -134,7 +142,7 @@ class SysinfoApp:
         #: removes it after `run`, or when an app that never ran is dropped, or at exit
         self.remove_datadir = weakref.finalize(self, shutil.rmtree, self._datadir,
                                                ignore_errors=True)
-        self.app = faust.App(**faust_settings(config, topology, self._datadir))
+        self.app = faust_app(config, topology, self._datadir)
         raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes,
                                "key_serializer": "raw", "value_serializer": "raw"}
         self.sysinfo_topic = self.app.topic(config.topic("sysinfo"), **raw)
