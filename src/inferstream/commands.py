@@ -70,9 +70,11 @@ COMMANDS: dict[str, Command] = {
     "stream": Command("label every record of a topic into another, exactly once (a member of "
                       "the stream's group)", _no_args, stream.run, "stream", needs=stream.needs,
                       long_running=True, supervised=True, also=("worker",)),
+    # long-running for its start-up: once Faust's worker runs, its own handlers take the
+    # signals (and the wakeup fd) from `signals` and drain the app
     "sysinfo": Command("run a replica of the sysinfo app (policy table, HTTP data access)",
                        _no_args, sysinfo.run, "sysinfo", needs=sysinfo.needs,
-                       supervised=True),
+                       long_running=True, supervised=True),
     "submit": Command("submit a job", client.submit_args, client.submit, needs=client.submit_needs),
     "status": Command("show job status", client.status_args, client.status,
                       needs=client.status_needs),

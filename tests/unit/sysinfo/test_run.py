@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -48,6 +50,27 @@ def test_unreachable_broker_is_one_line(capsys: pytest.CaptureFixture[str]) -> N
 def test_wrong_port_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     err = one_line_error(capsys, ["sysinfo", "--port", "0"])
     assert err == "inferstream: error: sysinfo.port 0 is not a TCP port"
+
+
+@pytest.mark.timeout(150)
+def test_a_signal_while_it_waits_for_its_cluster_at_start_up_is_said_in_one_line() -> None:
+    """As a worker or controller says it, where the replica died of the signal in silence
+    (Faust's handlers come only once its worker runs)."""
+    argv = [sys.executable, "-m", "inferstream", "sysinfo", "--restart", "off",
+            "--log-level", "DEBUG", "--bootstrap-servers", "127.0.0.1:1",
+            "--connect-timeout-s", "120", "--port", str(free_port())]
+    with subprocess.Popen(argv, stderr=subprocess.PIPE, text=True) as replica:
+        assert replica.stderr is not None
+        try:
+            for line in replica.stderr:  # the start-up check waits for the cluster
+                if "checking the Kafka cluster at 127.0.0.1:1" in line:
+                    break
+            replica.send_signal(signal.SIGTERM)
+            _, err = replica.communicate(timeout=60)
+        finally:
+            replica.kill()
+    assert replica.returncode == 128 + signal.SIGTERM
+    assert err.strip() == "inferstream: SIGTERM during start-up: exiting now"
 
 
 @pytest.fixture
