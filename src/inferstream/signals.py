@@ -95,16 +95,16 @@ class StopSignals:
         with self._lock:
             stop = self._stop
         if stop is None:
-            _exit_now(signum, "during start-up")
+            exit_now(signum, "during start-up")
         name = signal.Signals(signum).name
         log.warning("%s: stopping after the work in flight (a second signal, or %gs, "
                     "exits at once)", name, self.grace_s)
         stop()
         again = self._next_signal(self.grace_s)
         if again:
-            _exit_now(again, f"again after {name}")
+            exit_now(again, f"again after {name}")
         elif again is None:
-            _exit_now(signum, f"still stopping {self.grace_s:g}s after it")
+            exit_now(signum, f"still stopping {self.grace_s:g}s after it")
 
     def _next_signal(self, timeout_s: float | None) -> int | None:
         """The next stop signal's number; 0 when told to quit, None after `timeout_s`."""
@@ -119,7 +119,7 @@ class StopSignals:
                 return byte
 
 
-def _exit_now(signum: int, when: str) -> NoReturn:
+def exit_now(signum: int, when: str) -> NoReturn:
     """Leave without cleaning up (as kill -9 would, but with a line saying why)."""
     name = signal.Signals(signum).name
     sys.stderr.write(f"inferstream: {name} {when}: exiting now\n")

@@ -46,7 +46,7 @@ from inferstream.schemas.records import PolicyEntry, PolicyKind, WorkerHealth, n
 from inferstream.sysinfo.acl_stop import quiet_refusals, refusal, refused_by_acl
 from inferstream.sysinfo.aggregates import ModelAggregate, aggregate_key
 from inferstream.sysinfo.faust_checks import ChecksSinceRebalance
-from inferstream.sysinfo.faust_stop import bound_faust_stop
+from inferstream.sysinfo.faust_stop import bound_faust_stop, exit_at_a_second_signal
 from inferstream.sysinfo.fleet import Fleet, record_of
 from inferstream.sysinfo.intake import read_sample
 from inferstream.sysinfo.metrics import SysinfoMetrics
@@ -181,6 +181,7 @@ class SysinfoApp:
         worker = faust.Worker(self.app, quiet=True, redirect_stdouts=False,
                               override_logging=False)
         worker.spinner = None  # it writes terminal escapes into logs that are no terminal
+        exit_at_a_second_signal(worker)
         try:
             with quiet_refusals():
                 worker.execute_from_commandline()

@@ -21,16 +21,23 @@ Four steps of a Faust worker's stop await the cluster unguarded (faust-streaming
 Each left the replica waiting until its supervisor killed it (exit 137) instead of exiting 0.
 Here each gets `timeout_s` and a warning where it did not finish. Drop this once
 faust-streaming bounds those steps.
+
+A second SIGTERM or SIGINT during that stop (mode's `Worker._schedule_shutdown` in
+mode/worker.py acts on the first only) ends the replica at once with the line every role says
+(`signals.exit_now`): the replica went on stopping, and under a supervisor was killed 2 s
+later without a word, its supervisor's exit 137.
 """
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 from faust.app.base import App
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Producer
 
 from inferstream.kafka.stopping import stop_or_warn
+from inferstream.signals import exit_now
 
 
 def bound_faust_stop(group_id: str, timeout_s: float) -> None:
@@ -72,3 +79,17 @@ def bound_faust_stop(group_id: str, timeout_s: float) -> None:
     App._producer_flush = producer_flush  # type: ignore[method-assign]  # noqa: SLF001
     AIOKafkaConsumerThread.on_thread_stop = on_thread_stop  # type: ignore[method-assign]
     Producer.on_stop = on_stop  # type: ignore[method-assign]
+
+
+def exit_at_a_second_signal(worker: Any) -> None:
+    """Make a second stop signal end the process of Faust's `worker` at once, in one line."""
+    schedule_shutdown = worker._schedule_shutdown  # noqa: SLF001 - mode's, see the module doc
+    first: list[signal.Signals] = []
+
+    def schedule_or_exit(signum: signal.Signals) -> None:
+        if first:
+            exit_now(signum, f"again after {first[0].name}")
+        first.append(signal.Signals(signum))
+        schedule_shutdown(signum)
+
+    worker._schedule_shutdown = schedule_or_exit  # noqa: SLF001

@@ -33,6 +33,9 @@ class CrashingWorker:
     def __init__(self, app: Any, **_: Any) -> None:
         self.crash_reason: BaseException | None = None
 
+    def _schedule_shutdown(self, signum: int) -> None:
+        """mode's worker's reaction to a stop signal (none comes here)."""
+
     def execute_from_commandline(self) -> None:
         log = logging.getLogger("tests.faust.consumer")  # another test may quiet faust's
         try:

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -103,3 +107,42 @@ def test_a_rebalance_s_wait_for_its_streams_is_left_unbounded(
     with pytest.raises(TimeoutError):
         asyncio.run(asyncio.wait_for(wait, 0.3))  # still waiting past the stop's 0.1 s
     assert warnings(caplog) == []
+
+
+#: mode's worker (as Faust's) running a service whose stop hangs, as a replica's with the
+#: cluster away; a second signal is set to end it
+HANGING_STOP = textwrap.dedent("""
+    import asyncio, logging
+    from mode import Service, Worker
+    from inferstream.sysinfo.faust_stop import exit_at_a_second_signal
+
+    class HangingStop(Service):
+        async def on_started(self):
+            print("ready", flush=True)
+
+        async def on_stop(self):
+            print("stopping", flush=True)
+            await asyncio.Event().wait()
+
+    worker = Worker(HangingStop(), quiet=True, redirect_stdouts=False, override_logging=False)
+    worker.spinner = None
+    exit_at_a_second_signal(worker)
+    worker.execute_from_commandline()
+""")
+
+
+@pytest.mark.timeout(150)
+def test_a_second_signal_during_the_stop_ends_the_replica_at_once_in_one_line() -> None:
+    with subprocess.Popen([sys.executable, "-c", HANGING_STOP], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as replica:
+        assert replica.stdout is not None
+        try:
+            assert replica.stdout.readline().strip() == "ready"
+            replica.send_signal(signal.SIGTERM)
+            assert replica.stdout.readline().strip() == "stopping"
+            replica.send_signal(signal.SIGINT)
+            _, err = replica.communicate(timeout=60)
+        finally:
+            replica.kill()
+    assert replica.returncode == 128 + signal.SIGINT
+    assert err.strip() == "inferstream: SIGINT again after SIGTERM: exiting now"
