@@ -10,6 +10,7 @@ so the job keeps running meanwhile.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import signal
 import time
@@ -22,8 +23,16 @@ KILL_WORKER, PAUSE_WORKER, KILL_BROKER = "kill-worker", "pause-worker", "kill-br
 ADD_WORKERS, REMOVE_WORKER = "add-workers", "remove-worker"
 KILL_CONTROLLER, PAUSE_CONTROLLER = "kill-controller", "pause-controller"
 SLOW_WORKER = "slow-worker"
+#: A hung broker: SIGSTOP (its connections stay open and nothing answers), then SIGCONT. Only
+#: in a fixed schedule (`--faults`): `FaultSchedule.from_seed` does not draw it, so a seed's
+#: drawn schedule, victims and durations stay what they were before it existed.
+PAUSE_BROKER = "pause-broker"
 KINDS = (KILL_WORKER, PAUSE_WORKER, KILL_BROKER, ADD_WORKERS, REMOVE_WORKER, KILL_CONTROLLER,
-         PAUSE_CONTROLLER, SLOW_WORKER)
+         PAUSE_CONTROLLER, SLOW_WORKER, PAUSE_BROKER)
+#: How long a PAUSE_BROKER lasts (seconds, seeded): always past the local cluster's 5 s broker
+#: session (the broker is fenced and its leaderships move), up to past aiokafka's 40 s request
+#: timeout.
+BROKER_PAUSE_S = (8.0, 50.0)
 #: How much slower the worker of a SLOW_WORKER fault is.
 SLOW_FACTOR = 8
 
@@ -161,7 +170,8 @@ class FaultInjector:
         {KILL_WORKER: self.kill_worker, PAUSE_WORKER: self.pause_worker,
          KILL_BROKER: self.kill_broker, ADD_WORKERS: self.add_workers,
          REMOVE_WORKER: self.remove_worker, KILL_CONTROLLER: self.kill_controller,
-         PAUSE_CONTROLLER: self.pause_controller, SLOW_WORKER: self.slow_worker}[kind]()
+         PAUSE_CONTROLLER: self.pause_controller, SLOW_WORKER: self.slow_worker,
+         PAUSE_BROKER: self.pause_broker}[kind]()
 
     def _pick(self) -> str:
         """A live worker, one in the group where two are (all are, unless the fault did not
@@ -205,6 +215,21 @@ class FaultInjector:
             self.timeline.add("restart broker", f"broker-{broker}", "started")
 
         self._later(down_s, f"restart broker-{broker}", restart)
+
+    def pause_broker(self) -> None:
+        """SIGSTOP a broker for a seeded `BROKER_PAUSE_S`, then SIGCONT: a hung broker (a GC
+        pause, a frozen VM), whose clients' requests wait for their timeouts."""
+        broker = self.rng.randint(1, self.cluster.brokers)
+        pause_s = round(self.rng.uniform(*BROKER_PAUSE_S), 1)
+        self.cluster.signal(broker, signal.SIGSTOP)
+        self.timeline.add("SIGSTOP broker", f"broker-{broker}", f"for {pause_s}s")
+
+        def resume() -> None:
+            with contextlib.suppress(ProcessLookupError):  # killed -9 meanwhile
+                self.cluster.signal(broker, signal.SIGCONT)
+            self.timeline.add("SIGCONT broker", f"broker-{broker}", f"after {pause_s}s")
+
+        self._later(pause_s, f"SIGCONT broker-{broker}", resume)
 
     def add_workers(self) -> None:
         for _ in range(2):

@@ -92,6 +92,11 @@ class ChaosCluster:
         subprocess.run(self._cmd("kill", str(broker)), capture_output=True, text=True,
                        timeout=120, check=True)
 
+    def signal(self, broker: int, sig: signal.Signals) -> None:
+        """Send `sig` to the broker's JVM (the pid `ops/kafka/cluster` recorded for it)."""
+        pid_file = self.directory / f"node-{broker}" / "kafka.pid"
+        os.kill(int(pid_file.read_text().strip()), sig)
+
     def begin_restart(self, broker: int) -> None:
         """Start the broker again in the background; `finished_restarts` reports it."""
         self.restarting[broker] = subprocess.Popen(

@@ -13,7 +13,9 @@ workers, which are replaced; SIGSTOP a worker past its session timeout, then SIG
 a broker and restart it; add two workers; SIGTERM one; kill -9 the controller replica that
 owns the job, replaced by a third; SIGSTOP the owning replica past its session timeout, then
 SIGCONT; a worker 8x slower than the others joins), or with `--faults` those kinds in that
-order at even fractions (`tests.chaos.schedule_runs`). Then it checks "exactly one result per
+order at even fractions (`tests.chaos.schedule_runs`). `--faults pause-broker` also hangs a
+broker (SIGSTOP for a seeded 8-50 s, then SIGCONT), a kind no drawn schedule holds, so that a
+seed's schedule stays what it was. Then it checks "exactly one result per
 item" with the independent verifier (`tests.chaos.verifier`), and that the job's final counts
 equal its output. The same seed gives the same schedule, victims and durations. Process logs
 stay in the scenario directory.
