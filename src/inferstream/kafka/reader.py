@@ -41,8 +41,6 @@ READ_TO_END_FETCH_WAIT_MS = 10
 #: A follower's first read to the end uses the short wait (`kafka.follower`): an end of
 #: partition shows only when an empty fetch returns.
 FOLLOW_FETCH_WAIT_MS = 5000
-#: librdkafka's socket.timeout.ms default; a fetch's wait stays a second under the one set.
-SOCKET_TIMEOUT_MS = 60_000
 #: librdkafka's prefetch queue of a reader, in KiB. Its default (64 MiB) is most of what
 #: `submit --wait --output` and `results` grow by on a large job (148 MiB peak at 1.28 M items,
 #: 78 MiB with this; the same CPU: BENCHMARKS.md, the ImageNet-sized job).
@@ -62,7 +60,8 @@ def reader_consumer(config: Config, clients: KafkaClients = REAL_CLIENTS,
         extra["isolation.level"] = "read_uncommitted"
     conf = consumer_config(config, None, **extra)
     if "fetch.wait.max.ms" not in dict(config.kafka_config):  # the user's, when set
-        socket_ms = int(conf.get("socket.timeout.ms", SOCKET_TIMEOUT_MS))
+        # a fetch's wait stays a second under the socket timeout (librdkafka warns otherwise)
+        socket_ms = int(conf["socket.timeout.ms"])
         conf["fetch.wait.max.ms"] = (max(READ_TO_END_FETCH_WAIT_MS,
                                          min(FOLLOW_FETCH_WAIT_MS, socket_ms - 1000))
                                      if follow else READ_TO_END_FETCH_WAIT_MS)

@@ -105,14 +105,24 @@ def producer_config(config: Config, **extra: Any) -> dict[str, Any]:
     )
 
 
+#: How long a librdkafka consumer waits for a broker's answer before it gives the connection
+#: up and asks the others where the partition's leader is now: Java's consumer's
+#: request.timeout.ms. At librdkafka's default (60 s), a consumer of a partition whose leader
+#: hung (SIGSTOP, a frozen VM) read nothing for 70 s (30 s: 41 s), the cluster having moved
+#: the leadership after 5 s; a fetch asks the broker to wait at most 5 s (`kafka.reader`).
+CONSUMER_SOCKET_TIMEOUT_MS = 30_000
+
+
 def consumer_config(config: Config, group_id: str | None, **extra: Any) -> dict[str, Any]:
-    """confluent-kafka consumer settings: manual commits, read_committed."""
+    """confluent-kafka consumer settings: manual commits, read_committed, a broker that does
+    not answer given up after `CONSUMER_SOCKET_TIMEOUT_MS`."""
     settings: dict[str, Any] = {
         "logger": LIBRDKAFKA_LOG,
         "enable.auto.commit": False,
         "isolation.level": "read_committed",
         "auto.offset.reset": "earliest",
         "fetch.message.max.bytes": 16 * 1024 * 1024,
+        "socket.timeout.ms": CONSUMER_SOCKET_TIMEOUT_MS,
     }
     if group_id is not None:
         settings["group.id"] = group_id
