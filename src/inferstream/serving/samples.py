@@ -3,7 +3,8 @@
 
 It runs beside the task path and never blocks or breaks it: its own asyncio task and thread
 (collectors run there), a plain idempotent producer of its own, a bounded buffer (the oldest
-sample goes first when the broker is away), and every failure logged and counted. At start it
+sample goes first when the broker is away), and every failure logged and counted; a producer
+that failed to deliver a sample is replaced before the next send (`_delivered`). At start it
 calibrates every served model and sends the first sample before the worker joins its group;
 a model or version loaded later is calibrated before the next sample.
 """
@@ -11,6 +12,7 @@ a model or version loaded later is calibrated before the next sample.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import time
@@ -80,6 +82,8 @@ class SysInfoPublisher:
         self._host = socket.gethostname()
         self._buffer: deque[bytes] = deque(maxlen=BUFFER_SAMPLES)
         self._producer: AsyncProducer | None = None
+        #: why the producer is to be replaced before the next send (None: it is not)
+        self._replace: BaseException | None = None
         self._thread = ThreadPoolExecutor(1, "inferstream-sysinfo")
         self._loop_task: asyncio.Task[None] | None = None
         self._failing = False
@@ -200,9 +204,12 @@ class SysInfoPublisher:
                 self._warn(exc)
                 return
             self._buffer.popleft()
-            asyncio.ensure_future(delivery).add_done_callback(self._delivered)
+            asyncio.ensure_future(delivery).add_done_callback(
+                functools.partial(self._delivered, producer))
 
     async def _started_producer(self) -> AsyncProducer:
+        if self._producer is not None and self._replace is not None:
+            await self._retire_producer(self._producer, self._replace)
         if self._producer is None:
             producer = self.clients.aio_producer(aiokafka_kwargs(
                 self.config, AIOKafkaProducer, enable_idempotence=True,
@@ -215,10 +222,27 @@ class SysInfoPublisher:
             self._producer = producer
         return self._producer
 
-    def _delivered(self, delivery: asyncio.Future[Any]) -> None:
+    async def _retire_producer(self, producer: AsyncProducer, why: BaseException) -> None:
+        """Stop `producer` (briefly) so that the next send starts a new one: a new producer
+        id whose sequence numbers start again."""
+        log.warning("sysinfo producer replaced: a sample it took was not delivered (%r)", why)
+        self._producer, self._replace = None, None
+        await stop_or_warn(producer.stop(), 5.0, "sysinfo producer not closed")
+
+    def _delivered(self, producer: AsyncProducer, delivery: asyncio.Future[Any]) -> None:
+        """Count a delivery. A failed one marks its producer, if still the current one, to
+        be replaced: aiokafka's idempotent producer had numbered the lost batch, and the
+        partition's leader refuses every later batch of that producer id as out of order
+        (OutOfOrderSequenceNumber), for as long as the producer lives; aiokafka (0.14) never
+        takes a new id. aiokafka fails a batch that way when its partition had no known
+        leader for longer than the request timeout (a broker that stopped cleanly and stayed
+        away)."""
         if delivery.cancelled() or delivery.exception() is not None:
-            self._warn(delivery.exception() if not delivery.cancelled() else "cancelled")
+            error = delivery.exception() if not delivery.cancelled() else None
+            self._warn(error or "cancelled")
             self._lost()
+            if producer is self._producer and self._replace is None:
+                self._replace = error or asyncio.CancelledError()
             return
         self.published += 1
         self._failing = False
