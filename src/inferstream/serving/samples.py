@@ -86,6 +86,8 @@ class SysInfoPublisher:
         self._replace: BaseException | None = None
         self._thread = ThreadPoolExecutor(1, "inferstream-sysinfo")
         self._loop_task: asyncio.Task[None] | None = None
+        #: the stops of replaced producers, each until its buffered batches are settled
+        self._retiring: set[asyncio.Future[Any]] = set()
         self._failing = False
 
     @property
@@ -149,6 +151,9 @@ class SysInfoPublisher:
             except (TimeoutError, KafkaError) as exc:
                 log.warning("sysinfo samples not flushed at stop: %r", exc)
             await stop_or_warn(self._producer.stop(), 5.0, "sysinfo producer not closed")
+        if self._retiring:
+            await stop_or_warn(asyncio.gather(*self._retiring), 2.0,
+                               "replaced sysinfo producer not closed")
         for _ in self._buffer:
             self._lost()
         self._buffer.clear()
@@ -209,7 +214,7 @@ class SysInfoPublisher:
 
     async def _started_producer(self) -> AsyncProducer:
         if self._producer is not None and self._replace is not None:
-            await self._retire_producer(self._producer, self._replace)
+            self._retire_producer(self._producer, self._replace)
         if self._producer is None:
             producer = self.clients.aio_producer(aiokafka_kwargs(
                 self.config, AIOKafkaProducer, enable_idempotence=True,
@@ -222,12 +227,20 @@ class SysInfoPublisher:
             self._producer = producer
         return self._producer
 
-    async def _retire_producer(self, producer: AsyncProducer, why: BaseException) -> None:
-        """Stop `producer` (briefly) so that the next send starts a new one: a new producer
-        id whose sequence numbers start again."""
+    def _retire_producer(self, producer: AsyncProducer, why: BaseException) -> None:
+        """Let the next send start a new producer (a new producer id whose sequence numbers
+        start again) and stop `producer` in the background: its stop waits for its buffered
+        batches, which with the broker away take until the broker is back."""
         log.warning("sysinfo producer replaced: a sample it took was not delivered (%r)", why)
         self._producer, self._replace = None, None
-        await stop_or_warn(producer.stop(), 5.0, "sysinfo producer not closed")
+        stopping = asyncio.ensure_future(producer.stop())
+        self._retiring.add(stopping)
+        stopping.add_done_callback(self._retired)
+
+    def _retired(self, stopping: asyncio.Future[Any]) -> None:
+        self._retiring.discard(stopping)
+        if not stopping.cancelled() and stopping.exception() is not None:
+            log.debug("replaced sysinfo producer stopped with %r", stopping.exception())
 
     def _delivered(self, producer: AsyncProducer, delivery: asyncio.Future[Any]) -> None:
         """Count a delivery. A failed one marks its producer, if still the current one, to
