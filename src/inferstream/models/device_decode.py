@@ -4,10 +4,12 @@ fast as their GPU infers.
 With it, a decode thread only fetches an item and reads its JPEG header (size limits, colour
 model, EXIF orientation); an upright RGB or grey JPEG goes on as its bytes, anything else (PNG,
 CMYK, a rotated phone photo, a header that fails, no end marker) is preprocessed on the CPU as
-without it. The batch step then decodes the batch's JPEGs in one `torchvision.io.decode_jpeg`
-call on the device, and crops, resizes (antialiased, the model's interpolation) and normalises
-them there: the same steps as `preprocess.ImagePreprocessor`, up to the crop box's rounding to
-whole pixels.
+without it. The batch step then decodes the batch's JPEGs in one
+`torchvision.io.decode_jpeg` call on the device, and resizes (antialiased, the model's
+interpolation), crops and normalises them there: the steps of `preprocess.ImagePreprocessor`
+(torchvision's Resize and CenterCrop on PIL's image), each resampling pass rounded to 8 bits
+as PIL's is. What is left is PIL's fixed-point arithmetic (a level or two of 255 on some
+pixels) and, on CUDA, what nvJPEG decodes differently from libjpeg-turbo.
 A JPEG the device cannot decode is decoded again on the CPU, which names what is wrong with it.
 
 `[worker] decode_on_device`: `off`; `on` (on a CPU device too, where it decodes on the
@@ -127,19 +129,22 @@ class DeviceDecoder:
         return images
 
     def _preprocess(self, image: torch.Tensor) -> torch.Tensor:
-        """A decoded CHW uint8 image (or one the CPU preprocessed) to the model's input."""
+        """A decoded CHW uint8 image (or one the CPU preprocessed) to the model's input: the
+        steps of `preprocess.ImagePreprocessor` (torchvision's Resize, CenterCrop), each of
+        PIL's two resampling passes (the width, then the height) rounded to 8 bits as PIL
+        rounds them."""
         if image.dtype != torch.uint8:
             return image.to(self.device)
         _, height, width = image.shape
-        # The crop in source pixels, as ImagePreprocessor.resize_crop (`spec.box`), rounded.
-        left, top, right, bottom = self.spec.box(width, height)
-        side_w, side_h = max(1, round(right - left)), max(1, round(bottom - top))
-        top, left = max(0, (height - side_h) // 2), max(0, (width - side_w) // 2)
-        region = image[:, top:top + side_h, left:left + side_w].unsqueeze(0).float()
-        resized = torch.nn.functional.interpolate(region, size=self.spec.output_size,
-                                                  mode=self.mode, antialias=True,
-                                                  align_corners=False)
-        return resized[0].clamp_(0, 255).sub_(self._mean).div_(self._std)
+        resized_width, resized_height = self.spec.resized_size(width, height)
+        pixels = image.unsqueeze(0).float()
+        for size in ((height, resized_width), (resized_height, resized_width)):
+            pixels = torch.nn.functional.interpolate(
+                pixels, size=size, mode=self.mode, antialias=True, align_corners=False,
+            ).round_().clamp_(0, 255)
+        left, top, right, bottom = (self.spec.crop_box(resized_width, resized_height)
+                                    if self.spec.crop else (0, 0, resized_width, resized_height))
+        return pixels[0, :, top:bottom, left:right].sub(self._mean).div_(self._std)
 
 
 @dataclass(frozen=True)

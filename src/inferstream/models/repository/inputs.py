@@ -1,9 +1,9 @@
 """How a repository model's items become its input tensors, by its card's [input].
 
 An `image` item is decoded and preprocessed by `models.preprocess.ImagePreprocessor` (resize,
-optional centre crop, mean and std). A `tensor` item is a `.npy` file's bytes, read with
-`numpy.load(allow_pickle=False)`, or a JSON array (as a stream's record may hold it; UTF-8,
-a byte order mark allowed); either
+optional centre crop, mean and std), as torchvision's transforms do on PIL's image. A `tensor`
+item is a `.npy` file's bytes, read with `numpy.load(allow_pickle=False)`, or a JSON array (as
+a stream's record may hold it; UTF-8, a byte order mark allowed); either
 must have exactly the card's shape (the batch dimension not counted), and a `.npy` the card's
 dtype. A JSON array's numbers are converted to the card's dtype where each keeps its value in
 kind (`json_array_as`): integers to an integer dtype whose range holds them, integers and
