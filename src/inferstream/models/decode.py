@@ -34,11 +34,14 @@ _WIDE_GREY_MODES = frozenset({"I", "I;16", "I;16B", "I;16L", "I;16N"})
 
 
 def decode_image(
-    data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS, min_side: int | None = None
+    data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS, min_side: int | None = None,
+    exif_orientation: bool = True, alpha_on_white: bool = True,
 ) -> Image.Image:
     """Decode `data` fully into an RGB image; raise ItemError with a short reason.
 
     `min_side` lets JPEG decode at a reduced scale whose shorter side is still >= min_side.
+    `exif_orientation`: turn a photo as its EXIF orientation says (False: as stored, as
+    `Image.open` gives it); `alpha_on_white`: see `to_rgb`.
     """
     if not data:
         raise ItemError("empty data")
@@ -61,7 +64,7 @@ def decode_image(
         raise ItemError(f"corrupt image: bad {kind} header" if kind else "not an image") from None
     except _CORRUPT as exc:
         raise ItemError(_corrupt_reason(exc)) from None
-    return to_rgb(_upright(img))
+    return to_rgb(_upright(img) if exif_orientation else img, alpha_on_white=alpha_on_white)
 
 
 def check_dimensions(size: tuple[int, int], max_pixels: int) -> None:
@@ -105,13 +108,18 @@ def _upright(img: Image.Image) -> Image.Image:
         return img
 
 
-def to_rgb(img: Image.Image) -> Image.Image:
-    """Convert any PIL mode (grey, 16-bit, palette, CMYK, with alpha) to 8-bit RGB."""
+def to_rgb(img: Image.Image, *, alpha_on_white: bool = True) -> Image.Image:
+    """Convert any PIL mode (grey, 16-bit, palette, CMYK, with alpha) to 8-bit RGB, as PIL's
+    `convert("RGB")` does (torchvision's image loader), except: 16-bit and 32-bit grey are
+    scaled to 8 bits (65535 -> 255), where `convert` clips them at 255 (a white image); and
+    with `alpha_on_white`, transparent pixels are flattened onto white, where `convert` keeps
+    the colour under them (often black)."""
     if img.mode == "RGB":
         return img
     if img.mode in _WIDE_GREY_MODES or img.mode == "F":
         return _grey_to_rgb(img)
-    if img.mode in _ALPHA_MODES or (img.mode == "P" and "transparency" in img.info):
+    if alpha_on_white and (img.mode in _ALPHA_MODES or
+                           (img.mode == "P" and "transparency" in img.info)):
         # Flatten onto white: transparent pixels are often black underneath.
         rgba = img.convert("RGBA")
         background = Image.new("RGB", rgba.size, (255, 255, 255))

@@ -2,9 +2,9 @@
 fast as their GPU infers.
 
 With it, a decode thread only fetches an item and reads its JPEG header (size limits, colour
-model, EXIF orientation); an upright RGB or grey JPEG goes on as its bytes, anything else (PNG,
-CMYK, a rotated phone photo, a header that fails, no end marker) is preprocessed on the CPU as
-without it. The batch step then decodes the batch's JPEGs in one
+model, EXIF orientation); an RGB or grey JPEG goes on as its bytes, anything else (PNG,
+CMYK, a phone photo to be turned by its EXIF orientation, a header that fails, no end marker)
+is preprocessed on the CPU as without it. The batch step then decodes the batch's JPEGs in one
 `torchvision.io.decode_jpeg` call on the device, and resizes (antialiased, the model's
 interpolation), crops and normalises them there: the steps of `preprocess.ImagePreprocessor`
 (torchvision's Resize and CenterCrop on PIL's image), each resampling pass rounded to 8 bits
@@ -76,7 +76,9 @@ class DeviceDecoder:
         try:
             with Image.open(io.BytesIO(data)) as img:  # reads the header only
                 check_dimensions(img.size, self.max_pixels)
-                upright = img.getexif().get(_EXIF_ORIENTATION, 1) == 1
+                # a photo to be turned as its EXIF orientation says is turned on the CPU
+                upright = not self.spec.exif_orientation or \
+                    img.getexif().get(_EXIF_ORIENTATION, 1) == 1
                 return upright and img.mode in ("RGB", "L")
         except ItemError:
             raise

@@ -27,6 +27,12 @@ class Preprocessing:
     size: tuple[int, int] | None = None
     #: False: the whole image is resized to the input's size, its aspect ratio not kept
     crop: bool = True
+    #: True: a photo is turned as its EXIF orientation says (a phone photo held upright);
+    #: False: taken as stored, as torchvision's loader (`Image.open(f).convert("RGB")`) does
+    exif_orientation: bool = True
+    #: True: transparent pixels flattened onto white; False: the colour under them, as
+    #: `convert("RGB")` keeps it (`decode.to_rgb`)
+    alpha_on_white: bool = True
 
     @property
     def output_size(self) -> tuple[int, int]:
@@ -71,7 +77,9 @@ class ImagePreprocessor:
         self._std = torch.tensor(spec.std).mul(255.0).view(3, 1, 1)
 
     def __call__(self, data: bytes) -> torch.Tensor:
-        img = decode_image(data, max_pixels=self.max_pixels)
+        img = decode_image(data, max_pixels=self.max_pixels,
+                           exif_orientation=self.spec.exif_orientation,
+                           alpha_on_white=self.spec.alpha_on_white)
         return self.to_tensor(self.resize_crop(img))
 
     def resize_crop(self, img: Image.Image) -> Image.Image:

@@ -1,11 +1,14 @@
 """An image item's tensor is what torchvision's transforms make of PIL's image for the same
 card (`Image.open(f).convert("RGB")`, Resize, CenterCrop, ToTensor, Normalize), on the decode
-threads' path exactly and on the device-decode path (on the CPU) within PIL's rounding."""
+threads' path exactly and on the device-decode path (on the CPU) within PIL's rounding; a
+card's image is made RGB as `convert("RGB")` makes it and turned by its EXIF orientation only
+where the card says so."""
 
 from __future__ import annotations
 
 import io
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -14,6 +17,8 @@ from torchvision import transforms
 
 from inferstream.models.device_decode import DeviceDecoder, is_encoded
 from inferstream.models.preprocess import ImagePreprocessor, Preprocessing
+from inferstream.models.repository.card import InputSpec
+from inferstream.models.repository.inputs import image_preprocessing
 
 LITE = {"mean": (127 / 255,) * 3, "std": (128 / 255,) * 3}
 CARDS = {
@@ -88,3 +93,70 @@ def test_the_device_path_makes_torchvisions_tensor_within_pils_rounding(
     # PIL computes in fixed point: a level or two apart on some pixels, none on most
     assert levels(card, ours - want) <= 2.001
     assert levels(card, ours - want, mean=True) < 0.25
+
+
+def card(**keys: object) -> Preprocessing:
+    """A repository card's preprocessing: by default [input] size = [56, 56], resize = 64."""
+    fields: dict[str, object] = {"size": (56, 56), "resize": 64, **keys}
+    return image_preprocessing(InputSpec(**fields))  # type: ignore[arg-type]
+
+
+def modes() -> dict[str, bytes]:
+    coffee = Image.fromarray(photos.coffee()).resize((120, 80))
+    rgba = np.dstack([np.asarray(coffee), np.full((80, 120), 255, np.uint8)])
+    rgba[:, :50, 3] = 0  # transparent, the photo's colours under it
+    palette = coffee.convert("P", palette=Image.Palette.ADAPTIVE)
+    palette.info["transparency"] = 0
+    return {
+        "grey": encode(coffee.convert("L")),
+        "RGBA": encode(Image.fromarray(rgba), "PNG"),
+        "LA": encode(Image.fromarray(rgba[:, :, [0, 3]], "LA"), "PNG"),
+        "palette": encode(coffee.convert("P", palette=Image.Palette.ADAPTIVE), "PNG"),
+        "palette with transparency": encode(palette, "PNG"),
+        "CMYK": encode(coffee.convert("CMYK")),
+    }
+
+
+@pytest.mark.parametrize("name", modes().keys())
+def test_a_cards_image_is_made_rgb_as_convert_rgb_makes_it(name: str) -> None:
+    data = modes()[name]
+    spec = card()
+    assert levels(spec, ImagePreprocessor(spec)(data) - reference(spec, data)) < 1e-3
+
+
+def test_a_built_in_models_transparent_pixels_stay_white() -> None:
+    spec = Preprocessing(resize_size=64, crop_size=56, size=(56, 56), crop=False)
+    tensor = ImagePreprocessor(spec)(modes()["RGBA"])
+    white = (1 - torch.tensor(spec.mean)) / torch.tensor(spec.std)
+    assert torch.allclose(tensor[:, :, 0], white.view(3, 1).expand(3, 56), atol=1e-5)
+
+
+def rotated_photo() -> bytes:
+    """A phone photo held upright: stored 120x80 (wide), EXIF orientation 6 (turn 90 degrees)."""
+    img = Image.fromarray(photos.chelsea()).resize((120, 80))
+    exif = img.getexif()
+    exif[0x0112] = 6
+    return encode(img, quality=92, exif=exif)
+
+
+def test_a_cards_photo_is_taken_as_stored_unless_the_card_says_to_turn_it() -> None:
+    data = rotated_photo()
+    stored = card(resize=None, size=(40, 60))  # the input is as wide as the file's pixels
+    assert levels(stored, ImagePreprocessor(stored)(data) - reference(stored, data)) < 1e-3
+    turned = card(resize=None, size=(40, 60), exif_orientation=True)
+    with Image.open(io.BytesIO(data)) as img:
+        upright = encode(img.transpose(Image.Transpose.ROTATE_270), "PNG")
+    assert levels(turned, ImagePreprocessor(turned)(data) - reference(turned, upright)) < 1e-3
+
+
+def test_only_a_photo_to_be_turned_leaves_the_device_path() -> None:
+    data = rotated_photo()
+    for turn in (False, True):
+        spec = card(exif_orientation=turn)
+        cpu = ImagePreprocessor(spec)
+        decoder = DeviceDecoder(spec, torch.device("cpu"), cpu, cpu.max_pixels)
+        item = decoder.encode_item(data)
+        assert is_encoded(item) is not turn
+        (ours,) = decoder.ready([item])
+        assert isinstance(ours, torch.Tensor)
+        assert levels(spec, ours - cpu(data)) <= 2.001

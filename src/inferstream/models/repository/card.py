@@ -33,7 +33,7 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 OutputChoice = str | int
 #: [input] keys of an image model only
-IMAGE_KEYS = ("size", "resize", "mean", "std", "interpolation")
+IMAGE_KEYS = ("size", "resize", "mean", "std", "interpolation", "exif_orientation")
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,9 @@ class InputSpec:
     mean: tuple[float, float, float] = IMAGENET_MEAN
     std: tuple[float, float, float] = IMAGENET_STD
     interpolation: str = "bilinear"
+    #: image: a photo turned as its EXIF orientation says; False: as stored, as torchvision's
+    #: loader (`Image.open(f).convert("RGB")`) reads it
+    exif_orientation: bool = False
     #: tensor: one item's shape (required), the batch dimension not counted
     shape: tuple[int, ...] = ()
     #: tensor: the items' numpy dtype
@@ -160,8 +163,7 @@ class _Reader:
                                 f"\"{other}\", and this card's is \"{kind}\": remove it")
 
     def input(self, table: dict[str, Any]) -> InputSpec:
-        self.known(table, "input.", ("kind", "size", "resize", "mean", "std", "interpolation",
-                                     "shape", "dtype"))
+        self.known(table, "input.", ("kind", *IMAGE_KEYS, "shape", "dtype"))
         default = InputSpec()
         kind = cast(InputKind, self.choice(table, "input.kind", INPUT_KINDS, default.kind))
         self.kind_of(table, "input", kind, {"image": IMAGE_KEYS, "tensor": ("shape", "dtype")})
@@ -176,6 +178,8 @@ class _Reader:
             std=self.triple(table, "input.std", default.std, positive=True),
             interpolation=self.choice(table, "input.interpolation", INTERPOLATIONS,
                                       default.interpolation),
+            exif_orientation=self.flag(table, "input.exif_orientation",
+                                       default.exif_orientation),
             shape=shape or (), dtype=self.choice(table, "input.dtype", TENSOR_DTYPES,
                                                  default.dtype))
 

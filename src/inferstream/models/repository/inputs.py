@@ -41,11 +41,14 @@ def input_preprocessor(spec: InputSpec, max_pixels: int) -> Callable[[bytes], to
 
 
 def image_preprocessing(spec: InputSpec) -> Preprocessing:
-    """The card's image input as the Preprocessing the built-in models use."""
+    """The card's image input as the Preprocessing the built-in models use, the image made RGB
+    as torchvision's loader makes it (`Image.open(f).convert("RGB")`: transparent pixels keep
+    their colour), turned by its EXIF orientation only where the card says so."""
     height, width = spec.size
     return Preprocessing(resize_size=spec.resize or max(height, width), crop_size=height,
                          interpolation=_INTERPOLATIONS[spec.interpolation], mean=spec.mean,
-                         std=spec.std, size=(height, width), crop=spec.resize is not None)
+                         std=spec.std, size=(height, width), crop=spec.resize is not None,
+                         exif_orientation=spec.exif_orientation, alpha_on_white=False)
 
 
 def synthetic_data(spec: InputSpec) -> bytes:

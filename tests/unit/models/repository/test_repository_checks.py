@@ -127,8 +127,8 @@ PICKLED = ("a torch.save pickle (a state_dict or a pickled module), not a model:
 BROKEN: list[tuple[str, Broken, str, str]] = [
     ("no card", layout(None, GOOD), "m/model.toml", "missing file (every model has a card)"),
     ("unknown key", layout("[input]\nsise = [32, 32]\n", GOOD), "m/model.toml",
-     "unknown key input.sise (known: kind, size, resize, mean, std, interpolation, shape, "
-     "dtype)"),
+     "unknown key input.sise (known: kind, size, resize, mean, std, interpolation, "
+     "exif_orientation, shape, dtype)"),
     ("wrong type", layout("[output]\nkind = \"embedding\"\nnormalize = \"yes\"\n", GOOD),
      "m/model.toml", "output.normalize must be true or false, got 'yes'"),
     ("key of another kind", layout("[output]\nkind = \"embedding\"\nsoftmax = false\n", GOOD),
