@@ -112,8 +112,8 @@ def odd_images() -> list[Item]:
     ]
 
 
-def reference(spec: object, data: bytes) -> torch.Tensor:
-    """The card's torchvision pipeline on `Image.open(f).convert("RGB")`."""
+def reference(spec: object, data: bytes | Image.Image) -> torch.Tensor:
+    """The card's torchvision pipeline on `Image.open(f).convert("RGB")` (or on an image)."""
     from torchvision import transforms as T
 
     from inferstream.models.preprocess import Preprocessing
@@ -124,8 +124,11 @@ def reference(spec: object, data: bytes) -> torch.Tensor:
         [T.Resize(spec.resize_size, mode), T.CenterCrop(spec.output_size)] if spec.crop
         else [T.Resize(spec.output_size, mode)])
     pipeline = T.Compose([*steps, T.ToTensor(), T.Normalize(spec.mean, spec.std)])
-    with Image.open(io.BytesIO(data)) as img:
-        out = pipeline(img.convert("RGB"))
+    if isinstance(data, Image.Image):
+        out = pipeline(data)
+    else:
+        with Image.open(io.BytesIO(data)) as img:
+            out = pipeline(img.convert("RGB"))
     assert isinstance(out, torch.Tensor)  # noqa: S101
     return out
 
@@ -141,7 +144,7 @@ def _decoder_reference(spec: object, data: bytes) -> torch.Tensor | None:
             return None
     pixels = decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8),
                          mode=ImageReadMode.RGB)
-    return reference(spec, _encode(Image.fromarray(pixels.permute(1, 2, 0).numpy()), "PNG"))
+    return reference(spec, Image.fromarray(pixels.permute(1, 2, 0).numpy()))
 
 
 def cards() -> dict[str, object]:
