@@ -5,24 +5,12 @@ nothing for 70 s, though the cluster had moved the leadership after 5 s."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from inferstream.kafka.reader import reader_consumer
 from inferstream.kafka.settings import consumer_config
+from tests.unit.kafka.test_reader import Recording
 from tests.unit.support.memory import make_config
 
 LIBRDKAFKA_DEFAULT_MS = 60_000
-
-
-class Recording:
-    """Stands in for the client factories: keeps the consumer configuration asked for."""
-
-    def __init__(self) -> None:
-        self.asked: dict[str, Any] = {}
-
-    def consumer(self, conf: dict[str, Any]) -> Any:
-        self.asked = conf
-        return object()
 
 
 def test_a_group_consumer_gives_up_on_a_silent_broker_sooner_than_librdkafka_would() -> None:
